@@ -1,0 +1,154 @@
+"""The contract between the sans-IO core (:mod:`aqueduct.proto`) and the runtime.
+
+The runtime feeds transport input into ``proto.connection.Connection`` and the
+application's requests; the connection answers with two queues, drained by
+the runtime after every call:
+
+* ``Connection.transmit() -> list[Action]``: what to do on the QUIC
+  connection (stream bytes, resets, datagrams, close).
+* ``Connection.next_event() -> Event | None``: what to tell the application.
+
+Names are past tense (aioquic style): they report what *happened*.
+Stream ids are QUIC stream ids chosen by the core itself (unidirectional
+streams only: client 2, 6, 10, ...; server 3, 7, 11, ...), so the runtime
+never allocates ids and tests are deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDataQueued:
+    """Bytes to write on a unidirectional stream; ``end_stream`` sends FIN."""
+
+    stream_id: int
+    data: bytes
+    end_stream: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResetQueued:
+    """Reset a stream we opened (1 = cancelled, 2 = lost)."""
+
+    stream_id: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class DatagramQueued:
+    """One QUIC datagram to send."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionCloseQueued:
+    """Close the QUIC connection (1 = protocol violation, 2 = application close)."""
+
+    error_code: int
+    reason: str
+
+
+Action = StreamDataQueued | StreamResetQueued | DatagramQueued | ConnectionCloseQueued
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A channel attached to a received message, as the receiving side sees it."""
+
+    chanid: int
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeCompleted:
+    """The peer's CONNECTION_HEADERS arrived; routed frames flow from now on."""
+
+    peer_headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """A message the application may dequeue from the receiver of ``chanid``."""
+
+    chanid: int
+    headers: Headers
+    attachments: tuple[Attachment, ...]
+    payload: bytes
+    cost: int = 0  # encoded frame length, for DEQUEUED accounting
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFinished:
+    """Every message of ``chanid`` was delivered and the sender finished."""
+
+    chanid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCancelled:
+    """The remote sender cancelled ``chanid``; undelivered messages were dropped."""
+
+    chanid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverWasClosed:
+    """The remote receiver of our sender ``chanid`` closed it."""
+
+    chanid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLost:
+    """``chanid`` became lost in transit; every local handle must fail."""
+
+    chanid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendWindowOpened:
+    """Queued messages of sender ``chanid`` drained; a blocked ``send()`` may continue."""
+
+    chanid: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesAcked:
+    """The peer acked or nacked messages of sender ``chanid`` (for counters and waiters)."""
+
+    chanid: int
+    acked: int = 0
+    nacked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionTerminated:
+    """The connection ended; ``error_code`` 1 = protocol violation, 2 = application close."""
+
+    error_code: int
+    reason: str
+    by_peer: bool = field(default=True)
+
+
+Event = (
+    HandshakeCompleted
+    | MessageReceived
+    | ChannelFinished
+    | ChannelCancelled
+    | ReceiverWasClosed
+    | ChannelLost
+    | SendWindowOpened
+    | MessagesAcked
+    | ConnectionTerminated
+)
