@@ -1,0 +1,241 @@
+"""Connector frames carried over Aqueduct channels (spec/connector-wire.md section 3).
+
+Every payload is raw bytes holding whole frames (so a capture of payloads is
+a valid connector byte stream); several frames may share a payload.
+
+* HELLO goes on the entrypoint (ORDERED) with an attached channel whose
+  Sender half goes to the worker: OK, ERROR, ACK and RESTART come back on it.
+* Each NOTIFY goes on the entrypoint with an attached channel whose Sender
+  half stays with the connector: that stream's MESSAGE frames go on it, in
+  the stream's mode. Several NOTIFYs in one payload carry their channels as
+  attachments in the same order. The channel header ``connector-mode`` tells
+  the worker the mode, so its deduplication knows whether gaps can still
+  fill (only in-order channels let a point of reference skip ids).
+* A stream channel lost in transit means its NOTIFY never took effect: the
+  link reports the session over, and the client reconnects and re-notifies
+  every stream from the new OK's points of reference.
+
+Requires ``Sender.send(payload, attachments=...)`` from the runtime: raw
+bytes cannot carry a handle inside a CBOR value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aqueduct.runtime as rt
+from aqueduct.connector.frames import ConnectorFrameError, Frame, FrameSplitter, Message, Notify
+from aqueduct.connector.outbound import Mode
+from aqueduct.connector.worker_server import WorkerPeer, WorkerServer, WorkerSink
+from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.proto.errors import ChannelOutcome, LocalProtocolError
+
+MODE_HEADER = "connector-mode"
+MAX_BATCH_BYTES = 64 * 1024
+"""Reliable payloads are cut near this size so one slow stream never hoards a window."""
+
+
+class AqueductLink:
+    """Connector side: one Aqueduct connection carrying one session."""
+
+    def __init__(self, entrypoint: rt.Sender, mode_of: Callable[[int], Mode]) -> None:
+        self._entry = entrypoint
+        self._mode_of = mode_of  # the client's choice per stream id
+        self._control_tx, self._control_rx = rt.channel()
+        self._streams: dict[int, rt.Sender] = {}
+        self._lost = asyncio.Event()  # a stream channel failed: end the session
+        self._hello_sent = False
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, mode_of: Callable[[int], Mode], cafile: str | None = None
+    ) -> AqueductLink:
+        return cls(await rt.connect(host, port, cafile=cafile), mode_of)
+
+    async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None:
+        """Route frames: HELLO / NOTIFY / ERROR on the entrypoint, MESSAGE on its stream channel."""
+        for route, batch in _batches(frames, self._mode_of):
+            payload = b"".join(data for _, data in batch)
+            if route is None:
+                await self._send_entry(batch, payload)
+            else:
+                await self._send_stream(route, payload)
+
+    async def _send_entry(self, batch: list[tuple[Frame, bytes]], payload: bytes) -> None:
+        attachments: list[rt.Sender | rt.Receiver] = []
+        finished: list[rt.Sender] = []
+        if not self._hello_sent:
+            attachments.append(self._control_tx)
+            self._hello_sent = True
+        for frame, _ in batch:
+            if isinstance(frame, Notify):
+                mode = self._mode_of(frame.stream_id)
+                tx, rx = rt.channel(headers={MODE_HEADER: mode.value.encode()})
+                if mode is Mode.UNORDERED:
+                    tx.unordered()
+                elif mode is Mode.UNRELIABLE:
+                    tx.unreliable()
+                replaced = self._streams.get(frame.stream_id)
+                if replaced is not None:
+                    finished.append(replaced)
+                self._streams[frame.stream_id] = tx
+                attachments.append(rx)
+        await self._entry.send(payload, attachments=attachments)
+        for old in finished:  # a re-NOTIFY retires the stream's previous channel
+            with contextlib.suppress(ChannelOutcome, LocalProtocolError):
+                await old.finish()
+
+    async def _send_stream(self, stream_id: int, payload: bytes) -> None:
+        try:
+            await self._streams[stream_id].send(payload)
+        except ChannelOutcome:
+            self._lost.set()  # the NOTIFY's channel is gone: resume on a new session
+
+    async def receive(self) -> bytes:
+        """Next payload from the worker's control channel; ``b""`` when the session is over."""
+        recv = asyncio.ensure_future(self._control_rx.recv())
+        lost = asyncio.ensure_future(self._lost.wait())
+        try:
+            await asyncio.wait({recv, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not recv.done():
+                recv.cancel()
+        if recv.cancelled():
+            return b""
+        error = recv.exception()
+        if isinstance(error, rt.Finished | ChannelOutcome):
+            return b""
+        if error is not None:
+            raise error
+        value = recv.result()
+        return bytes(value) if isinstance(value, bytes | bytearray | memoryview) else b""
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._entry.connection.close()
+
+
+def _batches(
+    frames: Sequence[tuple[Frame, bytes]], mode_of: Callable[[int], Mode]
+) -> list[tuple[int | None, list[tuple[Frame, bytes]]]]:
+    """Group consecutive frames going to the same channel into payloads.
+
+    UNRELIABLE payloads are datagrams, so those get one frame each.
+    """
+    out: list[tuple[int | None, list[tuple[Frame, bytes]]]] = []
+    size = 0
+    for frame, data in frames:
+        route = frame.stream_id if isinstance(frame, Message) else None
+        unreliable = route is not None and mode_of(route) is Mode.UNRELIABLE
+        if out and out[-1][0] == route and not unreliable and size + len(data) <= MAX_BATCH_BYTES:
+            out[-1][1].append((frame, data))
+            size += len(data)
+        else:
+            out.append((route, [(frame, data)]))
+            size = len(data)
+    return out
+
+
+# ---------------------------------------------------------------- worker side
+
+
+async def _serve_connection(
+    server: WorkerServer, sink: WorkerSink, config: WorkerConfig, conn: Any
+) -> None:
+    entry: rt.Receiver = conn.entrypoint
+    try:
+        first = await entry.recv_message()
+    except (rt.Finished, ChannelOutcome):
+        return
+    control = first.attachments[0] if first.attachments else None
+    if not isinstance(control, rt.Sender):
+        await conn.close("connector HELLO must attach the channel for the worker's replies")
+        return
+
+    async def send(data: bytes) -> None:
+        await control.send(data)
+
+    peer = WorkerPeer(sink, config, send, lambda: asyncio.ensure_future(conn.close()))
+    readers: list[asyncio.Task[None]] = []
+
+    async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
+        ordered = rx.headers and dict(rx.headers).get(MODE_HEADER) == Mode.ORDERED.value.encode()
+        with contextlib.suppress(rt.Finished, ChannelOutcome):
+            async for message in rx.messages():
+                if peer.ended:
+                    return
+                await peer.receive_payload(
+                    bytes(message.value), ordered=bool(ordered), channel_stream=stream_id
+                )
+
+    async def feed_entry(message: Any) -> None:
+        payload = bytes(message.value)
+        handles = list(message.attachments)
+        if message is first:
+            handles = handles[1:]  # the control Sender
+        await peer.receive_payload(payload, ordered=True)
+        for stream_id in _notified_streams(payload):
+            if not handles:
+                break
+            rx = handles.pop(0)
+            if isinstance(rx, rt.Receiver) and not peer.ended:
+                readers.append(asyncio.ensure_future(read_stream(stream_id, rx)))
+
+    async def read_loop() -> None:
+        try:
+            await feed_entry(first)
+            while not peer.ended:
+                try:
+                    message = await entry.recv_message()
+                except (rt.Finished, ChannelOutcome):
+                    return
+                await feed_entry(message)
+        finally:
+            for reader in readers:
+                reader.cancel()
+
+    await server.run_peer(peer, read_loop())
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+
+def _notified_streams(payload: bytes) -> list[int]:
+    """Stream ids of the NOTIFY frames in ``payload``, in order (attachments follow them)."""
+    try:
+        return [f.stream_id for f in FrameSplitter().feed(payload) if isinstance(f, Notify)]
+    except ConnectorFrameError:
+        return []  # the session already refused the payload
+
+
+async def serve_aqueduct(
+    host: str,
+    port: int,
+    sink: WorkerSink,
+    config: WorkerConfig | None = None,
+    **serve_options: Any,
+) -> WorkerServer:
+    """Accept connectors over Aqueduct (``serve_options`` go to ``aqueduct.serve``: certfile ...)."""
+    worker_config = config or WorkerConfig()
+    aq_server = await rt.serve(host, port, **serve_options)
+    server: WorkerServer
+
+    connections: set[asyncio.Task[None]] = set()
+
+    async def accept_loop() -> None:
+        async for conn in aq_server:
+            task = asyncio.ensure_future(_serve_connection(server, sink, worker_config, conn))
+            connections.add(task)
+            task.add_done_callback(connections.discard)
+
+    acceptor = asyncio.ensure_future(accept_loop())
+
+    async def close_listener() -> None:
+        acceptor.cancel()
+        await aq_server.close()
+
+    server = WorkerServer(close_listener, aq_server.address)
+    return server

@@ -1,0 +1,413 @@
+"""The connector library: open streams, send messages, survive restarts.
+
+::
+
+    async with Connector("tcp://127.0.0.1:7000", program="orders", instance="p0") as conn:
+        stream = await conn.stream(1, "orders/0")
+        start = stream.resume_from          # where the worker's durable state ends
+        await stream.send(b"payload")       # id auto-increments from there
+        await stream.wait_acked(stream.next_id)
+
+One background task owns the connection. It handshakes, re-notifies every
+stream from the OK's points of reference and re-sends what they do not cover
+(the sans-IO :class:`~aqueduct.connector.outbound.Outbox` plans that), and
+after RESTART or a lost connection reconnects with exponential backoff. The
+caller never re-sends. ``send`` returns once the message is buffered and
+has a credit to go out on; the buffer of unacknowledged messages per stream
+is bounded (``max_buffer``) so memory stays bounded when the worker is slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.events import HandshakeCompleted, SessionEnded
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Frame, Message
+from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
+from aqueduct.connector.states import ConnectionState
+from aqueduct.proto.errors import AqueductError
+
+__all__ = [
+    "ORDERED",
+    "UNORDERED",
+    "UNRELIABLE",
+    "Connector",
+    "ConnectorRefused",
+    "ConnectorStream",
+    "CreditTimeout",
+    "Link",
+    "Mode",
+]
+
+
+class ConnectorRefused(AqueductError):
+    """The worker ended the session with ERROR (or broke the protocol): retrying would not help."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CreditTimeout(TimeoutError):
+    """``send`` waited longer than ``credits_timeout`` for a credit.
+
+    The message keeps its id and stays queued: it goes out with the next
+    credit, so the caller must not send it again.
+    """
+
+
+class Link(Protocol):
+    """One connection to a worker, as the client drives it."""
+
+    async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None: ...
+    async def receive(self) -> bytes: ...
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Stats:
+    """Counters for progress reports."""
+
+    sent: int = 0  # MESSAGE frames written (re-sends included)
+    connections: int = 0  # successful handshakes
+    errors: list[str] = field(default_factory=list)  # why connections ended
+
+
+class ConnectorStream:
+    """A stream handle: ``send`` messages, watch ``acked``."""
+
+    def __init__(self, connector: Connector, state: OutboundStream) -> None:
+        self._connector = connector
+        self._state = state
+
+    @property
+    def stream_id(self) -> int:
+        return self._state.stream_id
+
+    @property
+    def mode(self) -> Mode:
+        return self._state.mode
+
+    @property
+    def resume_from(self) -> int:
+        """Point of reference the latest OK gave (0 for a stream the worker never saw)."""
+        return self._state.resume_from or 0
+
+    @property
+    def next_id(self) -> int:
+        """Id the next ``send`` gets when none is given."""
+        return self._state.next_id
+
+    @property
+    def acked(self) -> int:
+        """Latest committed point of reference: every id below it is safe downstream."""
+        return self._state.acked
+
+    @property
+    def unacked(self) -> int:
+        """Messages buffered until the worker commits them."""
+        return len(self._state.unacked)
+
+    async def send(
+        self,
+        payload: bytes | None = b"",
+        *,
+        message_id: int | None = None,
+        event_time: int | None = None,
+        key: bytes | None = None,
+        boundary: bool = False,
+        eos: bool = False,
+        ephemeral: bool | None = None,
+        unstable: bool = False,
+    ) -> int | None:
+        """Send one message; return its id (None for EPHEMERAL).
+
+        ``ephemeral`` defaults to True on UNRELIABLE streams. Waits while the
+        stream's unacked buffer is full and until a credit is available.
+        """
+        c = self._connector
+        if ephemeral is None:
+            ephemeral = self._state.mode is UNRELIABLE
+        if not ephemeral:
+            await c._wait(lambda: len(self._state.unacked) < c.max_buffer, None)
+        message = self._state.make_message(
+            None if boundary else payload,
+            message_id,
+            event_time,
+            key,
+            boundary,
+            eos,
+            ephemeral,
+            unstable,
+        )
+        c._enqueue(message)
+        await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
+        return message.message_id
+
+    async def wait_acked(self, point: int, timeout: float | None = None) -> None:
+        """Wait until the worker committed every id below ``point``."""
+        await self._connector._wait(lambda: self._state.acked >= point, timeout)
+
+    async def reopen(self) -> None:
+        """NOTIFY again after EOS (the stream closed)."""
+        await self._connector.stream(self.stream_id, self._state.stream_name, self._state.mode)
+
+
+class Connector:
+    """A connector: one logical session with a worker, over reconnects."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        program: str = "aqueduct-produce",
+        instance: str | None = None,
+        cookie: bytes | str = b"",
+        credits_timeout: float | None = None,
+        max_buffer: int = 10_000,
+        cafile: str | None = None,
+        connect_timeout: float = 30.0,
+        backoff: tuple[float, float] = (0.05, 5.0),
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.url = url
+        self.program = program
+        self.instance = instance if instance is not None else socket.gethostname()
+        self.cookie = cookie.encode() if isinstance(cookie, str) else cookie
+        self.credits_timeout = credits_timeout
+        self.max_buffer = max_buffer
+        self.cafile = cafile
+        self.connect_timeout = connect_timeout
+        self.backoff = backoff
+        self.max_frame_size = max_frame_size
+        self.stats = Stats()
+        self._outbox = Outbox()
+        self._session: ConnectorSession | None = None
+        self._fatal: ConnectorRefused | None = None
+        self._closing = False
+        self._progress = asyncio.Event()  # set (and replaced) on every state change
+        self._kick = asyncio.Event()  # wakes the writer
+        self._runner: asyncio.Task[None] | None = None
+        self._open_link = _link_opener(url, cafile, self._mode_of)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Connector:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Start the connection task and wait for the first handshake."""
+        self._runner = asyncio.get_running_loop().create_task(self._run())
+        try:
+            await self._wait(lambda: self.connected, self.connect_timeout)
+        except TimeoutError:
+            await self.close()
+            last = self.stats.errors[-1] if self.stats.errors else "no answer"
+            raise ConnectionError(
+                f"no handshake with {self.url} within {self.connect_timeout} s ({last})"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    @property
+    def connected(self) -> bool:
+        return self._session is not None and self._session.state is ConnectionState.STREAMING
+
+    async def close(self, flush_timeout: float = 5.0) -> None:
+        """Send what is queued (waiting at most ``flush_timeout``), then disconnect."""
+        if self._runner is None:
+            return
+        if self._fatal is None and self.connected:
+            with contextlib.suppress(TimeoutError, ConnectorRefused):
+                await self._wait(lambda: not self._outbox, flush_timeout)
+        self._closing = True
+        self._runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._runner
+        self._runner = None
+
+    # ------------------------------------------------------------ streams
+
+    async def stream(self, stream_id: int, name: str, mode: Mode = ORDERED) -> ConnectorStream:
+        """Open (NOTIFY) a stream, or re-open one closed by EOS; an open stream is returned as is.
+
+        Re-opening waits until the worker acknowledged everything up to the
+        EOS: over Aqueduct the new NOTIFY brings a new channel, and a late
+        message on the old one must never race the new ones.
+        """
+        self._raise_if_fatal()
+        existing = self._outbox.streams.get(stream_id)
+        if existing is not None:
+            if not existing.closed:
+                return ConnectorStream(self, existing)
+            await self._wait(lambda: not existing.unacked, self.credits_timeout, CreditTimeout)
+        state = self._outbox.open(stream_id, name, mode)
+        self._kick.set()
+        await self._wait(self._has_credit_for_queue, self.credits_timeout, CreditTimeout)
+        return ConnectorStream(self, state)
+
+    async def wait_all_acked(self, timeout: float | None = None) -> None:
+        """Wait until every reliable message sent so far is committed by the worker."""
+        await self._wait(
+            lambda: all(not s.unacked for s in self._outbox.streams.values()), timeout
+        )
+
+    # ------------------------------------------------------------ internals
+
+    def _mode_of(self, stream_id: int) -> Mode:
+        stream = self._outbox.streams.get(stream_id)
+        return stream.mode if stream is not None else ORDERED
+
+    def _enqueue(self, message: Message) -> None:
+        self._outbox.push(message)
+        self._kick.set()
+
+    def _has_credit_for_queue(self) -> bool:
+        session = self._session
+        return session is not None and self.connected and len(self._outbox) <= session.credits
+
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _changed(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def _wait(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float | None,
+        error: type[TimeoutError] = TimeoutError,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            self._raise_if_fatal()
+            if predicate():
+                return
+            if self._runner is None or self._runner.done():
+                raise ConnectionError("connector is closed")
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise error(f"timed out after {timeout} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
+
+    async def _run(self) -> None:
+        """Connect, serve, reconnect with backoff; ends on fatal errors or close()."""
+        failures = 0
+        try:
+            while not self._closing:
+                try:
+                    link = await self._open_link()
+                except (OSError, ConnectionError, TimeoutError) as exc:
+                    self.stats.errors.append(f"connect: {exc}")
+                    failures += 1
+                    await asyncio.sleep(self._delay(failures))
+                    continue
+                ended, handshaken = await self._serve(link)
+                if ended.origin in ("peer", "local"):
+                    self._fatal = ConnectorRefused(ended.reason)
+                    return
+                self.stats.errors.append(ended.reason)
+                if ended.origin == "restart":
+                    failures = 0
+                    continue
+                failures = 1 if handshaken else failures + 1
+                await asyncio.sleep(self._delay(failures))
+        finally:
+            self._session = None
+            self._changed()
+
+    @property
+    def resent(self) -> int:
+        """Messages re-sent automatically after RESTART or a lost connection."""
+        return self._outbox.resent
+
+    def _delay(self, failures: int) -> float:
+        low, high = self.backoff
+        return min(high, low * 2 ** min(failures, 16)) * random.uniform(0.5, 1.0)
+
+    async def _serve(self, link: Link) -> tuple[SessionEnded, bool]:
+        """Run one session over ``link`` until it ends; also say whether OK arrived."""
+        session = ConnectorSession(self.program, self.instance, self.cookie, self.max_frame_size)
+        self._session = session
+        session.start()
+        writer = asyncio.get_running_loop().create_task(self._write_loop(session, link))
+        ended: SessionEnded | None = None
+        handshaken = False
+        try:
+            await link.send(session.data_to_send())
+            while ended is None:
+                try:
+                    data = await link.receive()
+                except (OSError, ConnectionError) as exc:
+                    data, reason = b"", str(exc) or type(exc).__name__
+                else:
+                    reason = "connection closed"
+                events = session.receive_data(data) if data else session.connection_lost()
+                for event in events:
+                    if isinstance(event, SessionEnded):
+                        ended = event if data else SessionEnded(reason, "closed")
+                    else:
+                        if isinstance(event, HandshakeCompleted):
+                            self.stats.connections += 1
+                            handshaken = True
+                        self._outbox.apply(event)
+                self._kick.set()
+                self._changed()
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+                await writer
+            with contextlib.suppress(OSError, ConnectionError):
+                out = session.data_to_send()
+                if out:
+                    await link.send(out)  # our own ERROR, if any
+            await link.close()
+            self._session = None
+            self._changed()
+        return ended, handshaken
+
+    async def _write_loop(self, session: ConnectorSession, link: Link) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            self._outbox.send_into(session)
+            frames = session.data_to_send()
+            if frames:
+                self.stats.sent += sum(isinstance(f, Message) for f, _ in frames)
+                await link.send(frames)
+                self._changed()
+
+
+def _link_opener(
+    url: str, cafile: str | None, mode_of: Callable[[int], Mode]
+) -> Callable[[], Awaitable[Link]]:
+    parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"connector URL needs host and port: {url!r}")
+    host, port = parts.hostname, parts.port
+    if parts.scheme == "tcp":
+        from aqueduct.connector.tcp import TcpLink
+
+        return lambda: TcpLink.open(host, port)
+    if parts.scheme == "aqueduct":
+        from aqueduct.connector.aqueduct_transport import AqueductLink
+
+        return lambda: AqueductLink.open(host, port, mode_of, cafile=cafile)
+    raise ValueError(f"unsupported connector URL scheme {parts.scheme!r} (tcp:// or aqueduct://)")

@@ -1,0 +1,194 @@
+"""Sans-IO connector side of one connector session (one connection).
+
+It enforces what the connector itself must respect (no costly frame without
+a credit, MESSAGE only on an open stream) by raising
+:class:`~aqueduct.proto.errors.LocalProtocolError`, and what the worker must
+respect (only OK / ERROR / ACK / RESTART, in the right state) by sending ERROR
+and ending the session. Outgoing frames are kept as ``(frame, bytes)`` pairs
+so that a transport can route them (over Aqueduct, NOTIFY and MESSAGE frames
+travel on different channels); over TCP the bytes are simply concatenated.
+
+Resending and buffering across reconnects live in :mod:`.outbound`: a
+session lives exactly as long as its connection.
+"""
+
+from __future__ import annotations
+
+from aqueduct.connector.events import (
+    Acked,
+    ConnectorEvent,
+    HandshakeCompleted,
+    RestartRequested,
+    SessionEnded,
+)
+from aqueduct.connector.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    EOS,
+    PROTOCOL_VERSION,
+    Ack,
+    ConnectorFrameError,
+    Error,
+    Frame,
+    FrameSplitter,
+    Hello,
+    Message,
+    Notify,
+    Ok,
+    Restart,
+    encode,
+    frame_name,
+)
+from aqueduct.connector.states import (
+    CONNECTION_TRANSITIONS,
+    STREAM_TRANSITIONS,
+    ConnectionState,
+    IllegalTransition,
+    StreamState,
+    step,
+)
+from aqueduct.proto.errors import LocalProtocolError
+
+C = ConnectionState
+
+
+class NoCredits(LocalProtocolError):
+    """A costly frame (NOTIFY, MESSAGE) was sent with no credit left."""
+
+
+class ConnectorSession:
+    """One connection's worth of protocol state on the connector."""
+
+    #: frame type -> (states it is legal in, handler name); absent types
+    #: (HELLO, NOTIFY, MESSAGE) may never be sent to a connector.
+    RECEIVE_TABLE: dict[type, tuple[frozenset[ConnectionState], str]] = {
+        Ok: (frozenset({C.HANDSHAKE}), "_on_ok"),
+        Error: (frozenset({C.HANDSHAKE, C.STREAMING}), "_on_error"),
+        Ack: (frozenset({C.STREAMING}), "_on_ack"),
+        Restart: (frozenset({C.STREAMING}), "_on_restart"),
+    }
+
+    def __init__(
+        self,
+        program_name: str,
+        instance_name: str,
+        cookie: bytes = b"",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.program_name = program_name
+        self.instance_name = instance_name
+        self.cookie = cookie
+        self.state = C.CONNECTED
+        self.credits = 0
+        self.streams: dict[int, StreamState] = {}
+        self._splitter = FrameSplitter(max_frame_size)
+        self._out: list[tuple[Frame, bytes]] = []
+        self._events: list[ConnectorEvent] = []
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (C.ERROR, C.DISCONNECTED)
+
+    # ------------------------------------------------------------ local calls
+
+    def start(self) -> None:
+        """Queue HELLO."""
+        self._queue(Hello(PROTOCOL_VERSION, self.cookie, self.program_name, self.instance_name))
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
+
+    def send(self, frame: Notify | Message) -> None:
+        """Queue a NOTIFY or MESSAGE, spending one credit."""
+        if self.state is not C.STREAMING:
+            raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")
+        if self.credits == 0:
+            raise NoCredits(f"no credit left for {frame_name(frame)}")
+        current = self.streams.get(frame.stream_id, StreamState.START)
+        if isinstance(frame, Notify):
+            what = "notify"
+        else:
+            what = "eos" if frame.flags & EOS else "message"
+        try:
+            new = step(STREAM_TRANSITIONS, current, what)
+        except IllegalTransition as exc:
+            raise LocalProtocolError(f"stream {frame.stream_id}: {exc}") from None
+        encoded = encode(frame)  # validates before any state changes
+        self.streams[frame.stream_id] = new
+        self.credits -= 1
+        self._out.append((frame, encoded))
+
+    def fail(self, reason: str) -> list[ConnectorEvent]:
+        """Send ERROR ``reason`` (the connector cannot go on) and end the session."""
+        if not self.ended:
+            self._fail(reason)
+        return self._take_events()
+
+    def connection_lost(self) -> list[ConnectorEvent]:
+        if self.ended:
+            self.state = C.DISCONNECTED
+            return []
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "closed")
+        return [SessionEnded("connection closed", "closed")]
+
+    def data_to_send(self) -> list[tuple[Frame, bytes]]:
+        """Frames queued since the last call, with their encoding."""
+        out, self._out = self._out, []
+        return out
+
+    # ------------------------------------------------------------ input
+
+    def receive_data(self, data: bytes) -> list[ConnectorEvent]:
+        """Feed bytes from the worker (a TCP stream, or whole-frame payloads)."""
+        if self.ended:
+            return []
+        self._splitter.push(data)
+        while not self.ended:
+            try:
+                frame = self._splitter.next_frame()
+            except ConnectorFrameError as exc:
+                self._fail(str(exc))
+                break
+            if frame is None:
+                break
+            self._dispatch(frame)
+        return self._take_events()
+
+    def _dispatch(self, frame: Frame) -> None:
+        entry = self.RECEIVE_TABLE.get(type(frame))
+        if entry is None:
+            self._fail(f"{frame_name(frame)} frame may not be sent to a connector")
+            return
+        states, handler = entry
+        if self.state not in states:
+            self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
+            return
+        getattr(self, handler)(frame)
+
+    def _on_ok(self, ok: Ok) -> None:
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
+        self.credits = ok.credits
+        self._events.append(HandshakeCompleted(ok.credits, ok.refs))
+
+    def _on_error(self, error: Error) -> None:
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
+        self._events.append(SessionEnded(error.reason, "peer"))
+
+    def _on_ack(self, ack: Ack) -> None:
+        self.credits += ack.credits
+        self._events.append(Acked(ack.credits, ack.refs))
+
+    def _on_restart(self, restart: Restart) -> None:
+        for stream_id, state in self.streams.items():
+            self.streams[stream_id] = step(STREAM_TRANSITIONS, state, "restart")
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
+        self._events += (RestartRequested(), SessionEnded("restart requested by worker", "restart"))
+
+    def _fail(self, reason: str) -> None:
+        self._queue(Error(reason))
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
+        self._events.append(SessionEnded(reason, "local"))
+
+    def _queue(self, frame: Frame) -> None:
+        self._out.append((frame, encode(frame)))
+
+    def _take_events(self) -> list[ConnectorEvent]:
+        events, self._events = self._events, []
+        return events

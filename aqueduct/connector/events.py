@@ -1,0 +1,85 @@
+"""Events the connector session machines report (past tense: what happened).
+
+The worker machine's events are what a durable sink (the bridge's ingest
+server) consumes; the connector machine's events drive the client library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aqueduct.connector.frames import Message, StreamRef
+
+
+@dataclass(frozen=True, slots=True)
+class HelloAccepted:
+    """Worker side: a connector passed the handshake and was sent OK."""
+
+    program_name: str
+    instance_name: str
+    credits: int
+    refs: tuple[StreamRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamNotified:
+    """Worker side: a stream was opened (or re-opened).
+
+    ``point_of_reference`` is where this session resumes the stream: the
+    higher of the connector's NOTIFY point and what the worker already holds.
+    """
+
+    stream_id: int
+    stream_name: str
+    point_of_reference: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesAccepted:
+    """Worker side: new (deduplicated) messages of one stream, in arrival order.
+
+    The sink returns one credit per message (with :meth:`WorkerSession.ack`)
+    once they are durable; credits of frames that carry nothing to persist
+    (NOTIFY, duplicates) are returned by the session itself.
+    """
+
+    stream_id: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeCompleted:
+    """Connector side: OK arrived with initial credits and the points to resume from."""
+
+    credits: int
+    refs: tuple[StreamRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """Connector side: an ACK granted credits and reported committed points."""
+
+    credits: int
+    refs: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRequested:
+    """Connector side: the worker sent RESTART; reconnect and resume."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    """Either side: the session is over and the transport should close.
+
+    ``origin`` says why: ``"local"`` (we sent ERROR ``reason``), ``"peer"``
+    (the peer sent ERROR ``reason``), ``"restart"`` (RESTART sent or
+    received) or ``"closed"`` (the transport ended).
+    """
+
+    reason: str
+    origin: str
+
+
+WorkerEvent = HelloAccepted | StreamNotified | MessagesAccepted | SessionEnded
+ConnectorEvent = HandshakeCompleted | Acked | RestartRequested | SessionEnded

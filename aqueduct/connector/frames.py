@@ -1,0 +1,559 @@
+"""Connector protocol frames: encoding, decoding and stream splitting.
+
+Wire format (spec/connector-wire.md section 1): ``u32`` big-endian length of
+everything after it, a one-byte tag, then the body. ``short_bytes`` is a
+``u16`` length plus bytes. Every decode problem raises
+:class:`ConnectorFrameError` whose ``str()`` is the exact reason a worker puts
+in its ERROR frame, so the session machines never have to rephrase errors.
+
+This module is pure (no I/O, no clock): the same code serves the worker, the
+connector library, TCP and Aqueduct transports.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "ACK_TAG",
+    "BOUNDARY",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "EOS",
+    "EPHEMERAL",
+    "ERROR_TAG",
+    "EVENT_TIME",
+    "HELLO_TAG",
+    "KEY",
+    "MESSAGE_TAG",
+    "NOTIFY_TAG",
+    "OK_TAG",
+    "PROTOCOL_VERSION",
+    "RESTART_TAG",
+    "UNSTABLE_REFERENCE",
+    "Ack",
+    "ConnectorFrameError",
+    "Error",
+    "Frame",
+    "FrameSplitter",
+    "Hello",
+    "Message",
+    "Notify",
+    "Ok",
+    "Restart",
+    "StreamRef",
+    "decode",
+    "encode",
+    "frame_name",
+    "validate_flags",
+]
+
+PROTOCOL_VERSION = "0f5076ed-4e7a-5314-9e25-bde14dc61287"
+DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+
+HELLO_TAG = 0x48
+OK_TAG = 0x4F
+ERROR_TAG = 0x45
+NOTIFY_TAG = 0x4E
+MESSAGE_TAG = 0x4D
+ACK_TAG = 0x41
+RESTART_TAG = 0x21
+
+EPHEMERAL = 1
+BOUNDARY = 2
+EOS = 4
+UNSTABLE_REFERENCE = 8
+EVENT_TIME = 16
+KEY = 32
+_KNOWN_FLAGS = EPHEMERAL | BOUNDARY | EOS | UNSTABLE_REFERENCE | EVENT_TIME | KEY
+
+_U16_MAX = 0xFFFF
+_U32_MAX = 0xFFFF_FFFF
+_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class ConnectorFrameError(ValueError):
+    """A frame broke the wire format; ``str()`` is the exact ERROR reason to send."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """First frame of a session (connector -> worker)."""
+
+    version: str
+    cookie: bytes
+    program_name: str
+    instance_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRef:
+    """One stream's durable point of reference as listed in OK."""
+
+    stream_id: int
+    stream_name: str
+    point_of_reference: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """Handshake accepted: initial credits and the points of reference to resume from."""
+
+    credits: int
+    refs: tuple[StreamRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Either side gives up; ``reason`` is for the operator."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Opens (or re-opens) a stream from a point of reference; costs one credit."""
+
+    stream_id: int
+    stream_name: str
+    point_of_reference: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One application message; costs one credit.
+
+    Optional fields are present exactly when the flags say so: ``message_id``
+    unless EPHEMERAL, ``event_time`` with EVENT_TIME, ``key`` with KEY, and
+    ``payload`` unless BOUNDARY (a BOUNDARY carries ``None``).
+    """
+
+    flags: int
+    stream_id: int
+    message_id: int | None = None
+    event_time: int | None = None
+    key: bytes | None = None
+    payload: bytes | None = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Worker replenishes credits and reports committed points of reference."""
+
+    credits: int
+    refs: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Worker asks the connector to reconnect and resume from OK's points."""
+
+
+Frame = Hello | Ok | Error | Notify | Message | Ack | Restart
+
+_NAMES = {
+    HELLO_TAG: "HELLO",
+    OK_TAG: "OK",
+    ERROR_TAG: "ERROR",
+    NOTIFY_TAG: "NOTIFY",
+    MESSAGE_TAG: "MESSAGE",
+    ACK_TAG: "ACK",
+    RESTART_TAG: "RESTART",
+}
+
+
+_TYPE_NAMES: dict[type, str] = {
+    Hello: "HELLO",
+    Ok: "OK",
+    Error: "ERROR",
+    Notify: "NOTIFY",
+    Message: "MESSAGE",
+    Ack: "ACK",
+    Restart: "RESTART",
+}
+
+
+def frame_name(frame: Frame) -> str:
+    """The spec's name of a frame (``"ACK"``), for error reasons."""
+    return _TYPE_NAMES[type(frame)]
+
+
+def _flag_names(flags: int) -> str:
+    names = [
+        name
+        for bit, name in (
+            (EPHEMERAL, "EPHEMERAL"),
+            (BOUNDARY, "BOUNDARY"),
+            (EOS, "EOS"),
+            (UNSTABLE_REFERENCE, "UNSTABLE_REFERENCE"),
+            (EVENT_TIME, "EVENT_TIME"),
+            (KEY, "KEY"),
+        )
+        if flags & bit
+    ]
+    return "|".join(names) or "none"
+
+
+def _flags_ok(flags: int, has_payload: bool) -> bool:
+    """Cheap check for the hot path; :func:`validate_flags` explains a failure."""
+    return not (
+        flags & ~_KNOWN_FLAGS
+        or (flags & EPHEMERAL and flags & (BOUNDARY | UNSTABLE_REFERENCE))
+        or (flags & BOUNDARY and (flags & KEY or has_payload))
+    )
+
+
+def validate_flags(flags: int, has_payload: bool) -> None:
+    """Raise if ``flags`` is a combination the spec forbids.
+
+    Shared by encoder and decoder so that we can never emit a frame we would
+    refuse to receive.
+    """
+    if not isinstance(flags, int) or not 0 <= flags <= _U16_MAX:
+        raise ConnectorFrameError(f"invalid message flags {flags!r}: not a u16")
+    if _flags_ok(flags, has_payload):
+        return
+    prefix = f"invalid message flags 0x{flags:04x} ({_flag_names(flags)})"
+    reserved = flags & ~_KNOWN_FLAGS
+    if reserved:
+        raise ConnectorFrameError(f"{prefix}: reserved bits 0x{reserved:04x} set")
+    if flags & EPHEMERAL and flags & BOUNDARY:
+        raise ConnectorFrameError(f"{prefix}: EPHEMERAL with BOUNDARY")
+    if flags & EPHEMERAL and flags & UNSTABLE_REFERENCE:
+        raise ConnectorFrameError(f"{prefix}: EPHEMERAL with UNSTABLE_REFERENCE")
+    if flags & BOUNDARY and flags & KEY:
+        raise ConnectorFrameError(f"{prefix}: BOUNDARY with KEY")
+    raise ConnectorFrameError(f"{prefix}: BOUNDARY with a payload")
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _uint(frame: str, field: str, value: int, fmt: str, top: int) -> bytes:
+    if not isinstance(value, int) or not 0 <= value <= top:
+        raise ConnectorFrameError(f"{frame}: {field} {value!r} out of range 0..{top}")
+    return struct.pack(fmt, value)
+
+
+def _u32(frame: str, field: str, value: int) -> bytes:
+    return _uint(frame, field, value, ">I", _U32_MAX)
+
+
+def _u64(frame: str, field: str, value: int) -> bytes:
+    return _uint(frame, field, value, ">Q", _U64_MAX)
+
+
+def _short(frame: str, field: str, value: bytes | str) -> bytes:
+    data = value.encode() if isinstance(value, str) else bytes(value)
+    if len(data) > _U16_MAX:
+        raise ConnectorFrameError(f"{frame}: {field} is {len(data)} bytes, more than 65535")
+    return struct.pack(">H", len(data)) + data
+
+
+def _check_optional(name: str, present: bool, value: object, flag: str) -> None:
+    if present != (value is not None):
+        want = "required" if present else "forbidden"
+        raise ConnectorFrameError(f"MESSAGE: {name} is {want} by flag {flag}")
+
+
+_HEAD = struct.Struct(">HQ")  # flags, stream id
+_HEAD_ID = struct.Struct(">HQQ")  # flags, stream id, message id
+_U64 = struct.Struct(">Q")
+
+
+def _message_body(m: Message) -> bytes:
+    flags = m.flags
+    validate_flags(flags, bool(m.payload))
+    if not (
+        (m.message_id is None) == bool(flags & EPHEMERAL)
+        and (m.event_time is not None) == bool(flags & EVENT_TIME)
+        and (m.key is not None) == bool(flags & KEY)
+        and (m.payload is None) == bool(flags & BOUNDARY)
+    ):
+        _explain_fields(m)
+    try:
+        if m.message_id is None:
+            head = _HEAD.pack(flags, m.stream_id)
+        else:
+            head = _HEAD_ID.pack(flags, m.stream_id, m.message_id)
+        event_time = b"" if m.event_time is None else _U64.pack(m.event_time)
+    except struct.error:
+        _explain_ranges(m)
+        raise
+    key = b"" if m.key is None else _short("MESSAGE", "key", m.key)
+    return b"".join((head, event_time, key, m.payload or b""))
+
+
+def _explain_fields(m: Message) -> None:
+    """Raise the error naming which optional field disagrees with the flags."""
+    _check_optional("message id", not m.flags & EPHEMERAL, m.message_id, "EPHEMERAL (absent)")
+    _check_optional("event time", bool(m.flags & EVENT_TIME), m.event_time, "EVENT_TIME")
+    _check_optional("key", bool(m.flags & KEY), m.key, "KEY")
+    _check_optional("payload", not m.flags & BOUNDARY, m.payload, "BOUNDARY (absent)")
+
+
+def _explain_ranges(m: Message) -> None:
+    """Raise the error naming the integer field that does not fit a u64."""
+    _u64("MESSAGE", "stream id", m.stream_id)
+    if m.message_id is not None:
+        _u64("MESSAGE", "message id", m.message_id)
+    if m.event_time is not None:
+        _u64("MESSAGE", "event time", m.event_time)
+
+
+def _body(frame: Frame) -> tuple[int, bytes]:
+    match frame:
+        case Hello(version, cookie, program, instance):
+            return HELLO_TAG, b"".join(
+                (
+                    _short("HELLO", "version", version),
+                    _short("HELLO", "cookie", cookie),
+                    _short("HELLO", "program name", program),
+                    _short("HELLO", "instance name", instance),
+                )
+            )
+        case Ok(credits, refs):
+            parts = [_u32("OK", "credits", credits)]
+            for ref in refs:
+                parts += (
+                    _u64("OK", "stream id", ref.stream_id),
+                    _short("OK", "stream name", ref.stream_name),
+                    _u64("OK", "point of reference", ref.point_of_reference),
+                )
+            return OK_TAG, b"".join(parts)
+        case Error(reason):
+            return ERROR_TAG, _short("ERROR", "reason", reason)
+        case Notify(stream_id, name, point):
+            return NOTIFY_TAG, b"".join(
+                (
+                    _u64("NOTIFY", "stream id", stream_id),
+                    _short("NOTIFY", "stream name", name),
+                    _u64("NOTIFY", "point of reference", point),
+                )
+            )
+        case Message():
+            return MESSAGE_TAG, _message_body(frame)
+        case Ack(credits, refs):
+            parts = [_u32("ACK", "credits", credits), _u32("ACK", "count", len(refs))]
+            for stream_id, point in refs:
+                parts += (
+                    _u64("ACK", "stream id", stream_id),
+                    _u64("ACK", "point of reference", point),
+                )
+            return ACK_TAG, b"".join(parts)
+        case Restart():
+            return RESTART_TAG, b""
+    raise TypeError(f"not a connector frame: {frame!r}")
+
+
+def encode(frame: Frame) -> bytes:
+    """Encode one frame, length prefix included."""
+    tag, body = _body(frame)
+    return struct.pack(">IB", len(body) + 1, tag) + body
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class _Reader:
+    """Cursor over one frame body; every short read names the frame and field."""
+
+    __slots__ = ("frame", "data", "pos")
+
+    def __init__(self, frame: str, data: bytes) -> None:
+        self.frame = frame
+        self.data = data
+        self.pos = 0
+
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, n: int, field: str) -> bytes:
+        if self.left() < n:
+            raise ConnectorFrameError(
+                f"{self.frame}: body ends inside {field} (needs {n} bytes, {self.left()} left)"
+            )
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def u16(self, field: str) -> int:
+        return int.from_bytes(self.take(2, field), "big")
+
+    def u32(self, field: str) -> int:
+        return int.from_bytes(self.take(4, field), "big")
+
+    def u64(self, field: str) -> int:
+        return int.from_bytes(self.take(8, field), "big")
+
+    def short(self, field: str) -> bytes:
+        return self.take(self.u16(f"{field} length"), field)
+
+    def text(self, field: str) -> str:
+        raw = self.short(field)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise ConnectorFrameError(f"{self.frame}: {field} is not valid UTF-8") from None
+
+    def rest(self) -> bytes:
+        chunk = self.data[self.pos :]
+        self.pos = len(self.data)
+        return chunk
+
+    def end(self) -> None:
+        if self.left():
+            raise ConnectorFrameError(
+                f"{self.frame}: {self.left()} trailing byte(s) after the body"
+            )
+
+
+_PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
+
+
+def _decode_message(body: bytes) -> Message:
+    """Fast path for the common MESSAGE (id, optional event time, payload)."""
+    n = len(body)
+    if n >= 18:
+        flags, stream_id, message_id = _HEAD_ID.unpack_from(body)
+        if not flags & ~_PLAIN_FLAGS:
+            if not flags & EVENT_TIME:
+                return Message(flags, stream_id, message_id, None, None, body[18:])
+            if n >= 26:
+                (event_time,) = _U64.unpack_from(body, 18)
+                return Message(flags, stream_id, message_id, event_time, None, body[26:])
+    r = _Reader("MESSAGE", body)
+    message = _read_message(r)
+    r.end()
+    return message
+
+
+def _read_message(r: _Reader) -> Message:
+    flags = r.u16("flags")
+    validate_flags(flags, has_payload=False)
+    stream_id = r.u64("stream id")
+    message_id = None if flags & EPHEMERAL else r.u64("message id")
+    event_time = r.u64("event time") if flags & EVENT_TIME else None
+    key = r.short("key") if flags & KEY else None
+    payload: bytes | None = None
+    if flags & BOUNDARY:
+        validate_flags(flags, has_payload=r.left() > 0)
+    else:
+        payload = r.rest()
+    return Message(flags, stream_id, message_id, event_time, key, payload)
+
+
+def _decode_body(tag: int, body: bytes) -> Frame:
+    if tag == MESSAGE_TAG:
+        return _decode_message(body)
+    name = _NAMES.get(tag)
+    if name is None:
+        raise ConnectorFrameError(f"unknown frame tag 0x{tag:02x}")
+    r = _Reader(name, body)
+    frame: Frame
+    if tag == HELLO_TAG:
+        # The version is kept even if it is not UTF-8 so the session can say
+        # "unsupported protocol version: <got>" rather than a codec error.
+        version = r.short("version").decode(errors="backslashreplace")
+        frame = Hello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
+    elif tag == OK_TAG:
+        credits = r.u32("credits")
+        refs = []
+        while r.left():
+            refs.append(
+                StreamRef(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
+            )
+        frame = Ok(credits, tuple(refs))
+    elif tag == ERROR_TAG:
+        frame = Error(r.short("reason").decode(errors="replace"))
+    elif tag == NOTIFY_TAG:
+        frame = Notify(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
+    elif tag == ACK_TAG:
+        credits, count = r.u32("credits"), r.u32("count")
+        if count * 16 > r.left():
+            raise ConnectorFrameError(
+                f"ACK: count {count} needs {count * 16} bytes of pairs, {r.left()} left"
+            )
+        frame = Ack(
+            credits,
+            tuple((r.u64("stream id"), r.u64("point of reference")) for _ in range(count)),
+        )
+    else:
+        frame = Restart()
+    r.end()
+    return frame
+
+
+def decode(frame_bytes: bytes) -> Frame:
+    """Decode exactly one whole frame, length prefix included."""
+    if len(frame_bytes) < 4:
+        raise ConnectorFrameError(f"frame shorter than its 4-byte length prefix ({len(frame_bytes)} bytes)")
+    (length,) = struct.unpack_from(">I", frame_bytes)
+    if length == 0:
+        raise ConnectorFrameError("zero-length frame: no tag")
+    if length != len(frame_bytes) - 4:
+        raise ConnectorFrameError(
+            f"frame length prefix says {length} bytes but {len(frame_bytes) - 4} follow"
+        )
+    return _decode_body(frame_bytes[4], bytes(frame_bytes[5:]))
+
+
+class FrameSplitter:
+    """Incremental decoder for a byte stream of back-to-back frames.
+
+    The length prefix is checked against ``max_frame_size`` as soon as its 4
+    bytes are here, *before* any of the body is buffered, so a hostile peer
+    cannot make us hold a huge frame. After an error the splitter is dead:
+    the spec says nothing else is read.
+    """
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0  # start of the first undecoded frame; compacted on push
+        self._failed: ConnectorFrameError | None = None
+
+    def push(self, data: bytes) -> None:
+        """Append received bytes; frames come out of :meth:`next_frame`."""
+        if self._failed is None:
+            del self._buf[: self._pos]
+            self._pos = 0
+            self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        """Return the next whole frame, ``None`` if more bytes are needed, or raise."""
+        if self._failed is not None:
+            raise self._failed
+        pos = self._pos
+        if len(self._buf) - pos < 4:
+            return None
+        (length,) = struct.unpack_from(">I", self._buf, pos)
+        try:
+            if length > self.max_frame_size:
+                raise ConnectorFrameError(f"frame too large: {length} > {self.max_frame_size}")
+            if length == 0:
+                raise ConnectorFrameError("zero-length frame: no tag")
+            end = pos + 4 + length
+            if len(self._buf) < end:
+                return None
+            tag, body = self._buf[pos + 4], bytes(self._buf[pos + 5 : end])
+            self._pos = end
+            return _decode_body(tag, body)
+        except ConnectorFrameError as exc:
+            self._failed = exc
+            self._buf.clear()
+            self._pos = 0
+            raise
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Push ``data`` and return every frame now complete (raises on the first bad one)."""
+        self.push(data)
+        frames = []
+        while (frame := self.next_frame()) is not None:
+            frames.append(frame)
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame waiting for more input."""
+        return len(self._buf) - self._pos

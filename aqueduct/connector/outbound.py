@@ -1,0 +1,199 @@
+"""Connector-side stream bookkeeping that outlives connections (sans-IO).
+
+The client library keeps, per stream, every reliable message the worker has
+not yet acknowledged as committed. After RESTART or a lost connection, the
+new OK says where the worker's durable state ends (point of reference ``P``):
+buffered messages below ``P`` are dropped and the rest re-sent after a fresh
+NOTIFY, so the caller never re-sends anything itself. EPHEMERAL messages are
+at-most-once and are never buffered.
+
+:class:`Outbox` orders the frames to send on the current connection; the
+driver takes as many as it has credits for.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
+from aqueduct.connector.frames import (
+    BOUNDARY,
+    EOS,
+    EPHEMERAL,
+    EVENT_TIME,
+    KEY,
+    UNSTABLE_REFERENCE,
+    Message,
+    Notify,
+    StreamRef,
+)
+from aqueduct.connector.states import ConnectionState
+from aqueduct.proto.errors import LocalProtocolError
+
+
+class Mode(Enum):
+    """Delivery mode of a stream's channel when carried over Aqueduct."""
+
+    ORDERED = "ordered"
+    UNORDERED = "unordered"
+    UNRELIABLE = "unreliable"
+
+
+ORDERED = Mode.ORDERED
+UNORDERED = Mode.UNORDERED
+UNRELIABLE = Mode.UNRELIABLE
+
+
+@dataclass
+class OutboundStream:
+    """One stream as the connector sees it, across connections."""
+
+    stream_id: int
+    stream_name: str
+    mode: Mode = Mode.ORDERED
+    next_id: int = 0
+    #: point of reference the latest OK gave for this stream (None: never seen)
+    resume_from: int | None = None
+    #: latest committed point of reference (from ACK)
+    acked: int = 0
+    closed: bool = False  # EOS sent, not re-notified since
+    unacked: deque[Message] = field(default_factory=deque)
+
+    def make_message(
+        self,
+        payload: bytes | None,
+        message_id: int | None = None,
+        event_time: int | None = None,
+        key: bytes | None = None,
+        boundary: bool = False,
+        eos: bool = False,
+        ephemeral: bool = False,
+        unstable: bool = False,
+    ) -> Message:
+        """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
+        if self.closed:
+            raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
+        if self.mode is Mode.UNRELIABLE and not ephemeral:
+            raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
+        flags = (
+            (EPHEMERAL if ephemeral else 0)
+            | (BOUNDARY if boundary else 0)
+            | (EOS if eos else 0)
+            | (UNSTABLE_REFERENCE if unstable else 0)
+            | (EVENT_TIME if event_time is not None else 0)
+            | (KEY if key is not None else 0)
+        )
+        mid: int | None = None
+        if not ephemeral:
+            mid = self.next_id if message_id is None else message_id
+            if mid < self.next_id or (self.mode is Mode.UNORDERED and mid != self.next_id):
+                rule = "must be consecutive" if self.mode is Mode.UNORDERED else "must increase"
+                raise LocalProtocolError(
+                    f"stream {self.stream_id}: message id {mid} {rule} (next is {self.next_id})"
+                )
+            self.next_id = mid + 1
+        message = Message(flags, self.stream_id, mid, event_time, key, None if boundary else payload)
+        if not ephemeral:
+            self.unacked.append(message)
+        if eos:
+            self.closed = True
+        return message
+
+    def notify_point(self) -> int:
+        """Where a (re-)NOTIFY resumes: the oldest unacked id, else the next id."""
+        return self.unacked[0].message_id if self.unacked else self.next_id  # type: ignore[return-value]
+
+    def on_ack(self, point: int) -> None:
+        """The worker committed everything below ``point``."""
+        self.acked = max(self.acked, point)
+        self._drop_below(point)
+
+    def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
+        """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
+
+        Returns None when there is nothing to do (stream finished with EOS
+        and everything acknowledged).
+        """
+        if point is not None:
+            self.resume_from = point
+            self._drop_below(point)
+            self.next_id = max(self.next_id, point)
+        elif self.resume_from is None:
+            self.resume_from = self.next_id
+        if self.closed and not self.unacked:
+            return None
+        notify_at = point if point is not None else self.notify_point()
+        return Notify(self.stream_id, self.stream_name, notify_at), list(self.unacked)
+
+    def _drop_below(self, point: int) -> None:
+        while self.unacked and self.unacked[0].message_id < point:  # type: ignore[operator]
+            self.unacked.popleft()
+
+
+class Outbox:
+    """The frames still to send on the current connection, in order."""
+
+    def __init__(self) -> None:
+        self.streams: dict[int, OutboundStream] = {}
+        self.refs: dict[int, int] = {}  # points of reference from the latest OK
+        self.resent = 0  # messages queued again by reconnects
+        self._queue: deque[Notify | Message] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def connected(self, refs: Iterable[StreamRef]) -> None:
+        """A new session started: re-notify every stream and re-send what OK does not cover."""
+        self.refs = {ref.stream_id: ref.point_of_reference for ref in refs}
+        self._queue.clear()  # unsent EPHEMERAL messages die with the connection
+        for stream in self.streams.values():
+            plan = stream.resume(self.refs.get(stream.stream_id))
+            if plan is not None:
+                notify, resend = plan
+                self._queue.append(notify)
+                self._queue.extend(resend)
+                self.resent += len(resend)
+
+    def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
+        """Open a new stream or re-open one closed by EOS; queue its NOTIFY."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            stream = self.streams[stream_id] = OutboundStream(stream_id, name, mode)
+            plan = stream.resume(self.refs.get(stream_id))
+        else:
+            stream.stream_name, stream.mode, stream.closed = name, mode, False
+            plan = stream.resume(None)  # what is unacked was already sent on this connection
+        assert plan is not None  # an open stream always gets a NOTIFY
+        self._queue.append(plan[0])
+        return stream
+
+    def push(self, message: Message) -> None:
+        self._queue.append(message)
+
+    def take(self, limit: int) -> list[Notify | Message]:
+        """Pop up to ``limit`` frames (one credit each)."""
+        n = min(limit, len(self._queue))
+        return [self._queue.popleft() for _ in range(n)]
+
+    def apply(self, event: ConnectorEvent) -> None:
+        """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
+        if isinstance(event, HandshakeCompleted):
+            self.connected(event.refs)
+        elif isinstance(event, Acked):
+            for stream_id, point in event.refs:
+                stream = self.streams.get(stream_id)
+                if stream is not None:
+                    stream.on_ack(point)
+
+    def send_into(self, session: ConnectorSession) -> int:
+        """Hand the session as many queued frames as it has credits; return how many."""
+        if session.state is not ConnectionState.STREAMING:
+            return 0
+        frames = self.take(session.credits)
+        for frame in frames:
+            session.send(frame)
+        return len(frames)

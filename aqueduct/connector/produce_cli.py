@@ -1,0 +1,181 @@
+"""``aqueduct-produce``: send lines or generated messages to a connector worker.
+
+Message ids are positions (line number, or generated sequence number), so a
+re-run with the same ``--program``/``--instance`` resumes exactly where the
+worker's durable state ends: lines / ids below the OK's point of reference
+are skipped, nothing is sent twice and nothing is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import TextIO
+
+from aqueduct.connector.client import Connector, ConnectorRefused, ConnectorStream
+from aqueduct.connector.outbound import Mode
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="aqueduct-produce",
+        description="Send lines from files/stdin, or generated messages, to a connector "
+        "worker (aqueduct://host:port or tcp://host:port). Re-running with the same "
+        "--program/--instance resumes where the worker's durable state ends.",
+    )
+    p.add_argument("url", help="aqueduct://host:port or tcp://host:port")
+    p.add_argument("files", nargs="*", help="files to send line by line ('-' = stdin, the default)")
+    p.add_argument("--program", default="aqueduct-produce", help="connector program name")
+    p.add_argument("--instance", default=None, help="connector instance name (default: host name)")
+    p.add_argument("--cookie", default="", help="shared secret the worker expects")
+    p.add_argument("--cafile", default=None, help="CA certificate to verify an aqueduct:// worker")
+    p.add_argument("--count", type=int, default=None, help="generate this many messages per stream instead of reading lines")
+    p.add_argument("--rate", type=float, default=None, help="messages per second in total (default: as fast as credits allow)")
+    p.add_argument("--streams", type=int, default=1, help="generated streams, ids 0..N-1 (default 1)")
+    p.add_argument("--payload-size", type=int, default=100, help="bytes per generated payload (default 100)")
+    p.add_argument("--stream-name", default="produce", help="stream name prefix (default 'produce')")
+    p.add_argument("--mode", choices=[m.value for m in Mode], default="ordered", help="stream delivery mode over Aqueduct")
+    p.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the final acks (default 60)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+async def _generated(
+    stream: ConnectorStream, count: int, size: int
+) -> AsyncIterator[tuple[int, bytes]]:
+    for mid in range(stream.resume_from, count):
+        yield mid, (b"%d:%d " % (stream.stream_id, mid)).ljust(size, b"x")
+
+
+async def _lines(stream: ConnectorStream, files: list[TextIO]) -> AsyncIterator[tuple[int, bytes]]:
+    """Lines numbered from 0 across all files; those the worker holds are skipped.
+
+    Reads happen in a thread so a slow stdin never stalls the connection.
+    """
+    loop = asyncio.get_running_loop()
+    mid = 0
+    for f in files:
+        while line := await loop.run_in_executor(None, f.readline):
+            if mid >= stream.resume_from:
+                yield mid, line.rstrip("\n").encode()
+            mid += 1
+
+
+class _Progress:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.sent = 0
+
+    async def report(self, conn: Connector, streams: list[ConnectorStream]) -> None:
+        while not self.quiet:
+            await asyncio.sleep(1.0)
+            acked = sum(s.acked - s.resume_from for s in streams)
+            print(
+                f"sent {self.sent} acked {acked} resent {conn.resent} "
+                f"connections {conn.stats.connections}",
+                file=sys.stderr,
+            )
+
+
+async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
+    summary: dict = {"sent": 0, "acked": 0, "resumed": 0, "resume_from": {}, "errors": []}
+    progress = _Progress(args.quiet)
+    conn = Connector(
+        args.url,
+        program=args.program,
+        instance=args.instance,
+        cookie=args.cookie,
+        cafile=args.cafile,
+    )
+    streams: list[ConnectorStream] = []
+    try:
+        async with conn:
+            n = args.streams if args.count is not None else 1
+            for i in range(n):
+                streams.append(await conn.stream(i, f"{args.stream_name}/{i}", Mode(args.mode)))
+            summary["resume_from"] = {str(s.stream_id): s.resume_from for s in streams}
+            sources = [
+                _generated(s, args.count, args.payload_size)
+                if args.count is not None
+                else _lines(s, files)
+                for s in streams
+            ]
+            reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
+            try:
+                await _send_all(streams, sources, args.rate, progress)
+                if Mode(args.mode) is not Mode.UNRELIABLE:
+                    try:
+                        await conn.wait_all_acked(args.ack_timeout)
+                    except TimeoutError:
+                        summary["errors"].append(f"not all acked within {args.ack_timeout} s")
+            finally:
+                reporter.cancel()
+            summary["resumed"] = conn.resent
+    except ConnectorRefused as exc:
+        summary["errors"].append(f"refused: {exc.reason}")
+    except (OSError, TimeoutError) as exc:
+        summary["errors"].append(f"connection: {exc}")
+    summary["sent"] = progress.sent
+    summary["acked"] = sum(s.acked - s.resume_from for s in streams)
+    summary["connections"] = conn.stats.connections
+    return summary
+
+
+async def _send_all(
+    streams: list[ConnectorStream],
+    sources: list[AsyncIterator[tuple[int, bytes]]],
+    rate: float | None,
+    progress: _Progress,
+) -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    live = list(zip(streams, sources, strict=True))
+    while live:
+        for entry in list(live):
+            stream, source = entry
+            item = await anext(source, None)
+            if item is None:
+                live.remove(entry)
+                continue
+            mid, payload = item
+            ephemeral = stream.mode is Mode.UNRELIABLE
+            await stream.send(payload, message_id=None if ephemeral else mid)
+            progress.sent += 1
+            if rate:
+                delay = start + progress.sent / rate - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    names = args.files or ["-"]
+    files: list[TextIO] = []
+    try:
+        if args.count is None:
+            files = [sys.stdin if n == "-" else open(n, encoding="utf-8") for n in names]  # noqa: SIM115
+        summary = asyncio.run(_produce(args, files))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for f in files:
+            if f is not sys.stdin:
+                f.close()
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    if not args.quiet:
+        print(
+            f"sent {summary['sent']} acked {summary['acked']} resent {summary['resumed']}",
+            file=sys.stderr,
+        )
+    for error in summary["errors"]:
+        print(f"aqueduct-produce: {error}", file=sys.stderr)
+    return 1 if summary["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

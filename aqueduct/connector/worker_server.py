@@ -1,0 +1,186 @@
+"""Transport-independent glue between a worker session and a pluggable sink.
+
+A *sink* is the worker's application: the bridge's ingest server in
+production, a small in-memory double in tests. It answers OK's points of
+reference (``durable_streams``) and receives every session event
+(``handle``); it talks back through the :class:`WorkerPeer` it is given
+(``ack``, ``grant_credits``, ``restart``, ``fail``), from any task, at any
+time (e.g. when Spark commits a micro-batch).
+
+Transports (:mod:`.tcp`, :mod:`.aqueduct_transport`) only move bytes: they
+feed input to :meth:`WorkerPeer.receive_data` / :meth:`WorkerPeer.receive_payload`
+and give the peer an async ``send`` for its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from aqueduct.connector.events import WorkerEvent
+from aqueduct.connector.inbound import DurableStream
+from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+
+FLUSH_TIMEOUT = 5.0
+"""Seconds a closing session waits for its last frames to leave."""
+
+
+class WorkerSink(Protocol):
+    """What a worker transport needs from the application behind it."""
+
+    def durable_streams(self, program_name: str, instance_name: str) -> Iterable[DurableStream]:
+        """Streams this connector used before, with their durable points (for OK)."""
+        ...
+
+    async def handle(self, peer: WorkerPeer, event: WorkerEvent) -> None:
+        """Consume one session event (awaited in order, before more input is read)."""
+        ...
+
+
+class WorkerPeer:
+    """One connector session as the sink sees it.
+
+    Calls are synchronous and safe from any task of the loop: output is
+    queued in the session and a writer task sends it.
+    """
+
+    def __init__(
+        self,
+        sink: WorkerSink,
+        config: WorkerConfig,
+        send: Callable[[bytes], Awaitable[None]],
+        abort: Callable[[], None],
+    ) -> None:
+        self.sink = sink
+        self.session = WorkerSession(config, sink.durable_streams)
+        self._send = send
+        self.abort = abort  # close the transport now (the reader then reports the loss)
+        self._wake = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    @property
+    def program_name(self) -> str:
+        return self.session.program_name
+
+    @property
+    def instance_name(self) -> str:
+        return self.session.instance_name
+
+    @property
+    def ended(self) -> bool:
+        return self.session.ended
+
+    # ------------------------------------------------------------ sink -> connector
+
+    def ack(self, refs: Iterable[tuple[int, int]] = (), credits: int = 0) -> None:
+        """ACK committed points ``(stream id, point)`` and grant ``credits``."""
+        self.session.ack(refs, credits)
+        self._wake.set()
+
+    def grant_credits(self, credits: int) -> None:
+        self.ack((), credits)
+
+    async def restart(self) -> None:
+        """Ask the connector to reconnect and resume from the durable points."""
+        await self._deliver(self.session.restart())
+
+    async def fail(self, reason: str) -> None:
+        """End the session with ERROR ``reason``."""
+        await self._deliver(self.session.fail(reason))
+
+    # ------------------------------------------------------------ transport -> session
+
+    async def receive_data(self, data: bytes) -> None:
+        await self._deliver(self.session.receive_data(data))
+
+    async def receive_payload(
+        self, payload: bytes, *, ordered: bool, channel_stream: int | None = None
+    ) -> None:
+        events = self.session.receive_payload(
+            payload, ordered=ordered, channel_stream=channel_stream
+        )
+        await self._deliver(events)
+
+    async def connection_lost(self) -> None:
+        await self._deliver(self.session.connection_lost())
+
+    async def wait_flushed(self) -> None:
+        """Wait until the output that ended the session (ERROR / RESTART) was sent."""
+        self._wake.set()
+        await self._closed.wait()
+
+    async def _deliver(self, events: list[WorkerEvent]) -> None:
+        self._wake.set()  # replies (OK, ERROR, credit ACKs) first: they do not depend on the sink
+        for event in events:
+            await self.sink.handle(self, event)
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                data = self.session.data_to_send()
+                if data:
+                    await self._send(data)
+                if self.session.ended and not self._wake.is_set():
+                    break
+        except (ConnectionError, OSError):
+            pass  # the reader sees the same failure and reports connection_lost
+        finally:
+            self._closed.set()
+
+    async def aclose(self) -> None:
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        self._closed.set()
+
+
+class WorkerServer:
+    """A listening worker: ``close()`` stops accepting and ends live sessions."""
+
+    def __init__(self, close_listener: Callable[[], Awaitable[None]], address: tuple[str, int]) -> None:
+        self._close_listener = close_listener
+        self.address = address
+        self.peers: set[WorkerPeer] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    async def run_peer(self, peer: WorkerPeer, read_loop: Awaitable[None]) -> None:
+        """Serve one connection: ``read_loop`` feeds the peer until EOF or the session ends."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.peers.add(peer)
+        try:
+            with contextlib.suppress(ConnectionError, OSError):
+                await read_loop
+            if peer.ended:  # let the ERROR / RESTART reach the connector before closing
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(peer.wait_flushed(), FLUSH_TIMEOUT)
+            await peer.connection_lost()
+        finally:
+            await peer.aclose()
+            peer.abort()
+            self.peers.discard(peer)
+            self._tasks.discard(task)
+
+    async def close(self) -> None:
+        await self._close_listener()
+        for peer in list(self.peers):
+            peer.abort()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=FLUSH_TIMEOUT)
+
+    async def __aenter__(self) -> WorkerServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,79 @@
+"""``aqueduct-produce`` as a real process against a TCP worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.worker_session import WorkerConfig
+
+TIMEOUT = 60.0
+
+
+async def produce(*args: str, stdin: bytes | None = None) -> tuple[int, dict | str, str]:
+    """Run the CLI; return (exit code, JSON summary or raw stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aqueduct.connector.produce_cli", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    summary = json.loads(out) if out.startswith(b"{") else out.decode()
+    return proc.returncode, summary, err.decode()
+
+
+async def test_help() -> None:
+    code, out, _ = await produce("--help")
+    assert code == 0 and "usage: aqueduct-produce" in out and "--payload-size" in out
+
+
+async def test_lines_from_a_file_then_resume_skips_what_the_worker_holds(tmp_path: Path) -> None:
+    sink = MemorySink()
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        url = f"tcp://127.0.0.1:{server.port}"
+        lines = tmp_path / "in.txt"
+        lines.write_text("".join(f"line {i}\n" for i in range(50)))
+        common = ("--program", "cli", "--instance", "c1", "--json", "--quiet")
+        code, summary, err = await produce(url, str(lines), *common)
+        assert code == 0, err
+        assert summary["sent"] == 50 and summary["acked"] == 50 and summary["errors"] == []
+        lines.write_text("".join(f"line {i}\n" for i in range(60)))
+        code, summary, err = await produce(url, str(lines), *common)
+        assert code == 0, err
+        assert summary["resume_from"] == {"0": 50} and summary["sent"] == 10
+    assert sink.payloads("cli", "c1", 0) == [f"line {i}".encode() for i in range(60)]
+
+
+async def test_stdin_and_generator_across_streams() -> None:
+    sink = MemorySink()
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        url = f"tcp://127.0.0.1:{server.port}"
+        code, summary, err = await produce(url, "--program", "p", "--instance", "s", "--json", stdin=b"a\nb\n")
+        assert code == 0, err
+        assert sink.payloads("p", "s", 0) == [b"a", b"b"]
+        code, summary, err = await produce(
+            url, "--program", "p", "--instance", "g", "--count", "30", "--streams", "3",
+            "--payload-size", "16", "--rate", "2000", "--json",
+        )
+        assert code == 0, err
+        assert summary["sent"] == 90 and summary["acked"] == 90
+        assert "sent" in err  # progress / final line on stderr
+    for sid in range(3):
+        payloads = sink.payloads("p", "g", sid)
+        assert len(payloads) == 30 and all(len(p) == 16 for p in payloads)
+
+
+async def test_refused_connection_is_reported() -> None:
+    async with await serve_tcp("127.0.0.1", 0, MemorySink(), WorkerConfig(cookie=b"x")) as server:
+        code, summary, _ = await produce(
+            f"tcp://127.0.0.1:{server.port}", "--count", "1", "--cookie", "y", "--json"
+        )
+    assert code == 1 and summary["errors"] == ["refused: bad cookie"]

@@ -1,0 +1,232 @@
+"""Sans-IO connector session and outbound buffering, and a connector<->worker simulation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aqueduct.connector.connector_session import ConnectorSession, NoCredits
+from aqueduct.connector.events import (
+    Acked,
+    HandshakeCompleted,
+    MessagesAccepted,
+    RestartRequested,
+    SessionEnded,
+)
+from aqueduct.connector.frames import (
+    EOS,
+    EPHEMERAL,
+    PROTOCOL_VERSION,
+    Ack,
+    Error,
+    Hello,
+    Message,
+    Notify,
+    Ok,
+    Restart,
+    StreamRef,
+    encode,
+)
+from aqueduct.connector.inbound import DurableStream
+from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, OutboundStream, Outbox
+from aqueduct.connector.states import (
+    CONNECTION_TRANSITIONS,
+    STREAM_TRANSITIONS,
+    ConnectionState,
+    IllegalTransition,
+    StreamState,
+    step,
+)
+from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+from aqueduct.proto.errors import LocalProtocolError
+from aqueduct.wire.rangeset import RangeSet
+
+
+def sent(session: ConnectorSession) -> list:
+    return [frame for frame, _ in session.data_to_send()]
+
+
+def streaming(credits: int = 10) -> ConnectorSession:
+    session = ConnectorSession("gen", "gen-1", b"c")
+    session.start()
+    session.receive_data(encode(Ok(credits, ())))
+    session.data_to_send()
+    return session
+
+
+def test_handshake() -> None:
+    session = ConnectorSession("gen", "gen-1", b"c")
+    session.start()
+    assert sent(session) == [Hello(PROTOCOL_VERSION, b"c", "gen", "gen-1")]
+    refs = (StreamRef(1, "s", 4),)
+    assert session.receive_data(encode(Ok(5, refs))) == [HandshakeCompleted(5, refs)]
+    assert session.credits == 5 and session.state is ConnectionState.STREAMING
+
+
+def test_costly_frames_need_credits_and_open_streams() -> None:
+    session = streaming(credits=2)
+    with pytest.raises(LocalProtocolError, match="stream 1: message not allowed in state start"):
+        session.send(Message(0, 1, 0, payload=b""))
+    session.send(Notify(1, "s", 0))
+    session.send(Message(EOS, 1, 0, payload=b""))
+    with pytest.raises(NoCredits):
+        session.send(Notify(1, "s", 1))
+    assert session.receive_data(encode(Ack(1, ((1, 1),)))) == [Acked(1, ((1, 1),))]
+    with pytest.raises(LocalProtocolError, match="message not allowed in state closed"):
+        session.send(Message(0, 1, 1, payload=b""))
+    session.send(Notify(1, "s", 1))
+    assert session.streams[1] is StreamState.OPEN
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (Hello(PROTOCOL_VERSION, b"", "p", "i"), "HELLO frame may not be sent to a connector"),
+        (Notify(1, "s", 0), "NOTIFY frame may not be sent to a connector"),
+        (Ok(1, ()), "OK frame not allowed in state streaming"),
+    ],
+)
+def test_worker_violations_get_error(frame, reason: str) -> None:
+    session = streaming()
+    assert session.receive_data(encode(frame)) == [SessionEnded(reason, "local")]
+    assert sent(session) == [Error(reason)]
+
+
+def test_restart_and_error_from_worker() -> None:
+    session = streaming()
+    session.send(Notify(1, "s", 0))
+    events = session.receive_data(encode(Restart()))
+    assert events == [RestartRequested(), SessionEnded("restart requested by worker", "restart")]
+    assert session.streams[1] is StreamState.TERMINATED
+    refused = ConnectorSession("p", "i")
+    refused.start()
+    assert refused.receive_data(encode(Error("bad cookie"))) == [SessionEnded("bad cookie", "peer")]
+
+
+def test_connector_gives_up_with_error() -> None:
+    session = streaming()
+    assert session.fail("source unavailable") == [SessionEnded("source unavailable", "local")]
+    assert sent(session) == [Error("source unavailable")]
+    assert session.fail("again") == [] and session.ended
+
+
+def test_transition_tables_refuse_everything_unlisted() -> None:
+    whats = {w for _, w in CONNECTION_TRANSITIONS}
+    for state in ConnectionState:
+        for what in whats:
+            if (state, what) not in CONNECTION_TRANSITIONS:
+                with pytest.raises(IllegalTransition):
+                    step(CONNECTION_TRANSITIONS, state, what)
+    for state in StreamState:
+        for what in {w for _, w in STREAM_TRANSITIONS}:
+            if (state, what) not in STREAM_TRANSITIONS:
+                with pytest.raises(IllegalTransition):
+                    step(STREAM_TRANSITIONS, state, what)
+
+
+# ---------------------------------------------------------------- outbound
+
+
+def test_stream_ids_auto_increment_and_unordered_must_be_consecutive() -> None:
+    stream = OutboundStream(1, "s", UNORDERED, next_id=5)
+    assert stream.make_message(b"a").message_id == 5
+    with pytest.raises(LocalProtocolError, match="message id 9 must be consecutive"):
+        stream.make_message(b"b", message_id=9)
+    ordered = OutboundStream(2, "t", ORDERED)
+    assert ordered.make_message(b"a", message_id=10).message_id == 10
+    with pytest.raises(LocalProtocolError, match="message id 3 must increase"):
+        ordered.make_message(b"b", message_id=3)
+
+
+def test_unreliable_streams_carry_only_unbuffered_ephemeral_messages() -> None:
+    stream = OutboundStream(3, "u", UNRELIABLE)
+    with pytest.raises(LocalProtocolError):
+        stream.make_message(b"x")
+    m = stream.make_message(b"x", ephemeral=True)
+    assert m.flags == EPHEMERAL and m.message_id is None and not stream.unacked
+
+
+def test_resume_drops_covered_and_resends_the_rest() -> None:
+    stream = OutboundStream(1, "s")
+    msgs = [stream.make_message(bytes([i])) for i in range(5)]
+    stream.on_ack(1)
+    assert stream.acked == 1
+    notify, resend = stream.resume(3)
+    assert notify == Notify(1, "s", 3) and resend == msgs[3:]
+    assert stream.resume_from == 3
+
+
+def test_finished_stream_is_not_renotified() -> None:
+    stream = OutboundStream(1, "s")
+    stream.make_message(b"a", eos=True)
+    assert stream.resume(None) is not None  # EOS not yet acked: re-send it
+    stream.on_ack(1)
+    assert stream.resume(1) is None
+
+
+# ---------------------------------------------------------------- simulation
+
+
+class DurableLog:
+    """A worker-side 'durable' store: what survives connections."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[bytes]] = {}
+        self.ids: dict[int, RangeSet] = {}
+
+    def lookup(self, program: str, instance: str) -> list[DurableStream]:
+        return [DurableStream(sid, f"s{sid}", ids.base, ids) for sid, ids in self.ids.items()]
+
+    def store(self, event: MessagesAccepted) -> list[tuple[int, int]]:
+        ids = self.ids.setdefault(event.stream_id, RangeSet())
+        for m in event.messages:
+            self.rows.setdefault(event.stream_id, []).append(m.payload)
+            ids.add(m.message_id)
+        return [(event.stream_id, ids.base)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    total=st.integers(1, 30),
+    credits=st.integers(2, 8),
+    faults=st.lists(st.tuples(st.sampled_from(["drop", "restart", "step"]), st.integers(1, 60)), max_size=6),
+)
+def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list) -> None:
+    """Connector and worker machines over a lossy 'link': every message lands exactly once."""
+    log = DurableLog()
+    outbox = Outbox()
+    payloads = [f"m{i}".encode() for i in range(total)]
+    created = 0
+    faults = [*faults, ("step", 10_000)]
+
+    for kind, budget in faults:
+        conn = ConnectorSession("p", "i")
+        worker = WorkerSession(WorkerConfig(initial_credits=credits), log.lookup)
+        conn.start()
+        to_worker = b"".join(b for _, b in conn.data_to_send())
+        for _ in range(budget):
+            for event in worker.receive_data(to_worker):
+                if isinstance(event, MessagesAccepted):
+                    worker.ack(log.store(event), credits=len(event.messages))
+            to_worker = b""
+            for event in conn.receive_data(worker.data_to_send()):
+                outbox.apply(event)
+            if conn.ended:
+                break
+            if 1 not in outbox.streams:
+                outbox.open(1, "s1", ORDERED)
+            stream = outbox.streams[1]
+            while created < total and len(outbox) < credits:
+                outbox.push(stream.make_message(payloads[created]))
+                created += 1
+            outbox.send_into(conn)
+            to_worker = b"".join(b for _, b in conn.data_to_send())
+            if created == total and not stream.unacked and not to_worker:
+                break
+        if kind == "restart" and worker.state is ConnectionState.STREAMING:
+            worker.restart()
+            for event in conn.receive_data(worker.data_to_send()):
+                outbox.apply(event)
+        # "drop" and the end of "step": the connection dies with bytes in flight.
+    assert log.rows.get(1, []) == payloads
