@@ -23,6 +23,10 @@ _RUNTIME_NAMES = {
     "ServerConnection",
     "Mode",
     "Message",
+    "Finished",
+    "OneshotSender",
+    "OneshotReceiver",
+    "Connection",
 }
 _ERROR_NAMES = {
     "AqueductError",

@@ -79,7 +79,12 @@ class HandshakeCompleted:
 
 @dataclass(frozen=True, slots=True)
 class MessageReceived:
-    """A message the application may dequeue from the receiver of ``chanid``."""
+    """A message the application may dequeue from the receiver of ``chanid``.
+
+    The runtime reports each consumed message with ``Connection.dequeued(chanid,
+    cost)``: that drives DEQUEUED credit and tells the core which messages (and
+    attached channels) the application has taken.
+    """
 
     chanid: int
     headers: Headers
@@ -90,7 +95,8 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class ChannelFinished:
-    """Every message of ``chanid`` was delivered and the sender finished."""
+    """``chanid`` finished: as receiver, every message was delivered and the sender finished;
+    as sender, the receiver confirmed our FINISH_SENDER (its CLOSE_RECEIVER arrived)."""
 
     chanid: int
 
@@ -111,7 +117,11 @@ class ReceiverWasClosed:
 
 @dataclass(frozen=True, slots=True)
 class ChannelLost:
-    """``chanid`` became lost in transit; every local handle must fail."""
+    """``chanid`` became lost in transit; every local handle must fail (LostInTransit).
+
+    Also reported for a channel whose state had already ended, so a handle
+    still waiting on it learns the loss; unknown chanids can be ignored.
+    """
 
     chanid: int
 

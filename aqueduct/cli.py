@@ -1,0 +1,71 @@
+"""The ``aqueduct`` console script.
+
+Subcommands:
+
+* ``aqueduct certs DIR [--hosts localhost,127.0.0.1] [--days N] [--json] [--force]``:
+  create a local CA plus server and client certificates for TLS / mutual TLS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from aqueduct.runtime.certs import DEFAULT_HOSTS, generate_certs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aqueduct", description="Aqueduct: message channels over QUIC."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    certs = sub.add_parser(
+        "certs",
+        help="create a local CA and server/client certificates",
+        description=(
+            "Create DIR/ca.pem, DIR/server.pem, DIR/server.key, DIR/client.pem and "
+            "DIR/client.key: a throw-away CA and certificates it signed, for "
+            "development and tests. See certs/README.md for production."
+        ),
+    )
+    certs.add_argument("directory", metavar="DIR", help="where to write the files")
+    certs.add_argument(
+        "--hosts",
+        default=",".join(DEFAULT_HOSTS),
+        help="comma-separated DNS names / IP addresses of the server (default: %(default)s)",
+    )
+    certs.add_argument(
+        "--days", type=int, default=365, help="validity in days (default: %(default)s)"
+    )
+    certs.add_argument("--json", action="store_true", help="print the file paths as JSON")
+    certs.add_argument("--force", action="store_true", help="overwrite existing files")
+    return parser
+
+
+def _certs(args: argparse.Namespace) -> int:
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    try:
+        paths = generate_certs(args.directory, hosts, days=args.days, overwrite=args.force)
+    except (ValueError, FileExistsError) as exc:
+        print(f"aqueduct: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({**paths.as_dict(), "hosts": hosts, "days": args.days}))
+    else:
+        for role, path in paths.as_dict().items():
+            print(f"{role:12} {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``aqueduct`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "certs":
+        return _certs(args)
+    raise AssertionError(f"unhandled command {args.command}")  # argparse rejects others
+
+
+if __name__ == "__main__":
+    sys.exit(main())

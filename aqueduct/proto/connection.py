@@ -1,0 +1,733 @@
+"""One Aqueduct connection, sans-IO: dispatch, handshake, streams, channel tables.
+
+The runtime feeds transport input (``receive_stream_data``, ``receive_datagram``,
+...) and application requests (``send_message``, ``finish``, ...), then drains
+``transmit()`` (actions for QUIC) and ``next_event()`` (news for the
+application). Nothing here reads a clock: every call that may start a timer
+takes ``now``; ``get_timer()`` says when ``handle_timer`` wants to run.
+
+This module routes; the per-channel rules live in ``sender.py`` and
+``receiver.py``, accessibility in ``transit.py``, the window in ``flow.py``,
+the prefix in ``handshake.py`` and batching in ``output.py``. A rule broken
+by the peer raises ``RemoteProtocolError`` anywhere below; the public entry
+points turn it into a close with code 1 (spec section 6).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+from aqueduct.proto.config import ProtoConfig, peer_window
+from aqueduct.proto.errors import LocalProtocolError, RemoteProtocolError
+from aqueduct.proto.events import (
+    Action,
+    Attachment,
+    ChannelCancelled,
+    ChannelFinished,
+    ChannelLost,
+    ConnectionTerminated,
+    Event,
+    HandshakeCompleted,
+    MessageReceived,
+)
+from aqueduct.proto.flow import message_cost
+from aqueduct.proto.handshake import Handshake
+from aqueduct.proto.output import RESET_LOST, Output, frame_record
+from aqueduct.proto.parking import Parking
+from aqueduct.proto.receiver import ReceiverChannel
+from aqueduct.proto.sender import Mode, SenderChannel, SenderState
+from aqueduct.proto.stats import ChannelStats, ConnectionStats
+from aqueduct.proto.timers import Timers
+from aqueduct.proto.transit import TransitTracker
+from aqueduct.wire.chanid import ENTRYPOINT, Side, make_chanid
+from aqueduct.wire.errors import WireError
+from aqueduct.wire.frames import (
+    AckNackUnreliable,
+    AckReliable,
+    AckVersion,
+    AttachmentRef,
+    CancelSender,
+    CloseReceiver,
+    ConnectionHeaders,
+    Dequeued,
+    FinishSender,
+    ForgetChannel,
+    Frame,
+    Message,
+    RouteTo,
+    SentUnreliable,
+    Version,
+)
+from aqueduct.wire.rangeset import RangeSet
+from aqueduct.wire.sequence import StreamSequenceDecoder, decode_datagram
+from aqueduct.wire.varint import Headers
+
+__all__ = ["Connection", "Mode"]
+
+Channel = SenderChannel | ReceiverChannel
+
+_FORGET = b"\x0b"
+# who may send each routed frame (spec section 3): the sender side, the receiver side, the creator
+_FROM_SENDER, _FROM_RECEIVER, _FROM_CREATOR = "s->r", "r->s", "creator"
+_SIDE_RULE: dict[type, str] = {
+    **dict.fromkeys((Message, SentUnreliable, FinishSender, CancelSender), _FROM_SENDER),
+    **dict.fromkeys((AckReliable, AckNackUnreliable, CloseReceiver, Dequeued), _FROM_RECEIVER),
+    ForgetChannel: _FROM_CREATOR,
+}
+_MAX_HELD_DATAGRAMS = 1024
+
+
+class _InStream:
+    """Decoding state of one incoming stream (= one sequence)."""
+
+    __slots__ = ("sid", "decoder", "started", "route", "ignore", "held")
+
+    def __init__(self, sid: int, decoder: StreamSequenceDecoder) -> None:
+        self.sid = sid
+        self.decoder = decoder
+        self.started = False
+        self.route: int | None = None
+        self.ignore = False  # rest of the sequence is for a channel we ignore
+        self.held: list[Frame] | None = None  # routed frames waiting for the peer's headers
+
+
+class Connection:
+    """The Aqueduct state machines of one connection (client or server side)."""
+
+    def __init__(self, is_client: bool, config: ProtoConfig | None = None) -> None:
+        self.config = config = config or ProtoConfig()
+        self.is_client = is_client
+        self.side = Side.CLIENT if is_client else Side.SERVER
+        self.peer = Side.SERVER if is_client else Side.CLIENT
+        self._hs = Handshake(config.headers_to_send())
+        self._out = Output(is_client, self._hs.prefix, config.frame_log)
+        self._log = config.frame_log
+        self._events: deque[Event] = deque()
+        # events of channels whose handle has not reached the application yet
+        self._parking = Parking(self._events)
+        self._emit = self._parking.emit
+        self._stats = ConnectionStats()
+        self._transit = TransitTracker()
+        self._timers = Timers()
+        self._channels: dict[int, Channel] = {}
+        self._in: dict[int, _InStream] = {}
+        self._held: list[_InStream] = []
+        self._held_datagrams: list[list[Frame]] = []
+        self._announce: set[int] = set()  # senders with unreported datagrams
+        self._destroyed: dict[int, RangeSet] = {}  # remote-created, by low 3 bits
+        self._closed_local: dict[int, RangeSet] = {}  # locally created, ended normally
+        self._sender_ended: dict[int, RangeSet] = {}  # FINISH or CANCEL received, by low 3 bits
+        self._next_index: dict[int, int] = {}
+        self._send_window = config.window  # until the peer announces its own
+        self._rtt: float | None = None
+        self._max_datagram = config.max_datagram_size
+        self._terminated = False
+        if is_client:
+            self._next_index[ENTRYPOINT & 7] = 1
+        self._add(self._new_state(ENTRYPOINT))
+
+    # ================================================================ inspection
+
+    @property
+    def channels(self) -> Mapping[int, Channel]:
+        """Read-only view of live channel states (tests assert it empties)."""
+        return MappingProxyType(self._channels)
+
+    def channel_count(self) -> int:
+        return len(self._channels)
+
+    def tracking_count(self) -> int:
+        """Channels whose accessibility is still being tracked."""
+        return len(self._transit)
+
+    def stats(self) -> ConnectionStats:
+        return replace(self._stats, streams_opened=self._out.streams_opened)
+
+    def channel_stats(self, chanid: int) -> ChannelStats:
+        ch = self._channels.get(chanid)
+        if ch is None:
+            raise LocalProtocolError(f"channel {chanid}: no such channel")
+        return replace(ch.stats)
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    @property
+    def peer_headers(self) -> Headers | None:
+        return self._hs.peer_headers
+
+    # ================================================================ outputs
+
+    def transmit(self) -> list[Action]:
+        """Actions to perform on QUIC, one ``StreamDataQueued`` per stream."""
+        if self._announce:
+            for chanid in self._announce:
+                ch = self._channels.get(chanid)
+                if ch is not None and ch.is_sender:
+                    ch.flush_announce()
+            self._announce.clear()
+        if self._hs.owes_prefix and not self._terminated:
+            self._out.finish(self._out.open())
+        return self._out.drain()
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def get_timer(self) -> float | None:
+        return None if self._terminated else self._timers.next()
+
+    # ================================================================ transport input
+
+    def initiate(self, now: float) -> None:
+        """Client: send VERSION and CONNECTION_HEADERS first thing."""
+        if not self.is_client:
+            raise LocalProtocolError("initiate: only the client starts the handshake")
+        self._hs.send_headers()
+
+    def set_rtt(self, seconds: float) -> None:
+        self._rtt = seconds
+
+    def set_max_datagram_size(self, n: int) -> None:
+        self._max_datagram = n
+        for ch in self._channels.values():
+            if ch.is_sender:
+                ch.max_datagram_size = n
+
+    def receipt_deadline(self) -> float:
+        """max(2 x RTT, 100 ms); 1 s before an RTT sample exists."""
+        if self._rtt is None:
+            return self.config.initial_receipt_deadline
+        return max(2 * self._rtt, self.config.min_receipt_deadline)
+
+    def receive_stream_data(self, stream_id: int, data: bytes, end_stream: bool, now: float) -> None:
+        if self._terminated:
+            return
+        try:
+            st = self._in.get(stream_id)
+            if st is None:
+                if not stream_id & 2:
+                    raise RemoteProtocolError(
+                        f"stream {stream_id}: bidirectional streams are not used by Aqueduct"
+                    )
+                if (stream_id & 1) == self.side:
+                    raise RemoteProtocolError(f"stream {stream_id}: data on a stream we opened")
+                st = self._in[stream_id] = _InStream(
+                    stream_id, StreamSequenceDecoder(self.config.limits)
+                )
+            frames = st.decoder.feed(data) if data else ()
+            if end_stream:
+                st.decoder.end()
+                del self._in[stream_id]
+            handle = self._dispatch if self._log is None else self._stream_frame
+            for frame in frames:
+                handle(st, frame, now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
+
+    def receive_stream_reset(self, stream_id: int, code: int, now: float) -> None:
+        """A reset incoming stream: a partial frame is dropped, whole frames stay processed."""
+        self._in.pop(stream_id, None)
+
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        if self._terminated:
+            return
+        try:
+            frames = decode_datagram(data, self.config.limits)
+            self._stats.datagrams_received += 1
+            self._hs.sequence_started(frames[0])
+            if isinstance(frames[0], Version):
+                self._hs.version_received()
+            if not self._hs.done:
+                if len(self._held_datagrams) < _MAX_HELD_DATAGRAMS:
+                    self._held_datagrams.append(frames)
+                return
+            self._datagram_frames(frames, now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
+
+    def handle_timer(self, now: float) -> None:
+        if self._terminated:
+            return
+        try:
+            for chanid in self._timers.pop_due(now):
+                ch = self._channels.get(chanid)
+                if ch is None or ch.is_sender:
+                    continue
+                ch.on_timer(now)
+                self._after_receive(ch, now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
+
+    # ================================================================ application input
+
+    def new_channel(self, sender_side: Side, oneshot: bool = False) -> int:
+        """Allocate a chanid we create (sent in a MESSAGE later) and its local state."""
+        space = make_chanid(self.side, sender_side, oneshot, 0)
+        index = self._next_index.get(space, 0)
+        self._next_index[space] = index + 1
+        chanid = make_chanid(self.side, sender_side, oneshot, index)
+        self._add(self._new_state(chanid))
+        self._transit.created(chanid)
+        return chanid
+
+    def send_message(
+        self,
+        chanid: int,
+        payload: bytes,
+        headers: Headers = (),
+        attachments: Iterable[Attachment | AttachmentRef | int] = (),
+        now: float = 0.0,
+    ) -> bool:
+        """Send on sender ``chanid``; False when the message waits in the local queue.
+
+        When False, ``send_blocked(chanid)`` says whether the local queue is
+        full (the runtime's ``send()`` then waits for ``SendWindowOpened``).
+        """
+        ch = self._sender(chanid)
+        self._check_networked(ch)
+        refs = self._attach(chanid, attachments) if attachments else ()
+        ok = ch.send(headers, refs, payload)
+        if not ok:
+            lost = ch.take_evicted()
+            if lost:
+                self._lose(lost)
+        return ok
+
+    def send_blocked(self, chanid: int) -> bool:
+        """The sender's local queue is full: ``send()`` should wait for ``SendWindowOpened``."""
+        return self._sender(chanid).blocked
+
+    def set_mode(self, chanid: int, mode: Mode) -> None:
+        self._sender(chanid).set_mode(mode)
+
+    def finish(self, chanid: int, now: float) -> None:
+        ch = self._sender(chanid)
+        self._check_networked(ch)
+        ch.finish()
+
+    def _check_networked(self, ch: SenderChannel) -> None:
+        """A channel we created must be attached before anything is routed to it.
+
+        Otherwise the peer would create state (from our ROUTE_TO) for a channel
+        whose handle never arrives.
+        """
+        if not ch.attached and ch.chanid != ENTRYPOINT and (ch.chanid & 1) == self.side:
+            raise LocalProtocolError(
+                f"channel {ch.chanid}: attach it to a message before sending on it or finishing it"
+            )
+
+    def cancel(self, chanid: int, now: float) -> None:
+        """CANCEL_SENDER. A no-op if the channel (or the connection) already ended."""
+        ch = self._channels.get(chanid)
+        if ch is None or self._terminated:
+            return
+        if not ch.is_sender:
+            raise LocalProtocolError(f"cancel: we hold the receiver of channel {chanid}, not the sender")
+        lost = ch.cancel()
+        if lost:
+            self._lose(lost)
+
+    def close_receiver(self, chanid: int, now: float) -> None:
+        """The application dropped its receiver: CLOSE_RECEIVER (nacks what is not acked).
+
+        A no-op if the channel (or the connection) already ended.
+        """
+        ch = self._channels.get(chanid)
+        if ch is None or self._terminated:
+            return
+        if ch.is_sender:
+            raise LocalProtocolError(f"close_receiver: we hold the sender of channel {chanid}")
+        self._close_receiver(ch, now)
+
+    def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
+        """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
+        ch = self._channels.get(chanid)
+        if ch is None or ch.is_sender or self._terminated:
+            return  # the channel ended meanwhile: nobody waits for credit
+        ch.dequeued(nbytes, now)
+        self._timers.schedule(chanid, ch.next_deadline())
+
+    def close(self, now: float, reason: str = "") -> None:
+        """Application close of the whole connection (code 2)."""
+        if self._terminated:
+            return
+        self._terminated = True
+        self._out.close(2, reason)
+        self._events.append(ConnectionTerminated(2, reason, by_peer=False))
+
+    # ================================================================ dispatch
+
+    def _stream_frame(self, st: _InStream, frame: Frame, now: float) -> None:
+        if self._log is not None:
+            self._log(frame_record("received", f"stream {st.sid}", frame))
+        self._dispatch(st, frame, now)
+
+    def _dispatch(self, st: _InStream, frame: Frame, now: float) -> None:
+        """One frame of an incoming stream sequence, in order."""
+        if st.route is not None:  # the hot path: a routed frame on a routed sequence
+            self._routed(st.route, frame, False, now)
+            return
+        if st.held is not None:
+            st.held.append(frame)
+            return
+        if st.ignore:
+            return
+        if not st.started:
+            st.started = True
+            self._hs.sequence_started(frame)
+        if type(frame) is RouteTo:
+            if not self._hs.done:
+                st.held = [frame]
+                self._held.append(st)
+                return
+            chanid = self._route(frame.chanid)
+            if chanid is None:
+                st.ignore = True
+            else:
+                st.route = chanid
+        else:
+            self._prefix_frame(frame, now)
+
+    def _prefix_frame(self, frame: Frame, now: float) -> None:
+        hs = self._hs
+        if isinstance(frame, Version):
+            hs.version_received()
+        elif isinstance(frame, AckVersion):
+            hs.ack_version_received()
+        elif isinstance(frame, ConnectionHeaders):
+            hs.headers_received(frame.headers)
+            window = peer_window(frame.headers)
+            if window is not None:
+                self._send_window = window
+                for ch in self._channels.values():
+                    if ch.is_sender:
+                        ch.window.limit = window
+            if not self.is_client:
+                hs.send_headers()
+            self._events.append(HandshakeCompleted(frame.headers))
+            self._release_held(now)
+
+    def _release_held(self, now: float) -> None:
+        """The peer's headers arrived: process the routed frames that waited for them."""
+        held, self._held = self._held, []
+        for st in held:
+            frames, st.held = st.held or [], None
+            for frame in frames:
+                if self._terminated:
+                    return
+                self._dispatch(st, frame, now)  # (logged when it arrived)
+        datagrams, self._held_datagrams = self._held_datagrams, []
+        for frames in datagrams:
+            self._datagram_frames(frames, now)
+
+    def _datagram_frames(self, frames: list[Frame], now: float) -> None:
+        route, msg = frames[-2], frames[-1]
+        if self._log is not None:
+            self._log(frame_record("received", "datagram", msg) | {"chanid": route.chanid})
+        chanid = self._route(route.chanid)
+        if chanid is not None:
+            self._routed(chanid, msg, True, now)
+
+    def _route(self, chanid: int) -> int | None:
+        """ROUTE_TO ``chanid``: the channel to route to, or None to ignore the sequence."""
+        ch = self._channels.get(chanid)
+        if ch is not None:
+            ch.routed = True
+            return chanid
+        space, index = chanid & 7, chanid >> 3
+        if (chanid & 1) == self.peer:
+            destroyed = self._destroyed.get(space)
+            if destroyed is not None and index in destroyed:
+                return chanid  # gone for good: frames are ignored (after the ending checks)
+            # frames may beat the MESSAGE that attaches the channel: create it now
+            ch = self._add(self._new_state(chanid))
+            ch.routed = True
+            ch.echo()
+            self._parking.park(chanid)
+            return chanid
+        closed = self._closed_local.get(space)
+        if closed is None or index not in closed:
+            self._send_forget(chanid)
+        return None
+
+    def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
+        """One routed frame for ``chanid``: check the side, then hand it to the channel."""
+        rule = _SIDE_RULE[type(frame)]
+        if rule is _FROM_SENDER:
+            if ((chanid >> 1) & 1) != self.peer:
+                raise RemoteProtocolError(
+                    f"{frame.NAME}: only the sender side may send it, and we hold the sender "
+                    f"of channel {chanid}"
+                )
+        elif rule is _FROM_RECEIVER:
+            if ((chanid >> 1) & 1) == self.peer:
+                raise RemoteProtocolError(
+                    f"{frame.NAME}: only the receiver side may send it, and we hold the receiver "
+                    f"of channel {chanid}"
+                )
+        else:
+            if (chanid & 1) != self.peer:
+                raise RemoteProtocolError(
+                    f"FORGET_CHANNEL: only the creator may send it, and we created channel {chanid}"
+                )
+            self._on_forget(chanid)
+            return
+        ch = self._channels.get(chanid)
+        if ch is None:
+            # ended while this sequence was in flight; only a sender's ending can be checked
+            if isinstance(frame, (FinishSender, CancelSender, SentUnreliable)):
+                ended = self._sender_ended.get(chanid & 7)
+                if ended is not None and (chanid >> 3) in ended:
+                    raise RemoteProtocolError(
+                        f"{frame.NAME}: channel {chanid} already got FINISH_SENDER or CANCEL_SENDER"
+                    )
+            return
+        if ch.is_sender:
+            self._sender_frame(ch, frame, now)
+        else:
+            self._receiver_frame(ch, frame, unreliable, now)
+
+    def _sender_frame(self, ch: SenderChannel, frame: Frame, now: float) -> None:
+        if isinstance(frame, AckReliable):
+            ch.on_ack_reliable(frame.ranges)
+        elif isinstance(frame, AckNackUnreliable):
+            lost = ch.on_ack_nack(frame.ranges)
+            if lost:
+                self._lose(lost)
+        elif isinstance(frame, Dequeued):
+            ch.on_dequeued(frame.num_bytes)
+        else:  # CloseReceiver
+            lost = ch.on_close_receiver()
+            self._free(ch.chanid)
+            if lost:
+                self._lose(lost)
+
+    def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
+        if type(frame) is Message:
+            if not ch.accept(frame, unreliable, now):
+                return
+            cost = message_cost(frame)
+            stats = self._stats
+            stats.messages_received += 1
+            stats.bytes_received += cost
+            if frame.attachments:
+                children, released = self._accept_attachments(frame)
+                ids = tuple(a.chanid for a in children)
+                ch.delivered(frame, unreliable, cost, ids)
+                self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
+                self._parking.adopt(ch.chanid, ids)
+                for event in released:
+                    self._emit(event)
+            else:
+                ch.delivered(frame, unreliable, cost, ())
+                self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
+            if ch.finish_total is None:  # the common case of _after_receive, inline
+                self._timers.schedule(ch.chanid, ch.next_deadline())
+                return
+        elif isinstance(frame, SentUnreliable):
+            ch.on_sent_unreliable(frame.count, now)
+        elif isinstance(frame, FinishSender):
+            ch.on_finish(frame.sent_reliable)
+            self._remember(ch.chanid, self._sender_ended)
+        else:  # CancelSender
+            ch.on_cancel()
+            self._remember(ch.chanid, self._sender_ended)
+            self._emit(ChannelCancelled(ch.chanid))
+            self._close_receiver(ch, now)
+            return
+        self._after_receive(ch, now)
+
+    def _after_receive(self, ch: ReceiverChannel, now: float) -> None:
+        """Finish the channel if it is complete, else make sure its timer runs."""
+        if ch.finish_total is not None and ch.complete:
+            ch.finish_close(now)
+            self._emit(ChannelFinished(ch.chanid))
+            self._free(ch.chanid)
+        else:
+            self._timers.schedule(ch.chanid, ch.next_deadline())
+
+    def _accept_attachments(self, msg: Message) -> tuple[tuple[Attachment, ...], list[Event]]:
+        """Check a received MESSAGE's attachments (spec section 6) and create their channels.
+
+        Returns the attachments and events to emit right after this message's
+        ``MessageReceived`` (``ChannelLost`` for a channel forgotten before its
+        handle arrived).
+        """
+        out = []
+        lost: list[Event] = []
+        seen = set()
+        for att in msg.attachments:
+            c = att.chanid
+            if (c & 1) != self.peer:
+                raise RemoteProtocolError(
+                    f"MESSAGE: attachment {c} has CREATOR {Side(c & 1).name.lower()}, "
+                    f"but the frame's sender is the {self.peer.name.lower()}"
+                )
+            ch = self._channels.get(c)
+            if c == ENTRYPOINT or c in seen or (ch is not None and ch.attached):
+                raise RemoteProtocolError(f"MESSAGE: attachment {c} is an existing channel")
+            seen.add(c)
+            if ch is None and c not in self._parking:
+                destroyed = self._destroyed.get(c & 7)
+                if destroyed is not None and (c >> 3) in destroyed:
+                    lost.append(ChannelLost(c))  # forgotten before its handle arrived
+                else:
+                    ch = self._add(self._new_state(c))
+                    ch.echo()
+            if ch is not None:
+                ch.attached = True
+            out.append(Attachment(c, att.headers))
+        return tuple(out), lost
+
+    # ================================================================ lifecycle
+
+    def _new_state(self, chanid: int) -> Channel:
+        cfg = self.config
+        if ((chanid >> 1) & 1) == self.side:
+            ch = SenderChannel(
+                chanid,
+                self._send_window,
+                cfg.max_queued,
+                self._out,
+                self._transit,
+                self._emit,
+                self._stats,
+                self._hs.datagram_prefix,
+                self._announce.add,
+            )
+            ch.max_datagram_size = self._max_datagram
+            return ch
+        return ReceiverChannel(
+            chanid,
+            cfg.window,
+            cfg.ack_delay,
+            cfg.dequeued_delay,
+            self.receipt_deadline,
+            self._out,
+            self._stats,
+        )
+
+    def _add(self, ch: Channel) -> Channel:
+        self._channels[ch.chanid] = ch
+        return ch
+
+    def _sender(self, chanid: int) -> SenderChannel:
+        if self._terminated:
+            raise LocalProtocolError(f"channel {chanid}: the connection is closed")
+        ch = self._channels.get(chanid)
+        if ch is None or not ch.is_sender:
+            raise LocalProtocolError(f"channel {chanid}: we hold no sender of it")
+        return ch
+
+    def _attach(self, parent: int, attachments: Iterable) -> tuple[AttachmentRef, ...]:
+        """Validate local attachments: channels we created, never attached before."""
+        refs = []
+        for att in attachments:
+            if isinstance(att, int):
+                c, headers = att, ()
+            else:
+                c, headers = att.chanid, att.headers
+            ch = self._channels.get(c)
+            if (c & 1) != self.side or ch is None or c == parent:
+                raise LocalProtocolError(
+                    f"attachment {c}: only channels this side created with new_channel() "
+                    "and that are still open can be attached"
+                )
+            if ch.attached:
+                raise LocalProtocolError(f"attachment {c}: a channel can be attached only once")
+            refs.append(AttachmentRef(c, tuple(headers)))
+        for ref in refs:
+            self._channels[ref.chanid].attached = True
+        return tuple(refs)
+
+    def _close_receiver(self, ch: ReceiverChannel, now: float) -> None:
+        acked_orphans, nacked_orphans = ch.close(now)
+        self._free(ch.chanid)
+        self._drop_orphans(acked_orphans, nacked_orphans, now)
+
+    def _drop_orphans(self, acked: list[int], nacked: list[int], now: float) -> None:
+        """Channels attached to messages the application will never dequeue.
+
+        Those whose message was acked are accessible to the peer, so we end
+        them as the application would have (close a receiver, cancel a
+        sender). Those whose message the close nacks are lost for the peer:
+        we drop them silently, with everything queued on them.
+        """
+        for c in acked:
+            ch = self._channels.get(c)
+            if ch is None:
+                continue
+            if ch.is_sender:
+                if ch.state in (SenderState.OPEN, SenderState.FINISHING):
+                    self.cancel(c, now)
+            else:
+                self._close_receiver(ch, now)
+        stack = list(nacked)
+        while stack:
+            ch = self._channels.pop(stack.pop(), None)
+            if ch is None:
+                continue
+            if not ch.is_sender:
+                stack.extend(ch.undequeued_attachments())
+            ch.destroy(RESET_LOST)
+            self._remember(ch.chanid, self._destroyed)
+
+    def _free(self, chanid: int) -> None:
+        """A channel ended normally: drop its state, remember it is gone."""
+        if self._channels.pop(chanid, None) is not None:
+            self._parking.ended(chanid)
+            local = (chanid & 1) == self.side
+            self._remember(chanid, self._closed_local if local else self._destroyed)
+        self._transit.freed(chanid)
+
+    @staticmethod
+    def _remember(chanid: int, table: dict[int, RangeSet]) -> None:
+        """Add ``chanid`` to a per-space range set of indices."""
+        rs = table.get(chanid & 7)
+        if rs is None:
+            rs = table[chanid & 7] = RangeSet()
+        rs.add(chanid >> 3)
+
+    def _send_forget(self, chanid: int) -> None:
+        sid = self._out.open(chanid)
+        self._out.write_frame(sid, ForgetChannel(), _FORGET)
+        self._out.finish(sid)
+
+    def _on_forget(self, chanid: int) -> None:
+        """FORGET_CHANNEL: destroy the state (overrides every other rule) and lose its children."""
+        ch = self._channels.pop(chanid, None)
+        self._remember(chanid, self._destroyed)
+        lost = self._transit.lose(chanid)[1:]
+        if ch is not None:
+            lost += ch.destroy(RESET_LOST)
+            self._stats.channels_lost += 1
+        if not self._parking.forgotten(chanid) and ch is not None:
+            self._emit(ChannelLost(chanid))
+        self._lose(lost)
+
+    def _lose(self, roots: list[int]) -> None:
+        """Channels we created became lost: destroy, FORGET if routed, tell the application."""
+        stack = list(roots)
+        while stack:
+            c = stack.pop()
+            for chanid in self._transit.lose(c):
+                ch = self._channels.pop(chanid, None)
+                if ch is not None:  # else it already ended; its handles still learn the loss
+                    stack.extend(ch.destroy(RESET_LOST))
+                    if ch.routed:
+                        self._send_forget(chanid)
+                self._stats.channels_lost += 1
+                self._events.append(ChannelLost(chanid))
+
+    def _violation(self, reason: str) -> None:
+        """The peer broke a rule: close with PROTOCOL_VIOLATION (code 1) at once."""
+        if self._terminated:
+            return
+        self._terminated = True
+        self._out.drain()
+        self._out.close(1, reason)
+        self._events.append(ConnectionTerminated(1, reason, by_peer=False))

@@ -1,0 +1,350 @@
+"""The receiver half of one channel (spec section 4): acks, nacks, finish, DEQUEUED.
+
+Lifecycle: open until FINISH_SENDER arrives (``finish_total`` set), then
+finishing until every reliable number below SENT_RELIABLE arrived and every
+announced unreliable number is covered (``complete``); then the connection
+closes it as CLOSE_RECEIVER and drops it. CANCEL_SENDER and a local close go
+straight to ``close``.
+
+* Reliable numbers (stream MESSAGEs) are acked at most ``ack_delay`` after
+  arrival; ACK_RELIABLE values count from the lowest number not yet acked.
+* Unreliable numbers (datagrams) are covered by ACK_NACK_UNRELIABLE from a
+  cursor, never past the SENT_UNRELIABLE total, once each missing number has
+  waited the receipt deadline since its announcement. A nack commits: a
+  late datagram below the cursor that was not received is dropped.
+* The application's queue lives in the runtime; this side remembers, per
+  delivered-but-not-dequeued message, only its cost and attachments, so a
+  close can tell which attachments the application will never see.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from aqueduct.proto.errors import RemoteProtocolError
+from aqueduct.proto.flow import DequeueReporter
+from aqueduct.proto.output import Output
+from aqueduct.proto.stats import ChannelStats, ConnectionStats
+from aqueduct.proto.transit import message_key
+from aqueduct.wire.frames import (
+    AckNackUnreliable,
+    AckReliable,
+    CloseReceiver,
+    Dequeued,
+    Message,
+    encode_frame,
+)
+from aqueduct.wire.rangeset import RangeSet, encode_ack_nack
+
+
+def _without(rs: RangeSet, nums: set[int]) -> RangeSet:
+    """A copy of ``rs`` minus ``nums`` (used once, at close)."""
+    out = RangeSet()
+    for start, stop in rs:
+        pos = start
+        for n in sorted(x for x in nums if start <= x < stop):
+            out.add_range(pos, n)
+            pos = n + 1
+        out.add_range(pos, stop)
+    return out
+
+
+class ReceiverChannel:
+    """Receiver state of ``chanid``."""
+
+    is_sender = False
+
+    def __init__(
+        self,
+        chanid: int,
+        window: int,
+        ack_delay: float,
+        dequeued_delay: float,
+        receipt_deadline: Callable[[], float],
+        out: Output,
+        conn_stats: ConnectionStats,
+    ) -> None:
+        self.chanid = chanid
+        self.oneshot = bool(chanid & 4)
+        self.attached = False
+        self.routed = False
+        self.stats = ChannelStats()
+        self._cstats = conn_stats
+        self._out = out
+        self._ack_delay = ack_delay
+        self._receipt_deadline = receipt_deadline
+        self._control: int | None = None
+        # reliable space
+        self._received = RangeSet()
+        self._acked = RangeSet()
+        self._unacked = RangeSet()
+        self.ack_due: float | None = None
+        self.finish_total: int | None = None
+        # unreliable space
+        self._u_total = 0
+        self._u_batches: deque[tuple[int, float]] = deque()  # (end, deadline) of announcements
+        self._u_received = RangeSet()
+        self._u_cursor = 0
+        # flow control and undequeued messages: [cost, key, attachments]
+        self._reporter = DequeueReporter(window, dequeued_delay)
+        self._undequeued: deque[tuple[int, int, tuple[int, ...]]] = deque()
+        self._credit = 0
+
+    # ------------------------------------------------------------ streams
+
+    def _control_stream(self) -> int:
+        if self._control is None:
+            self.routed = True
+            self._control = self._out.open(self.chanid)
+        return self._control
+
+    def echo(self) -> None:
+        """Opening our control stream doubles as the ROUTE_TO echo (spec section 4)."""
+        self._control_stream()
+
+    def destroy(self, code: int) -> list[int]:
+        """Forgotten or lost: reset our control stream."""
+        if self._control is not None:
+            self._out.reset(self._control, code)
+            self._control = None
+        return []
+
+    def undequeued_attachments(self) -> list[int]:
+        return [c for _, _, children in self._undequeued for c in children]
+
+    # ------------------------------------------------------------ frames from the sender
+
+    def accept(self, msg: Message, unreliable: bool, now: float) -> bool:
+        """Check and record a MESSAGE number; False for a late datagram we already nacked."""
+        num = msg.num
+        c = self.chanid
+        if unreliable:
+            if self.oneshot:
+                raise RemoteProtocolError(
+                    f"MESSAGE: oneshot channel {c} got a datagram (its one message goes on a stream)"
+                )
+            if num in self._u_received:
+                raise RemoteProtocolError(
+                    f"MESSAGE: duplicate unreliable message number {num} on channel {c}"
+                )
+            if num < self._u_cursor:
+                self.stats.late_dropped += 1
+                self._cstats.late_dropped += 1
+                return False
+            if self.finish_total is not None and num >= self._u_total:
+                raise RemoteProtocolError(
+                    f"MESSAGE: unreliable message number {num} on channel {c} is at or past "
+                    f"the SENT_UNRELIABLE total {self._u_total} after FINISH_SENDER"
+                )
+            self._u_received.add(num)
+        else:
+            if self.oneshot and num != 0:
+                raise RemoteProtocolError(
+                    f"MESSAGE: oneshot channel {c} carries only message number 0, got {num}"
+                )
+            if num in self._received:
+                raise RemoteProtocolError(f"MESSAGE: duplicate message number {num} on channel {c}")
+            if self.finish_total is not None and num >= self.finish_total:
+                raise RemoteProtocolError(
+                    f"MESSAGE: message number {num} on channel {c} is at or past "
+                    f"SENT_RELIABLE {self.finish_total}"
+                )
+            self._received.add(num)
+            self._unacked.add(num)
+        if self.ack_due is None:
+            self.ack_due = now + self._ack_delay
+        return True
+
+    def delivered(self, msg: Message, unreliable: bool, cost: int, children: tuple[int, ...]) -> None:
+        """The message goes to the application; remember it until it is dequeued."""
+        self._undequeued.append((cost, message_key(msg.num, unreliable), children))
+        self.stats.messages_received += 1
+        self.stats.bytes_received += cost
+
+    def on_sent_unreliable(self, count: int, now: float) -> None:
+        if self.finish_total is not None:
+            raise RemoteProtocolError(
+                f"SENT_UNRELIABLE: after FINISH_SENDER on channel {self.chanid}"
+            )
+        self._u_total += count
+        self._u_batches.append((self._u_total, now + self._receipt_deadline()))
+        if self.ack_due is None:
+            self.ack_due = now + self._ack_delay
+
+    def on_finish(self, total: int) -> None:
+        c = self.chanid
+        if self.finish_total is not None:
+            raise RemoteProtocolError(f"FINISH_SENDER: a second FINISH_SENDER on channel {c}")
+        if self.oneshot and total > 1:
+            raise RemoteProtocolError(
+                f"FINISH_SENDER: oneshot channel {c} sends at most one message, "
+                f"got SENT_RELIABLE {total}"
+            )
+        top = _top(self._received)
+        if top > total:
+            raise RemoteProtocolError(
+                f"FINISH_SENDER: SENT_RELIABLE {total} on channel {c}, but message "
+                f"{top - 1} was received (numbers must be below SENT_RELIABLE)"
+            )
+        u_top = _top(self._u_received)
+        if u_top > self._u_total:
+            raise RemoteProtocolError(
+                f"FINISH_SENDER: unreliable message {u_top - 1} on channel {c} is at or past "
+                f"the SENT_UNRELIABLE total {self._u_total}"
+            )
+        self.finish_total = total
+
+    def on_cancel(self) -> None:
+        if self.finish_total is not None:
+            raise RemoteProtocolError(
+                f"CANCEL_SENDER: after FINISH_SENDER on channel {self.chanid} "
+                "(a second FINISH or CANCEL)"
+            )
+
+    @property
+    def complete(self) -> bool:
+        """FINISH_SENDER arrived, every reliable number below it arrived, every announced one covered."""
+        total = self.finish_total
+        return (
+            total is not None
+            and (total == 0 or self._received.base >= total)
+            and self._u_cursor >= self._u_total
+        )
+
+    # ------------------------------------------------------------ acks and reports
+
+    def _frontier(self, now: float) -> int:
+        """How far ACK_NACK_UNRELIABLE may cover now (cursor rule, receipt deadline)."""
+        f = self._u_cursor
+        for end, deadline in self._u_batches:
+            if deadline <= now:
+                f = end
+                continue
+            m = self._u_received.min_missing_from(f)
+            if m >= end:
+                f = end
+                continue
+            return m
+        return f
+
+    def flush(self, now: float, cover_to: int | None = None, received: RangeSet | None = None) -> None:
+        """Send ACK_RELIABLE / ACK_NACK_UNRELIABLE for everything coverable now."""
+        self.ack_due = None
+        if len(self._unacked):
+            ranges = self._unacked.to_ack_reliable(self._acked.base)
+            frame = AckReliable(ranges)
+            self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
+            n = 0
+            for start, stop in self._unacked:
+                self._acked.add_range(start, stop)
+                n += stop - start
+            self._unacked = RangeSet()
+            self.stats.acked += n
+            self._cstats.acked += n
+        frontier = self._frontier(now) if cover_to is None else cover_to
+        if frontier > self._u_cursor:
+            got = self._u_received if received is None else received
+            ranges = encode_ack_nack(self._u_cursor, got, frontier)
+            frame = AckNackUnreliable(ranges)
+            self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
+            nacked = sum(stop - start for start, stop in got.gaps(self._u_cursor, frontier))
+            self.stats.nacked += nacked
+            self._cstats.nacked += nacked
+            self.stats.acked += frontier - self._u_cursor - nacked
+            self._cstats.acked += frontier - self._u_cursor - nacked
+            self._u_cursor = frontier
+            batches = self._u_batches
+            while batches and batches[0][0] <= frontier:
+                batches.popleft()
+
+    def dequeued(self, nbytes: int, now: float) -> None:
+        """The application consumed ``nbytes``: maybe report DEQUEUED now."""
+        self._credit += nbytes
+        queue = self._undequeued
+        while queue and queue[0][0] <= self._credit:
+            self._credit -= queue.popleft()[0]
+        if self._reporter.add(nbytes, now):
+            self.send_dequeued()
+
+    def send_dequeued(self) -> None:
+        n = self._reporter.take()
+        if n:
+            frame = Dequeued(n)
+            self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
+
+    def next_deadline(self) -> float | None:
+        """When ``on_timer`` has work next (ack, coverage, DEQUEUED report)."""
+        t = self.ack_due
+        d = self._reporter.due
+        if d is not None and (t is None or d < t):
+            t = d
+        if self._u_batches:
+            d = self._u_batches[0][1]
+            if t is None or d < t:
+                t = d
+        return t
+
+    def on_timer(self, now: float) -> None:
+        if (self.ack_due is not None and self.ack_due <= now) or (
+            self._u_batches and self._u_batches[0][1] <= now
+        ):
+            self.flush(now)
+        if self._reporter.due is not None and self._reporter.due <= now:
+            self.send_dequeued()
+
+    # ------------------------------------------------------------ endings
+
+    def _close_frame(self) -> None:
+        sid = self._control_stream()
+        self._out.write_frame(sid, CloseReceiver(), b"\x0a")
+        self._out.finish(sid)
+        self._control = None
+
+    def finish_close(self, now: float) -> None:
+        """All done after FINISH_SENDER: ack everything, then CLOSE_RECEIVER."""
+        self.flush(now, cover_to=self._u_total)
+        self._close_frame()
+
+    def close(self, now: float) -> tuple[list[int], list[int]]:
+        """Close before the end (local close or CANCEL_SENDER).
+
+        Messages the application did not dequeue are dropped. Those carrying
+        attachments and not acked yet are left out of the final acks, so the
+        CLOSE_RECEIVER nacks them and the sender sees their channels lost.
+        Returns (attachments of dropped but already acked messages, attachments
+        of dropped messages now nacked): the connection ends the former and
+        silently destroys the latter.
+        """
+        acked_orphans: list[int] = []
+        nacked_orphans: list[int] = []
+        skip_r: set[int] = set()
+        skip_u: set[int] = set()
+        for _, key, children in self._undequeued:
+            if not children:
+                continue
+            num = key >> 1
+            if key & 1:
+                pending = num >= self._u_cursor
+                if pending:
+                    skip_u.add(num)
+            else:
+                pending = num not in self._acked
+                if pending:
+                    skip_r.add(num)
+            (nacked_orphans if pending else acked_orphans).extend(children)
+        self._undequeued.clear()
+        if skip_r:
+            self._unacked = _without(self._unacked, skip_r)
+        received = _without(self._u_received, skip_u) if skip_u else None
+        self.flush(now, cover_to=self._u_total, received=received)
+        self._close_frame()
+        return acked_orphans, nacked_orphans
+
+
+def _top(rs: RangeSet) -> int:
+    """One past the largest int in ``rs`` (0 if empty)."""
+    top = 0
+    for _, stop in rs:
+        top = stop
+    return top

@@ -1,0 +1,430 @@
+"""The sender half of one channel (spec section 4): numbering, modes, window, finish/cancel.
+
+States (``SenderState``)::
+
+    OPEN --finish()--> FINISHING (queue not empty) --queue drained--> FINISHED
+    OPEN --finish()--> FINISHED (FINISH_SENDER sent)
+    OPEN/FINISHING --cancel()--> CANCELLED (CANCEL_SENDER sent, message streams reset)
+    any --CLOSE_RECEIVER--> gone (the connection drops the state)
+
+Streams: one control stream, opened lazily (``ROUTE_TO SENT_UNRELIABLE*
+(FINISH_SENDER | CANCEL_SENDER)``); ORDERED keeps one message stream;
+UNORDERED opens one stream per MESSAGE (FIN right after it); UNRELIABLE
+sends one datagram per MESSAGE and falls back to an UNORDERED-style stream
+(reliable number space) when the datagram would be too big. A oneshot
+channel sends ``ROUTE_TO MESSAGE(0) FINISH_SENDER(1)`` on one stream.
+
+Numbers are assigned when a message actually leaves (not when it is queued),
+so an evicted unreliable message leaves no hole in the number space.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from enum import Enum
+
+from aqueduct.proto.errors import LocalProtocolError, RemoteProtocolError
+from aqueduct.proto.events import (
+    ChannelFinished,
+    Event,
+    MessagesAcked,
+    ReceiverWasClosed,
+    SendWindowOpened,
+)
+from aqueduct.proto.flow import SendWindow, message_head
+from aqueduct.proto.output import RESET_CANCELLED, Output, route_to
+from aqueduct.proto.stats import ChannelStats, ConnectionStats
+from aqueduct.proto.transit import TransitTracker, message_key
+from aqueduct.wire.frames import (
+    AttachmentRef,
+    CancelSender,
+    FinishSender,
+    SentUnreliable,
+    encode_frame,
+)
+from aqueduct.wire.rangeset import RangeSet, decode_ack_nack
+from aqueduct.wire.varint import Headers
+
+
+class Mode(Enum):
+    """Delivery mode of a sender (spec section 4), invisible to the receiver's API."""
+
+    ORDERED = "ordered"
+    UNORDERED = "unordered"
+    UNRELIABLE = "unreliable"
+
+
+class SenderState(Enum):
+    OPEN = "open"
+    FINISHING = "finishing"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+class _Queued:
+    """A message the window did not admit yet."""
+
+    __slots__ = ("headers", "attachments", "payload")
+
+    def __init__(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> None:
+        self.headers = headers
+        self.attachments = attachments
+        self.payload = payload
+
+
+class SenderChannel:
+    """Sender state of ``chanid``; frames go out through the shared ``Output``."""
+
+    is_sender = True
+
+    def __init__(
+        self,
+        chanid: int,
+        window: int,
+        max_queued: int,
+        out: Output,
+        transit: TransitTracker,
+        emit: Callable[[Event], None],
+        conn_stats: ConnectionStats,
+        datagram_prefix: Callable[[], bytes],
+        announce: Callable[[int], None],
+    ) -> None:
+        self.chanid = chanid
+        self.oneshot = bool(chanid & 4)
+        self.mode = Mode.ORDERED
+        self.state = SenderState.OPEN
+        self.window = SendWindow(window)
+        self.max_queued = max_queued
+        self.max_datagram_size = 1200
+        self.attached = False  # appeared in a MESSAGE we sent or received
+        self.routed = False  # a ROUTE_TO for it went out or came in (FORGET rule)
+        self.stats = ChannelStats()
+        self._out = out
+        self._transit = transit
+        self._emit = emit
+        self._cstats = conn_stats
+        self._dgram_prefix = datagram_prefix
+        self._announce = announce  # asks for flush_announce() at the next transmit()
+        self._route = route_to(chanid)
+        self.sent_reliable = 0
+        self.sent_unreliable = 0
+        self._unannounced = 0
+        self._acked = RangeSet()  # reliable numbers acked so far
+        self._u_cursor = 0  # end of what ACK_NACK_UNRELIABLE covered
+        self._u_costs: deque[int] = deque()  # costs of unreliable numbers from the cursor
+        self._queue: deque[_Queued] = deque()
+        self._evicted_attachments: list[int] = []
+        self._control: int | None = None
+        self._ordered: int | None = None
+
+    # ------------------------------------------------------------ streams
+
+    def _open(self) -> int:
+        self.routed = True
+        return self._out.open(self.chanid)
+
+    def _control_stream(self) -> int:
+        if self._control is None:
+            self._control = self._open()
+        return self._control
+
+    def echo(self) -> None:
+        """Answer a remote-created channel's appearance with our ROUTE_TO (spec section 5)."""
+        self._control_stream()
+
+    def open_streams(self) -> list[int]:
+        """Our streams without FIN yet: the ones a reset can still cut short.
+
+        Streams that got their FIN (each UNORDERED message's, a finished
+        control stream) are never reset: QUIC may already have delivered and
+        discarded them, and their data is complete anyway.
+        """
+        return [sid for sid in (self._ordered, self._control) if sid is not None]
+
+    # ------------------------------------------------------------ application side
+
+    def set_mode(self, mode: Mode) -> None:
+        if self.oneshot and mode is not Mode.ORDERED:
+            raise LocalProtocolError(f"channel {self.chanid}: a oneshot sender has no modes")
+        self.mode = mode
+
+    def send(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> bool:
+        """Send or queue one message; False when it had to wait in the local queue."""
+        if self.state is not SenderState.OPEN:
+            raise LocalProtocolError(f"channel {self.chanid}: send after {self.state.value}")
+        if self.oneshot and (self.sent_reliable or self._queue):
+            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
+        item = _Queued(headers, attachments, payload)
+        if not self._queue and self._transmit(item):
+            if self.oneshot:
+                self.finish()
+            return True
+        self.stats.window_stalls += 1
+        self._cstats.window_stalls += 1
+        if self.mode is Mode.UNRELIABLE and len(self._queue) >= self.max_queued:
+            dropped = self._queue.popleft()
+            self.stats.evicted += 1
+            self._cstats.evicted += 1
+            self._evicted_attachments.extend(a.chanid for a in dropped.attachments)
+        self._queue.append(item)
+        if self.oneshot:
+            self.state = SenderState.FINISHING
+        return False
+
+    @property
+    def blocked(self) -> bool:
+        """A reliable sender's queue is full: the runtime's ``send()`` should wait."""
+        return self.mode is not Mode.UNRELIABLE and len(self._queue) >= self.max_queued
+
+    def take_evicted(self) -> list[int]:
+        """Attachments of evicted messages (never sent, hence lost)."""
+        lost, self._evicted_attachments = self._evicted_attachments, []
+        return lost
+
+    def finish(self) -> None:
+        """FINISH_SENDER once the queue is empty."""
+        if self.oneshot and self.state in (SenderState.FINISHING, SenderState.FINISHED):
+            return  # a oneshot finishes with its message already
+        if self.state is not SenderState.OPEN:
+            raise LocalProtocolError(f"channel {self.chanid}: finish after {self.state.value}")
+        if self._queue:
+            self.state = SenderState.FINISHING
+        else:
+            self._send_finish()
+
+    def cancel(self) -> list[int]:
+        """CANCEL_SENDER and reset message streams; returns attachments lost with the queue."""
+        if self.state in (SenderState.FINISHED, SenderState.CANCELLED):
+            raise LocalProtocolError(f"channel {self.chanid}: cancel after {self.state.value}")
+        lost = self._drop_queue()
+        self.flush_announce()
+        sid = self._control_stream()
+        self._out.write_frame(sid, CancelSender(), b"\x07")
+        self._out.finish(sid)
+        self._control = None
+        self._reset_message_streams(RESET_CANCELLED)
+        self.state = SenderState.CANCELLED
+        return lost
+
+    # ------------------------------------------------------------ transmission
+
+    def _transmit(self, item: _Queued) -> bool:
+        """Put one message on the wire if the window admits it."""
+        payload = item.payload
+        n = len(payload)
+        if self.mode is Mode.UNRELIABLE:
+            num = self.sent_unreliable
+            head = message_head(num, item.headers, item.attachments, n)
+            cost = len(head) + n
+            if not self.window.admits(cost):
+                return False
+            prefix = self._dgram_prefix() + self._route
+            if len(prefix) + cost <= self.max_datagram_size:
+                self._out.datagram(b"".join((prefix, head, payload)))
+                self._cstats.datagrams_sent += 1
+                self.sent_unreliable = num + 1
+                if not self._unannounced:
+                    self._announce(self.chanid)
+                self._unannounced += 1
+                self._u_costs.append(cost)
+                self._sent(cost, item, message_key(num, True))
+                if self._out.log is not None:
+                    self._log_message("datagram", num, item)
+                return True
+            self._cstats.fallback_streams += 1
+        num = self.sent_reliable
+        head = message_head(num, item.headers, item.attachments, n)
+        cost = len(head) + n
+        window = self.window
+        if window.outstanding and window.outstanding + cost > window.limit:
+            return False  # (SendWindow.admits, inline on the hot path)
+        if self.mode is Mode.ORDERED:
+            sid = self._ordered if self._ordered is not None else self._open()
+            self._ordered = sid if not self.oneshot else None
+            if self.oneshot:
+                self._control = sid
+        else:
+            sid = self._open()
+        if n > 4096:
+            self._out.write(sid, head)
+            self._out.write(sid, payload)  # kept apart: joined once, at transmit()
+        else:
+            self._out.write(sid, head + payload)
+        if self.mode is not Mode.ORDERED:
+            self._out.finish(sid)
+        self.sent_reliable = num + 1
+        self._sent(cost, item, message_key(num, False))
+        if self._out.log is not None:
+            self._log_message(f"stream {sid}", num, item)
+        return True
+
+    def _log_message(self, where: str, num: int, item: _Queued) -> None:
+        self._out.log(
+            {
+                "direction": "sent",
+                "where": where,
+                "frame": "MESSAGE",
+                "chanid": self.chanid,
+                "num": num,
+                "headers": repr(item.headers),
+                "attachments": [a.chanid for a in item.attachments],
+                "payload_len": len(item.payload),
+            }
+        )
+
+    def _sent(self, cost: int, item: _Queued, key: int) -> None:
+        self.window.sent(cost)
+        self.stats.messages_sent += 1
+        self.stats.bytes_sent += cost
+        self._cstats.messages_sent += 1
+        self._cstats.bytes_sent += cost
+        if item.attachments:
+            self._transit.attached(self.chanid, key, tuple(a.chanid for a in item.attachments))
+
+    def drain(self) -> None:
+        """Send queued messages the window now admits; finish if that was waited for.
+
+        ``SendWindowOpened`` reports the queue drained, or no longer full.
+        """
+        queue = self._queue
+        if not queue:
+            return
+        was_blocked = self.blocked
+        while queue and self._transmit(queue[0]):
+            queue.popleft()
+        if not queue:
+            self._emit(SendWindowOpened(self.chanid))
+            if self.state is SenderState.FINISHING:
+                self.state = SenderState.OPEN
+                self.finish()
+        elif was_blocked and not self.blocked:
+            self._emit(SendWindowOpened(self.chanid))  # a blocked send() may continue
+
+    def flush_announce(self) -> None:
+        """SENT_UNRELIABLE for the datagrams sent since the last report."""
+        if self._unannounced:
+            frame = SentUnreliable(self._unannounced)
+            self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
+            self._unannounced = 0
+
+    def _send_finish(self) -> None:
+        self.flush_announce()
+        frame = FinishSender(self.sent_reliable)
+        sid = self._control_stream()
+        self._out.write_frame(sid, frame, encode_frame(frame))
+        self._out.finish(sid)
+        if self._ordered is not None and self._ordered != sid:
+            self._out.finish(self._ordered)
+        self._ordered = self._control = None
+        self.state = SenderState.FINISHED
+
+    def _drop_queue(self) -> list[int]:
+        lost = self.take_evicted()
+        for item in self._queue:
+            lost.extend(a.chanid for a in item.attachments)
+        self._queue.clear()
+        return lost
+
+    def _reset_message_streams(self, code: int) -> None:
+        if self._ordered is not None and self._ordered != self._control:
+            self._out.reset(self._ordered, code)
+        self._ordered = None
+
+    def destroy(self, code: int) -> list[int]:
+        """Lost or forgotten: reset every stream, abandon sends; returns never-sent attachments."""
+        lost = self._drop_queue()
+        for sid in self.open_streams():
+            self._out.reset(sid, code)
+        self._ordered = self._control = None
+        return lost
+
+    # ------------------------------------------------------------ frames from the receiver
+
+    def on_ack_reliable(self, ranges: tuple[int, ...]) -> None:
+        """ACK_RELIABLE: values are relative to the lowest number not yet acked."""
+        acked = RangeSet.from_ack_reliable(self._acked.base, ranges)
+        top = 0
+        for _, stop in acked:
+            top = stop
+        if top > self.sent_reliable:
+            raise RemoteProtocolError(
+                f"ACK_RELIABLE: acks message {top - 1} of channel {self.chanid}, "
+                f"but only {self.sent_reliable} reliable messages were sent"
+            )
+        count = 0
+        for start, stop in acked:
+            self._acked.add_range(start, stop)
+            count += stop - start
+        if self._transit.has_unacked(self.chanid):
+            for key in self._transit.unacked_keys(self.chanid):
+                if not key & 1 and (key >> 1) in acked:
+                    self._transit.acked(self.chanid, key)
+        self._count_acks(count, 0)
+
+    def on_ack_nack(self, ranges: tuple[int, ...]) -> list[int]:
+        """ACK_NACK_UNRELIABLE: covers numbers from our copy of the receiver's cursor."""
+        acked, nacked, cursor = decode_ack_nack(self._u_cursor, ranges)
+        if cursor > self.sent_unreliable:
+            raise RemoteProtocolError(
+                f"ACK_NACK_UNRELIABLE: covers unreliable message {cursor - 1} of channel "
+                f"{self.chanid}, but only {self.sent_unreliable} were sent"
+            )
+        costs = self._u_costs
+        lost: list[int] = []
+        tracked = self._transit.has_unacked(self.chanid)
+        n_ack = n_nack = 0
+        released = 0
+        # acked and nacked runs alternate from the cursor: walk them in order
+        for r in sorted(acked + nacked, key=lambda r: r.start):
+            is_nack = r in nacked
+            for num in r:
+                cost = costs.popleft()
+                if is_nack:
+                    released += cost
+                if tracked:
+                    key = message_key(num, True)
+                    if is_nack:
+                        lost.extend(self._transit.nacked(self.chanid, key))
+                    else:
+                        self._transit.acked(self.chanid, key)
+            if is_nack:
+                n_nack += len(r)
+            else:
+                n_ack += len(r)
+        self._u_cursor = cursor
+        if released:
+            self.window.released(released)
+        self._count_acks(n_ack, n_nack)
+        self.drain()
+        return lost
+
+    def _count_acks(self, acked: int, nacked: int) -> None:
+        self.stats.acked += acked
+        self.stats.nacked += nacked
+        self._cstats.acked += acked
+        self._cstats.nacked += nacked
+        self._emit(MessagesAcked(self.chanid, acked, nacked))
+
+    def on_dequeued(self, nbytes: int) -> None:
+        """DEQUEUED: credit returns to the window."""
+        if not self.window.released(nbytes):
+            raise RemoteProtocolError(
+                f"DEQUEUED: {nbytes} bytes reported on channel {self.chanid}, "
+                "more than were outstanding"
+            )
+        self.drain()
+
+    def on_close_receiver(self) -> list[int]:
+        """CLOSE_RECEIVER nacks every number not acked; returns the chanids that became lost."""
+        lost = self._drop_queue()
+        for key in self._transit.unacked_keys(self.chanid):
+            lost.extend(self._transit.nacked(self.chanid, key))
+        if self.state is SenderState.FINISHED:
+            self._emit(ChannelFinished(self.chanid))
+        elif self.state is not SenderState.CANCELLED:
+            for sid in self.open_streams():
+                self._out.reset(sid, RESET_CANCELLED)
+            self._emit(ReceiverWasClosed(self.chanid))
+        self._ordered = self._control = None
+        return lost

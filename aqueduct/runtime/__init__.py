@@ -1,0 +1,51 @@
+"""The asyncio runtime: public handles, endpoints and the payload codec.
+
+``aqueduct`` re-exports these names (``aqueduct.channel()``,
+``await aqueduct.connect(...)``); the sans-IO layers never import this package.
+Endpoints are imported lazily so local channels work without aioquic loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aqueduct.runtime.handles import (
+    Finished,
+    Message,
+    Mode,
+    OneshotReceiver,
+    OneshotSender,
+    Receiver,
+    Sender,
+    channel,
+    oneshot,
+)
+from aqueduct.runtime.headers import HeaderContext
+
+_ENDPOINT_NAMES = {"serve", "connect", "Server", "ServerConnection", "Connection"}
+
+__all__ = [
+    "Connection",
+    "Finished",
+    "HeaderContext",
+    "Message",
+    "Mode",
+    "OneshotReceiver",
+    "OneshotSender",
+    "Receiver",
+    "Sender",
+    "Server",
+    "ServerConnection",
+    "channel",
+    "connect",
+    "oneshot",
+    "serve",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ENDPOINT_NAMES:
+        from aqueduct.runtime import endpoints
+
+        return getattr(endpoints, name)
+    raise AttributeError(f"module 'aqueduct.runtime' has no attribute {name!r}")

@@ -1,0 +1,383 @@
+"""Drive the sans-IO core (:class:`aqueduct.proto.connection.Connection`) from aioquic.
+
+One :class:`Driver` per QUIC connection (an aioquic protocol object, so one
+asyncio "task" per connection, no thread or task per channel):
+
+* aioquic events are fed into the core as they are parsed;
+* the core's actions are applied to aioquic in :meth:`Driver.transmit`, which
+  aioquic calls once after each received UDP datagram and each timer; calls
+  from the application (``send``, ``finish`` ...) only schedule one such
+  transmit with ``call_soon``, so a burst of sends becomes one flush;
+* the core's timer is armed with ``loop.call_at``;
+* core events are dispatched to the handles registered per chanid.
+
+The driver is also the :class:`~aqueduct.runtime.handles.Link` networked
+handles talk through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic import events as quic_events
+from aioquic.quic.connection import QuicConnection
+
+from aqueduct.proto import events as ev
+from aqueduct.proto.connection import Connection as CoreConnection
+from aqueduct.proto.errors import (
+    ConnectionLost,
+    LocalProtocolError,
+    LostInTransit,
+    ReceiverClosed,
+    RemoteProtocolError,
+)
+from aqueduct.runtime.framelog import FrameLog
+from aqueduct.runtime.handles import (
+    AttachmentOut,
+    Finished,
+    Message,
+    Mode,
+    OneshotReceiver,
+    OneshotSender,
+    Receiver,
+    Sender,
+    _Handle,
+)
+from aqueduct.runtime.headers import Headers, Middleware, run_middleware
+from aqueduct.runtime.payload import CBOR, PayloadError, content_type, decode_value
+from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
+
+PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
+# Room for QUIC's short header, packet number, AEAD tag and DATAGRAM frame
+# header inside one UDP payload; a datagram larger than what fits would stall
+# aioquic's datagram queue, so the core is told a safe bound.
+DATAGRAM_OVERHEAD = 64
+
+
+class Driver(QuicConnectionProtocol):
+    """aioquic protocol that runs one Aqueduct connection."""
+
+    def __init__(
+        self,
+        quic: QuicConnection,
+        *,
+        core: CoreConnection,
+        middleware: tuple[Middleware, ...] = (),
+        frame_log: FrameLog | None = None,
+        on_ready: Callable[[Driver], None] | None = None,
+    ) -> None:
+        super().__init__(quic)
+        self.core = core
+        self.side = Side.CLIENT if quic.configuration.is_client else Side.SERVER
+        self.middleware = middleware
+        self.frame_log = frame_log
+        self.peer_headers: Headers = ()
+        self.peer_content_type = CBOR  # how to read the peer's messages without content-type
+        self.content_type = content_type(core.config.headers)  # our announced default
+        self.connection: Any = None  # the public Connection object, set by endpoints
+        self.terminated: ConnectionLost | None = None
+        self.ready: asyncio.Future[None] = self._loop.create_future()
+        self._on_ready = on_ready
+        # Weak: dropping a handle releases its channel (see ``dropped``).
+        self._handles: weakref.WeakValueDictionary[int, _Handle] = weakref.WeakValueDictionary()
+        self._entry: _Handle | None = None  # kept alive for the connection's lifetime
+        self._core_timer: asyncio.TimerHandle | None = None
+        self._core_timer_at: float | None = None
+        self._rtt = 0.0
+        self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
+
+    # ------------------------------------------------------------ aioquic input
+    def quic_event_received(self, event: quic_events.QuicEvent) -> None:
+        now = self._loop.time()
+        core = self.core
+        if isinstance(event, quic_events.StreamDataReceived):
+            core.receive_stream_data(event.stream_id, event.data, event.end_stream, now)
+        elif isinstance(event, quic_events.DatagramFrameReceived):
+            core.receive_datagram(event.data, now)
+        elif isinstance(event, quic_events.StreamReset):
+            core.receive_stream_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, quic_events.HandshakeCompleted):
+            self._quic_handshake_completed(event, now)
+        elif isinstance(event, quic_events.ConnectionTerminated):
+            self._terminate(ConnectionLost(_describe_close(event), event.error_code))
+        # The core's events are dispatched in transmit(), which aioquic calls
+        # right after the whole batch of events of one UDP datagram.
+
+    def _quic_handshake_completed(self, event: quic_events.HandshakeCompleted, now: float) -> None:
+        remote_max = self._quic._remote_max_datagram_frame_size
+        if remote_max is None:
+            # Spec section 1: a peer without RFC 9221 datagrams is refused.
+            self._quic.close(
+                error_code=PROTOCOL_VIOLATION,
+                reason_phrase="peer did not enable QUIC datagrams (max_datagram_frame_size)",
+            )
+            return
+        self.core.set_max_datagram_size(
+            min(remote_max, self._quic._max_datagram_size) - DATAGRAM_OVERHEAD
+        )
+        if self.side is Side.CLIENT:
+            self.core.initiate(now)  # the client speaks first (VERSION, CONNECTION_HEADERS)
+
+    # ------------------------------------------------------------ output
+    def transmit(self) -> None:
+        """Apply the core's pending actions to aioquic, then send packets (one flush)."""
+        self._flush_core()
+        super().transmit()
+
+    def _flush_core(self) -> None:
+        core = self.core
+        if self._dequeued:
+            now = self._loop.time()
+            for chanid, nbytes in self._dequeued.items():
+                core.dequeued(chanid, nbytes, now)
+            self._dequeued.clear()
+        loss = self._quic._loss
+        if loss._rtt_initialized and loss._rtt_smoothed != self._rtt:
+            self._rtt = loss._rtt_smoothed
+            core.set_rtt(self._rtt)
+        quic = self._quic
+        for action in core.transmit():
+            if isinstance(action, ev.StreamDataQueued):
+                quic.send_stream_data(action.stream_id, action.data, action.end_stream)
+            elif isinstance(action, ev.DatagramQueued):
+                quic.send_datagram_frame(action.data)
+            elif isinstance(action, ev.StreamResetQueued):
+                quic.reset_stream(action.stream_id, action.error_code)
+            elif isinstance(action, ev.ConnectionCloseQueued):
+                quic.close(error_code=action.error_code, reason_phrase=action.reason)
+        self._dispatch_events()
+        self._arm_core_timer()
+
+    def _arm_core_timer(self) -> None:
+        at = self.core.get_timer()
+        if at == self._core_timer_at:
+            return
+        if self._core_timer is not None:
+            self._core_timer.cancel()
+            self._core_timer = None
+        self._core_timer_at = at
+        if at is not None:
+            self._core_timer = self._loop.call_at(at, self._on_core_timer)
+
+    def _on_core_timer(self) -> None:
+        self._core_timer = None
+        self._core_timer_at = None
+        self.core.handle_timer(self._loop.time())
+        self.transmit()
+
+    # ------------------------------------------------------------ core events
+    def _dispatch_events(self) -> None:
+        next_event = self.core.next_event
+        event = next_event()
+        while event is not None:
+            if isinstance(event, ev.MessageReceived):
+                self._message_received(event)
+            elif isinstance(event, ev.SendWindowOpened):
+                handle = self._handles.get(event.chanid)
+                if isinstance(handle, Sender):
+                    handle._window_opened()
+            elif isinstance(event, ev.MessagesAcked):
+                pass  # counted by the core; visible through stats()
+            elif isinstance(event, ev.ChannelFinished):
+                handle = self._handles.pop(event.chanid, None)
+                if isinstance(handle, Receiver):
+                    handle._end(Finished())
+                elif isinstance(handle, Sender):
+                    handle._finish_confirmed()
+            elif isinstance(event, ev.ChannelCancelled):
+                handle = self._handles.pop(event.chanid, None)
+                if isinstance(handle, Receiver):
+                    handle._cancel()
+            elif isinstance(event, ev.ReceiverWasClosed):
+                handle = self._handles.pop(event.chanid, None)
+                if isinstance(handle, Sender):
+                    handle._fail(ReceiverClosed("the receiver closed the channel"))
+            elif isinstance(event, ev.ChannelLost):
+                handle = self._handles.pop(event.chanid, None)
+                if handle is not None:
+                    handle._fail(  # type: ignore[attr-defined]
+                        LostInTransit(f"channel {event.chanid} was lost in transit")
+                    )
+            elif isinstance(event, ev.HandshakeCompleted):
+                self._aqueduct_ready(event.peer_headers)
+            elif isinstance(event, ev.ConnectionTerminated):
+                lost = ConnectionLost(event.reason, event.error_code)
+                if event.error_code == PROTOCOL_VIOLATION and not event.by_peer:
+                    # The peer broke a rule: say so, handles still see ConnectionLost.
+                    lost.__cause__ = RemoteProtocolError(event.reason)
+                self._terminate(lost)
+            event = next_event()
+
+    def _aqueduct_ready(self, peer_headers: Headers) -> None:
+        self.peer_headers = peer_headers
+        self.peer_content_type = content_type(peer_headers, CBOR)
+        if self.side is Side.CLIENT:
+            entry: _Handle = Sender(None)
+        else:
+            entry = Receiver(None)
+        entry._networked(self, ENTRYPOINT, received=True)
+        self._entry = entry
+        if not self.ready.done():
+            self.ready.set_result(None)
+        if self._on_ready is not None:
+            self._on_ready(self)
+
+    def entrypoint(self) -> _Handle:
+        """The entrypoint handle (Sender on the client, Receiver on the server)."""
+        assert self._entry is not None, "the Aqueduct handshake has not completed"
+        return self._entry
+
+    def _message_received(self, event: ev.MessageReceived) -> None:
+        handles = tuple([self._adopt(a) for a in event.attachments]) if event.attachments else ()
+        receiver = self._handles.get(event.chanid)
+        if not isinstance(receiver, Receiver):
+            return  # closed locally meanwhile; the core already treats it as closed
+        headers = run_middleware(
+            self.middleware, "incoming", event.chanid, event.headers, self.peer_headers
+        )
+        try:
+            value = decode_value(event.payload, headers, handles, self.peer_content_type)
+        except PayloadError as exc:
+            receiver._push(exc, event.cost)
+            return
+        receiver._push(Message(value, headers, handles), event.cost)
+
+    def _adopt(self, attachment: ev.Attachment) -> _Handle:
+        """A handle for a channel the peer attached to a message."""
+        chanid = attachment.chanid
+        we_send = chanid_sender(chanid) == self.side
+        oneshot = chanid_oneshot(chanid)
+        if we_send:
+            handle: _Handle = (OneshotSender if oneshot else Sender)(None, attachment.headers)
+        else:
+            handle = (OneshotReceiver if oneshot else Receiver)(None, attachment.headers)
+        handle._networked(self, chanid, received=True)
+        return handle
+
+    def _terminate(self, lost: ConnectionLost) -> None:
+        if self.terminated is not None:
+            return
+        self.terminated = lost
+        if not self.ready.done():
+            self.ready.set_exception(lost)
+            self.ready.exception()  # retrieved: connect() reports it, no "never retrieved" noise
+        handles = list(self._handles.values())
+        self._handles.clear()
+        for handle in handles:
+            if isinstance(handle, Receiver):
+                handle._end(lost)  # buffered messages stay readable, then ConnectionLost
+            else:
+                handle._fail(lost)  # type: ignore[attr-defined]
+        if self._core_timer is not None:
+            self._core_timer.cancel()
+            self._core_timer = None
+        if self.frame_log is not None:
+            self.frame_log.event("connection_terminated", {"code": lost.code, "reason": lost.reason})
+            self.frame_log.close()
+
+    # ------------------------------------------------------------ Link (for handles)
+    def _check_open(self) -> None:
+        if self.terminated is not None:
+            raise self.terminated
+
+    def new_channel(self, sender_is_local: bool, oneshot: bool) -> int:
+        self._check_open()
+        sender_side = self.side if sender_is_local else Side(1 - self.side)
+        return self.core.new_channel(sender_side, oneshot)
+
+    def register(self, chanid: int, handle: Sender | Receiver) -> None:
+        self._handles[chanid] = handle
+
+    def dropped(self, chanid: int) -> None:
+        if self.terminated is None and not self._loop.is_closed():
+            # Garbage collection may run anywhere, even inside the core: defer.
+            self._loop.call_soon_threadsafe(self._release, chanid)
+
+    def _release(self, chanid: int) -> None:
+        core = self.core
+        if self.terminated is not None or chanid not in core.channels:
+            return  # the channel already ended
+        now = self._loop.time()
+        try:
+            if chanid_sender(chanid) == self.side:
+                core.cancel(chanid, now)
+            else:
+                core.close_receiver(chanid, now)
+        except LocalProtocolError:
+            return  # finishing already: nothing to release
+        self._transmit_soon()
+
+    def send_message(
+        self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
+    ) -> bool:
+        self._check_open()
+        if self.middleware:
+            headers = run_middleware(self.middleware, "outgoing", chanid, headers, self.peer_headers)
+        core = self.core
+        ok = core.send_message(
+            chanid,
+            payload,
+            headers=headers,
+            attachments=tuple([ev.Attachment(a.chanid, a.headers) for a in attachments])
+            if attachments
+            else (),
+            now=self._loop.time(),
+        )
+        self._transmit_soon()
+        if not ok:
+            self._dispatch_events()  # an evicted message may have lost attached channels
+            return not core.send_blocked(chanid)
+        return True
+
+    def set_mode(self, chanid: int, mode: Mode) -> None:
+        self.core.set_mode(chanid, mode)
+
+    def finish(self, chanid: int) -> None:
+        self._check_open()
+        self.core.finish(chanid, self._loop.time())
+        self._transmit_soon()
+
+    def cancel(self, chanid: int) -> None:
+        self._handles.pop(chanid, None)
+        if self.terminated is None:
+            self.core.cancel(chanid, self._loop.time())
+            self._dispatch_events()  # channels attached to dropped messages are lost now
+            self._transmit_soon()
+
+    def close_receiver(self, chanid: int) -> None:
+        self._handles.pop(chanid, None)
+        if self.terminated is None:
+            self.core.close_receiver(chanid, self._loop.time())
+            self._transmit_soon()
+
+    def dequeued(self, chanid: int, nbytes: int) -> None:
+        # Summed per channel and handed to the core once per flush: an
+        # application reading a burst of messages costs one core call.
+        if self.terminated is None:
+            pending = self._dequeued
+            pending[chanid] = pending.get(chanid, 0) + nbytes
+            self._transmit_soon()
+
+    def channel_stats(self, chanid: int) -> dict[str, Any]:
+        try:
+            counters = dataclasses.asdict(self.core.channel_stats(chanid))
+        except LocalProtocolError:  # the channel ended: the core dropped its state
+            counters = {}
+        return {"networked": True, "chanid": chanid, **counters}
+
+    # ------------------------------------------------------------ closing
+    def close_aqueduct(self, reason: str) -> None:
+        """Close the connection the Aqueduct way (code 2, application close)."""
+        if self.terminated is None and not self._closed.is_set():
+            self.core.close(self._loop.time(), reason)
+            self._transmit_soon()
+
+
+def _describe_close(event: quic_events.ConnectionTerminated) -> str:
+    reason = event.reason_phrase or "no reason given"
+    return f"connection closed (error code {event.error_code}): {reason}"

@@ -1,0 +1,284 @@
+"""``serve()`` and ``connect()``: Aqueduct endpoints over aioquic.
+
+A server yields one :class:`ServerConnection` per accepted client, each with
+its entrypoint :class:`~aqueduct.runtime.handles.Receiver`; ``connect()``
+returns the client's entrypoint :class:`~aqueduct.runtime.handles.Sender`
+(``tx.connection`` is the :class:`Connection`). Both wait for the Aqueduct
+handshake (VERSION / CONNECTION_HEADERS exchange), not just QUIC's, so the
+peer's headers are known when they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aioquic.asyncio.server import QuicServer
+from aioquic.asyncio.server import serve as quic_serve
+from aioquic.quic.connection import QuicConnection
+
+from aqueduct.proto.config import ProtoConfig
+from aqueduct.proto.connection import Connection as CoreConnection
+from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime.driver import Driver
+from aqueduct.runtime.framelog import open_frame_log
+from aqueduct.runtime.handles import Receiver, Sender
+from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
+from aqueduct.runtime.payload import CONNECTION_HEADERS
+from aqueduct.runtime.tls import (
+    client_configuration,
+    require_client_certificate,
+    server_configuration,
+)
+
+PathLike = str | os.PathLike[str]
+CLOSE_TIMEOUT = 5.0
+
+
+class Connection:
+    """One Aqueduct connection: headers, stats and closing."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self._release: asyncio.Task[None] | None = None  # client: closes the UDP socket at the end
+        driver.connection = self
+
+    @property
+    def peer_headers(self) -> Headers:
+        """The CONNECTION_HEADERS the peer sent."""
+        return self._driver.peer_headers
+
+    @property
+    def is_closed(self) -> bool:
+        return self._driver.terminated is not None
+
+    @property
+    def close_reason(self) -> ConnectionLost | None:
+        """Why the connection ended (None while open)."""
+        return self._driver.terminated
+
+    def stats(self) -> dict[str, Any]:
+        """Counters from the core plus QUIC's view (RTT, packets)."""
+        quic = self._driver._quic
+        loss = quic._loss
+        return {
+            **dataclasses.asdict(self._driver.core.stats()),
+            "quic": {
+                "smoothed_rtt": loss._rtt_smoothed if loss._rtt_initialized else None,
+                "bytes_in_flight": loss.bytes_in_flight,
+                "congestion_window": loss.congestion_window,
+            },
+        }
+
+    async def close(self, reason: str = "") -> None:
+        """Close the connection (application close, code 2) and wait until it is gone."""
+        self._driver.close_aqueduct(reason)
+        try:
+            await asyncio.wait_for(self._driver.wait_closed(), CLOSE_TIMEOUT)
+        except TimeoutError:
+            pass  # peer unreachable: aioquic's idle timer finishes the job
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection ended, for whatever reason."""
+        await self._driver.wait_closed()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class ServerConnection(Connection):
+    """A connection accepted by a :class:`Server`, with the entrypoint Receiver."""
+
+    def __init__(self, driver: Driver) -> None:
+        super().__init__(driver)
+        entry = driver.entrypoint()
+        assert isinstance(entry, Receiver)
+        self.entrypoint: Receiver = entry
+        """Messages the client sends on its entrypoint Sender arrive here."""
+
+
+def _connection_headers(headers: HeadersLike) -> Headers:
+    own = normalize_headers(headers)
+    if any(k.lower() == "content-type" for k, _ in own):
+        return own
+    return CONNECTION_HEADERS + own
+
+
+def _make_driver(
+    quic: QuicConnection,
+    headers: Headers,
+    middleware: tuple[Middleware, ...],
+    frame_log: PathLike | None,
+    options: dict[str, Any],
+    on_ready: Callable[[Driver], None] | None = None,
+) -> Driver:
+    """A driver with its own core; ``options`` are ``ProtoConfig`` fields (window, limits ...)."""
+    is_client = quic.configuration.is_client
+    log = open_frame_log(frame_log, "client" if is_client else "server")
+    core = CoreConnection(is_client, ProtoConfig(headers=headers, frame_log=log, **options))
+    return Driver(quic, core=core, middleware=middleware, frame_log=log, on_ready=on_ready)
+
+
+class Server:
+    """A listening endpoint: ``async for conn in server`` yields :class:`ServerConnection`."""
+
+    def __init__(self) -> None:
+        self._accepted: asyncio.Queue[ServerConnection | None] = asyncio.Queue()
+        self._connections: set[ServerConnection] = set()
+        self._quic_server: QuicServer | None = None
+        self._closed = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) actually bound (useful with port 0)."""
+        assert self._quic_server is not None and self._quic_server._transport is not None
+        host, port = self._quic_server._transport.get_extra_info("sockname")[:2]
+        return host, port
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def _ready(self, driver: Driver) -> None:
+        conn = ServerConnection(driver)
+        if self._closed:
+            driver.close_aqueduct("server closed")
+            return
+        # Forget connections that ended, so a long-running server does not accumulate them.
+        self._connections = {c for c in self._connections if not c.is_closed}
+        self._connections.add(conn)
+        self._accepted.put_nowait(conn)
+
+    async def accept(self) -> ServerConnection:
+        """The next connection; raises ``ConnectionLost`` once the server is closed."""
+        conn = await self._accepted.get()
+        if conn is None:
+            self._accepted.put_nowait(None)  # wake other acceptors too
+            raise ConnectionLost("server closed")
+        return conn
+
+    def __aiter__(self) -> Server:
+        return self
+
+    async def __anext__(self) -> ServerConnection:
+        try:
+            return await self.accept()
+        except ConnectionLost:
+            raise StopAsyncIteration from None
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection, release the port."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accepted.put_nowait(None)
+        conns = [c for c in self._connections if not c.is_closed]
+        await asyncio.gather(*(c.close("server closed") for c in conns))
+        if self._quic_server is not None:
+            self._quic_server.close()
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def serve(
+    host: str,
+    port: int,
+    *,
+    certfile: PathLike,
+    keyfile: PathLike | None = None,
+    cafile: PathLike | None = None,
+    headers: HeadersLike = None,
+    middleware: Iterable[Middleware] = (),
+    frame_log: PathLike | None = None,
+    idle_timeout: float = 60.0,
+    **options: Any,
+) -> Server:
+    """Listen for Aqueduct connections on ``host``:``port`` (0 = any free port).
+
+    ``cafile`` turns on mutual TLS: clients must present a certificate signed
+    by it. ``headers`` are this side's connection headers;
+    ``middleware`` see/modify every message's headers; ``frame_log`` writes
+    a JSON-lines frame log; other ``options`` go to the core's ``ProtoConfig``.
+    """
+    config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
+    conn_headers = _connection_headers(headers)
+    mw = tuple(middleware)
+    server = Server()
+
+    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> Driver:
+        # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
+        if cafile is not None:
+            require_client_certificate(quic, cafile)
+        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready)
+
+    server._quic_server = await quic_serve(host, port, configuration=config, create_protocol=create_protocol)
+    return server
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    cafile: PathLike | None = None,
+    verify: bool = True,
+    certfile: PathLike | None = None,
+    keyfile: PathLike | None = None,
+    server_name: str | None = None,
+    headers: HeadersLike = None,
+    middleware: Iterable[Middleware] = (),
+    frame_log: PathLike | None = None,
+    idle_timeout: float = 60.0,
+    timeout: float = 30.0,
+    **options: Any,
+) -> Sender:
+    """Connect to an Aqueduct server; return the entrypoint :class:`Sender`.
+
+    ``cafile`` verifies the server (``verify=False`` skips that, for tests);
+    ``certfile``/``keyfile`` present a client certificate (mutual TLS).
+    ``tx.connection`` gives headers, stats and ``close()``; using the Sender
+    as an async context manager finishes it and closes the connection.
+    Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
+    peer without datagram support) or takes longer than ``timeout``.
+    """
+    loop = asyncio.get_running_loop()
+    config = client_configuration(
+        server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout
+    )
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    family, _, _, _, addr = infos[0]
+    quic = QuicConnection(configuration=config)
+    driver = _make_driver(quic, _connection_headers(headers), tuple(middleware), frame_log, options)
+    local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
+    transport, _ = await loop.create_datagram_endpoint(lambda: driver, local_addr=local, family=family)
+    driver.connect(addr)
+    try:
+        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
+    except BaseException as exc:
+        driver.close()
+        transport.close()
+        if isinstance(exc, TimeoutError):
+            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
+        raise
+    connection = Connection(driver)
+    connection._release = loop.create_task(_release(driver, transport))
+    entry = driver.entrypoint()
+    assert isinstance(entry, Sender)
+    entry._owns_connection = connection
+    return entry
+
+
+async def _release(driver: Driver, transport: asyncio.BaseTransport) -> None:
+    """Close the client's UDP socket once its connection ended."""
+    await driver.wait_closed()
+    transport.close()
