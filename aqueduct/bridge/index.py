@@ -1,0 +1,175 @@
+"""The per-stream index: the only thing a log reader trusts.
+
+A stream's data lives in Arrow IPC segment files; which bytes of them are
+data is decided by the index alone. Each group commit appends one
+fixed-size, CRC-protected entry per stream *after* the batch bytes were
+fsynced, and fsyncs the index. So:
+
+- a batch written but not indexed (crash between the two fsyncs) is
+  invisible, and the writer cuts it off when it reopens the log;
+- a torn index entry (crash in the middle of its write) fails its CRC or
+  is short, and it and everything after it is ignored;
+- a reader in another process may see the index while it grows: it reads
+  the valid prefix, which only ever refers to fsynced bytes.
+
+An entry also carries the stream's state after its batch (point of
+reference, end of the last complete epoch, epoch counter), so reopening
+the log and answering position questions needs no scan of the data.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = b"AQIDX\x00\x00\x01"
+
+# segment, position, length, first_offset, count, reference_before,
+# reference_after, complete_after, first_epoch, last_epoch, next_epoch,
+# flags, written_at_us; then a CRC32 of all of these.
+_BODY = struct.Struct("<QQIQIQQQQQQBQ")
+_CRC = struct.Struct("<I")
+ENTRY_SIZE = _BODY.size + _CRC.size
+
+FLAG_USES_BOUNDARIES = 1
+
+
+class IndexCorrupt(Exception):
+    """The index contradicts itself in a way a crash cannot explain."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One committed record batch of a stream, and the stream state after it.
+
+    Offsets are record counts within the stream; ``segment`` names the
+    segment file by the offset of its first record.
+    """
+
+    segment: int
+    position: int
+    length: int
+    first_offset: int
+    count: int
+    reference_before: int
+    reference_after: int
+    complete_after: int
+    first_epoch: int
+    last_epoch: int
+    next_epoch: int
+    uses_boundaries: bool
+    written_at_us: int
+
+    @property
+    def end_offset(self) -> int:
+        """Exclusive end offset of the batch."""
+        return self.first_offset + self.count
+
+
+def encode_entry(e: IndexEntry) -> bytes:
+    """Serialize an entry with its CRC."""
+    body = _BODY.pack(
+        e.segment,
+        e.position,
+        e.length,
+        e.first_offset,
+        e.count,
+        e.reference_before,
+        e.reference_after,
+        e.complete_after,
+        e.first_epoch,
+        e.last_epoch,
+        e.next_epoch,
+        FLAG_USES_BOUNDARIES if e.uses_boundaries else 0,
+        e.written_at_us,
+    )
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _decode_entry(raw: bytes) -> IndexEntry | None:
+    body = raw[: _BODY.size]
+    (crc,) = _CRC.unpack_from(raw, _BODY.size)
+    if zlib.crc32(body) != crc:
+        return None
+    f = _BODY.unpack(body)
+    return IndexEntry(
+        segment=f[0],
+        position=f[1],
+        length=f[2],
+        first_offset=f[3],
+        count=f[4],
+        reference_before=f[5],
+        reference_after=f[6],
+        complete_after=f[7],
+        first_epoch=f[8],
+        last_epoch=f[9],
+        next_epoch=f[10],
+        uses_boundaries=bool(f[11] & FLAG_USES_BOUNDARIES),
+        written_at_us=f[12],
+    )
+
+
+def decode_entries(data: bytes) -> tuple[list[IndexEntry], int]:
+    """Decode the valid prefix of an index file's bytes.
+
+    Returns the entries and the number of bytes they span. Decoding stops
+    at a short or CRC-failing entry, or at one that does not continue its
+    predecessor (a torn or stale tail); the caller decides whether to cut
+    the rest off (the writer) or just ignore it (a reader).
+    """
+    if len(data) < len(MAGIC):
+        return [], 0
+    if data[: len(MAGIC)] != MAGIC:
+        raise IndexCorrupt("index file does not start with the aqueduct index magic")
+    entries: list[IndexEntry] = []
+    pos = len(MAGIC)
+    while pos + ENTRY_SIZE <= len(data):
+        entry = _decode_entry(data[pos : pos + ENTRY_SIZE])
+        if entry is None:
+            break
+        if entries and entry.first_offset != entries[-1].end_offset:
+            break
+        entries.append(entry)
+        pos += ENTRY_SIZE
+    return entries, pos
+
+
+def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
+    """Read the valid entries of an index file (empty if it does not exist)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    return decode_entries(data)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory entry change (create, rename, unlink) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves old or new, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def rewrite_index(path: Path, entries: list[IndexEntry]) -> None:
+    """Atomically replace an index with the given entries (used by truncation)."""
+    write_atomically(path, MAGIC + b"".join(encode_entry(e) for e in entries))

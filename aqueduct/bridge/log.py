@@ -1,0 +1,545 @@
+"""The bridge's durable log: one append-only partition per connector stream.
+
+Layout of a log directory::
+
+    FORMAT                      "aqueduct-log 1"
+    LOCK                        flock'ed by the one writer process
+    streams/<stream id>/
+        meta.json               stream name, owning connector, id ordering
+        received.json           dedup ids that only truncated segments held
+        index                   CRC'd entries: the only source of truth
+        <base offset>.arrow     Arrow IPC segments
+    commits/<consumer>.json     offsets the Spark source committed
+
+Appends accumulate in memory, column by column. :meth:`DurableLog.commit`
+(group commit) turns each stream's pending records into one Arrow record
+batch, writes it to the stream's segment, fsyncs every touched segment,
+then appends and fsyncs one index entry per stream. Only then are the
+records visible (to readers, to :meth:`durable_reference`, and as credits
+for producers). A crash at any point leaves a log whose index describes
+exactly the batches that were fully written; on open, the writer cuts off
+whatever lies beyond (torn batches, unindexed batches, orphan segments).
+
+Each stream tracks, per record: its offset (record count), its epoch, and
+the stream's point of reference after it; per stream: the received-id
+range set used for deduplication, rebuilt on open from the retained
+records, and the end of the last complete epoch.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from aqueduct.bridge.index import (
+    MAGIC,
+    IndexEntry,
+    encode_entry,
+    fsync_dir,
+    read_entries,
+    rewrite_index,
+    write_atomically,
+)
+from aqueduct.bridge.schema import MAX_INT64, STORED_SCHEMA
+from aqueduct.bridge.segment import SegmentWriter, segment_bases, segment_name, write_all
+from aqueduct.bridge.view import (
+    FORMAT_FILE,
+    FORMAT_TEXT,
+    INDEX_FILE,
+    META_FILE,
+    STREAMS_DIR,
+    StreamIndex,
+    StreamMeta,
+    check_log_dir,
+)
+from aqueduct.wire.rangeset import RangeSet
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+#: Received-id ranges carried over from truncated segments (unordered streams).
+CARRIED_FILE = "received.json"
+
+
+class LogError(Exception):
+    """A request the log cannot honour; the message says which rule it breaks."""
+
+
+class LogLocked(LogError):
+    """Another process already has this log open for writing."""
+
+
+class DuplicateMessage(LogError):
+    """A stable message id below the point of reference or already received."""
+
+
+def _check_int64(what: str, value: int) -> None:
+    if not 0 <= value <= MAX_INT64:
+        raise LogError(f"{what} {value} is outside 0..2**63-1 (Spark long)")
+
+
+@dataclass
+class _Pending:
+    """Records appended since the last commit, held as column lists."""
+
+    message_id: list[int | None] = field(default_factory=list)
+    event_time: list[int | None] = field(default_factory=list)
+    key: list[bytes | None] = field(default_factory=list)
+    payload: list[bytes] = field(default_factory=list)
+    epoch: list[int] = field(default_factory=list)
+    boundary: list[bool] = field(default_factory=list)
+    stable: list[bool] = field(default_factory=list)
+    reference: list[int] = field(default_factory=list)
+    #: The stream's point of reference before the first of these records.
+    reference_before: int = 0
+
+    def to_batch(self, meta: StreamMeta) -> pa.RecordBatch:
+        n = len(self.payload)
+        f = STORED_SCHEMA.field
+        columns = [
+            pa.repeat(pa.scalar(meta.stream_id, pa.int64()), n),
+            pa.repeat(pa.scalar(meta.stream_name, pa.string()), n),
+            pa.array(self.message_id, f("message_id").type),
+            pa.array(self.event_time, f("event_time").type),
+            pa.array(self.key, f("key").type),
+            pa.array(self.payload, f("payload").type),
+            pa.repeat(pa.scalar(meta.connector, pa.string()), n),
+            pa.array(self.epoch, pa.int64()),
+            pa.array(self.boundary, pa.bool_()),
+            pa.array(self.stable, pa.bool_()),
+            pa.array(self.reference, pa.int64()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=STORED_SCHEMA)
+
+
+class _StreamWriter:
+    """Writer-side state of one stream partition."""
+
+    def __init__(self, directory: Path, meta: StreamMeta, entries: list[IndexEntry]) -> None:
+        self.directory = directory
+        self.meta = meta
+        self.entries = entries
+        last = entries[-1] if entries else None
+        self.end = last.end_offset if last else 0
+        self.reference = last.reference_after if last else 0
+        self.complete = last.complete_after if last else 0
+        self.next_epoch = last.next_epoch if last else 0
+        self.uses_boundaries = last.uses_boundaries if last else False
+        self.received = self._rebuild_received()
+        self.pending = _Pending()
+        self.segment: SegmentWriter | None = None
+        if last is not None:
+            valid = last.position + last.length
+            self.segment = SegmentWriter(directory, last.segment, valid)
+        self._index_fd = os.open(directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+
+    def _rebuild_received(self) -> RangeSet:
+        """Ids below the oldest retained point of reference, ids carried over from
+        truncated segments, and the retained stable ids."""
+        received = RangeSet()
+        if not self.entries:
+            return received
+        if self.entries[0].reference_before:
+            received.add_range(0, self.entries[0].reference_before)
+        for a, b in self._carried():
+            received.add_range(a, b)
+        for m in _stable_ids(self.view()):
+            received.add(m)
+        return received
+
+    def _carried(self) -> list[tuple[int, int]]:
+        """Received-id ranges that only truncated segments held (see truncation)."""
+        try:
+            return [(a, b) for a, b in json.loads((self.directory / CARRIED_FILE).read_bytes())]
+        except FileNotFoundError:
+            return []
+
+    def snapshot(self) -> StreamIndex:
+        """A read-only view of the committed records (a copy: later commits do not show)."""
+        return StreamIndex(self.meta, self.directory, tuple(self.entries))
+
+    def view(self) -> StreamIndex:
+        """A view sharing the live entry list: O(1), for answering one question now."""
+        return StreamIndex(self.meta, self.directory, self.entries)
+
+    def is_duplicate(self, message_id: int) -> bool:
+        return message_id < self.reference or message_id in self.received
+
+    def append(
+        self,
+        payload: bytes,
+        message_id: int | None,
+        event_time: int | None,
+        key: bytes | None,
+        boundary: bool,
+        stable: bool,
+    ) -> int:
+        if message_id is None:
+            if boundary:
+                raise LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
+            stable = False
+        else:
+            _check_int64("message id", message_id)
+        if event_time is not None:
+            _check_int64("event time", event_time)
+        if not self.pending.payload:
+            self.pending.reference_before = self.reference
+        if stable:
+            assert message_id is not None
+            if self.is_duplicate(message_id):
+                raise DuplicateMessage(
+                    f"stream {self.meta.stream_id}: message id {message_id} was already "
+                    f"received (point of reference {self.reference})"
+                )
+            self.received.add(message_id)
+            if self.meta.ordered:
+                self.reference = message_id + 1
+            else:
+                self.reference = self.received.min_missing_from(self.reference)
+        p = self.pending
+        p.message_id.append(message_id)
+        p.event_time.append(event_time)
+        p.key.append(key)
+        p.payload.append(payload)
+        p.epoch.append(self.next_epoch)
+        p.boundary.append(boundary)
+        p.stable.append(stable)
+        p.reference.append(self.reference)
+        offset = self.end
+        self.end += 1
+        if boundary:
+            self.uses_boundaries = True
+        if boundary or not self.uses_boundaries:
+            self.next_epoch += 1
+            self.complete = self.end
+        return offset
+
+    def write_pending(self, segment_bytes: int, now_us: int) -> IndexEntry | None:
+        """Write the pending batch to the segment (not yet synced); return its entry."""
+        n = len(self.pending.payload)
+        if n == 0:
+            return None
+        first = self.end - n
+        if self.segment is None or self.segment.size >= segment_bytes:
+            if self.segment is not None:
+                self.segment.sync()
+                self.segment.close()
+            self.segment = SegmentWriter(self.directory, first, None)
+        batch = self.pending.to_batch(self.meta)
+        position, length = self.segment.append(batch)
+        entry = IndexEntry(
+            segment=self.segment.base,
+            position=position,
+            length=length,
+            first_offset=first,
+            count=n,
+            reference_before=self.pending.reference_before,
+            reference_after=self.reference,
+            complete_after=self.complete,
+            first_epoch=self.pending.epoch[0],
+            last_epoch=self.pending.epoch[-1],
+            next_epoch=self.next_epoch,
+            uses_boundaries=self.uses_boundaries,
+            written_at_us=now_us,
+        )
+        self.pending = _Pending()
+        return entry
+
+    def publish(self, entry: IndexEntry) -> None:
+        """Append and fsync the index entry: the batch becomes visible."""
+        write_all(self._index_fd, encode_entry(entry))
+        os.fsync(self._index_fd)
+        self.entries.append(entry)
+
+    def drop_segments_below(self, below_offset: int, keep_after_us: int) -> int:
+        """Drop whole segments ending at or below ``below_offset``; return the new earliest."""
+        if not self.entries:
+            return 0
+        active = self.entries[-1].segment
+        drop: set[int] = set()
+        by_segment: dict[int, list[IndexEntry]] = {}
+        for e in self.entries:
+            by_segment.setdefault(e.segment, []).append(e)
+        for base, es in by_segment.items():
+            if base == active or es[-1].end_offset > below_offset:
+                break
+            if es[-1].written_at_us > keep_after_us:
+                break
+            drop.add(base)
+        if drop:
+            self._carry_received_ids(drop)
+            self.entries = [e for e in self.entries if e.segment not in drop]
+            os.close(self._index_fd)
+            rewrite_index(self.directory / INDEX_FILE, self.entries)
+            self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+            for base in drop:
+                (self.directory / segment_name(base)).unlink(missing_ok=True)
+            fsync_dir(self.directory)
+        return self.entries[0].first_offset
+
+    def _carry_received_ids(self, drop: set[int]) -> None:
+        """Persist the stable ids of segments about to be dropped that dedup still needs.
+
+        Ids below the first retained record's point of reference are
+        implied by it; an unordered stream may also hold ids above it, and
+        those must survive the segment. Written before the index changes,
+        so a crash in between only leaves ids that are still stored anyway.
+        """
+        floor = next(e for e in self.entries if e.segment not in drop).reference_before
+        carried = RangeSet()
+        for a, b in self._carried():
+            if b > floor:
+                carried.add_range(max(a, floor), b)
+        dropped = tuple(e for e in self.entries if e.segment in drop)
+        for m in _stable_ids(StreamIndex(self.meta, self.directory, dropped)):
+            if m >= floor:
+                carried.add(m)
+        write_atomically(self.directory / CARRIED_FILE, json.dumps(list(carried)).encode())
+
+    def close(self) -> None:
+        if self.segment is not None:
+            self.segment.close()
+        os.close(self._index_fd)
+
+
+def _stable_ids(view: StreamIndex) -> Iterator[int]:
+    """Every stable message id among a view's records."""
+    for batch in view.read(view.earliest, view.end):
+        yield from batch.column("message_id").filter(batch.column("stable")).to_pylist()
+
+
+def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
+    """Cut a stream directory back to what its index vouches for."""
+    meta = StreamMeta.from_json((directory / META_FILE).read_bytes())
+    index_path = directory / INDEX_FILE
+    entries, valid = read_entries(index_path)
+    size = index_path.stat().st_size if index_path.exists() else 0
+    if valid < len(MAGIC):
+        write_atomically(index_path, MAGIC)
+    elif size > valid:
+        with open(index_path, "r+b") as f:
+            f.truncate(valid)
+            os.fsync(f.fileno())
+    kept = {e.segment for e in entries}
+    for base in segment_bases(directory):
+        if base not in kept:
+            (directory / segment_name(base)).unlink()
+    fsync_dir(directory)
+    return meta, entries
+
+
+class DurableLog:
+    """The writer of a log directory (one process at a time).
+
+    ``segment_bytes`` is the size after which a stream starts a new
+    segment (truncation drops whole segments). ``retention_seconds`` keeps
+    segments this long after their last write even once they are
+    committed downstream, so that a query can be re-run over them.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        retention_seconds: float = 0.0,
+    ) -> None:
+        self.path = Path(path)
+        self.segment_bytes = segment_bytes
+        self.retention_seconds = retention_seconds
+        self.path.mkdir(parents=True, exist_ok=True)
+        fmt = self.path / FORMAT_FILE
+        if not fmt.exists():
+            write_atomically(fmt, FORMAT_TEXT.encode())
+        check_log_dir(self.path)
+        self._lock_fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise LogLocked(f"log {str(self.path)!r} is already open for writing") from None
+        (self.path / STREAMS_DIR).mkdir(exist_ok=True)
+        self._streams: dict[int, _StreamWriter] = {}
+        for d in sorted((self.path / STREAMS_DIR).iterdir()):
+            if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
+                meta, entries = _recover_stream(d)
+                self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
+
+    # -- streams -----------------------------------------------------------
+
+    def open_stream(
+        self,
+        stream_id: int,
+        stream_name: str,
+        connector: str,
+        *,
+        ordered: bool = True,
+        point_of_reference: int = 0,
+        boundaries: bool = False,
+    ) -> int:
+        """Create or re-open a stream (on NOTIFY); return its current point of reference.
+
+        ``ordered`` streams have strictly increasing ids (point of
+        reference = last stable id + 1); unordered ones have consecutive
+        ids from ``point_of_reference`` (point of reference = first id not
+        yet received). Stream ids are unique within a log: a stream owned
+        by another connector is refused.
+
+        Epochs: a stream that sends BOUNDARY markers has an epoch per
+        boundary, one that never does has an epoch per message. The wire
+        protocol does not announce which, so a stream counts as using
+        boundaries from its first BOUNDARY on (remembered in the log);
+        records before it were single-message epochs. ``boundaries=True``
+        declares it up front, so that even the first epoch stays whole.
+        """
+        _check_int64("stream id", stream_id)
+        s = self._streams.get(stream_id)
+        meta = StreamMeta(stream_id, stream_name, connector, ordered)
+        if s is None:
+            d = self.path / STREAMS_DIR / str(stream_id)
+            d.mkdir(exist_ok=True)
+            write_atomically(d / META_FILE, meta.to_json())
+            write_atomically(d / INDEX_FILE, MAGIC)
+            s = self._streams[stream_id] = _StreamWriter(d, meta, [])
+        elif s.meta.connector != connector:
+            raise LogError(
+                f"stream {stream_id} belongs to connector {s.meta.connector!r}, not {connector!r}"
+            )
+        elif s.meta != meta:
+            write_atomically(s.directory / META_FILE, meta.to_json())
+            s.meta = meta
+        s.reference = max(s.reference, point_of_reference)
+        s.uses_boundaries = s.uses_boundaries or boundaries
+        return s.reference
+
+    def _stream(self, stream_id: int) -> _StreamWriter:
+        try:
+            return self._streams[stream_id]
+        except KeyError:
+            raise LogError(f"stream {stream_id} was never opened in this log") from None
+
+    def stream_ids(self) -> list[int]:
+        """Every stream the log holds, sorted."""
+        return sorted(self._streams)
+
+    def references_of(self, connector: str) -> list[tuple[int, str, int]]:
+        """``(stream id, name, durable point of reference)`` of a connector's streams (for OK)."""
+        return [
+            (sid, s.meta.stream_name, self.durable_reference(sid))
+            for sid, s in sorted(self._streams.items())
+            if s.meta.connector == connector
+        ]
+
+    # -- appending ---------------------------------------------------------
+
+    def is_duplicate(self, stream_id: int, message_id: int) -> bool:
+        """True if a stable message with this id must be dropped (already held)."""
+        return self._stream(stream_id).is_duplicate(message_id)
+
+    def append(
+        self,
+        stream_id: int,
+        payload: bytes = b"",
+        *,
+        message_id: int | None = None,
+        event_time: int | None = None,
+        key: bytes | None = None,
+        boundary: bool = False,
+        stable: bool = True,
+    ) -> int:
+        """Buffer one record; return its offset. Durable only after :meth:`commit`.
+
+        ``message_id=None`` is an EPHEMERAL message; ``stable=False`` one
+        flagged UNSTABLE_REFERENCE; ``event_time`` is in microseconds since
+        the Unix epoch. A stable id already received raises
+        :class:`DuplicateMessage` (use :meth:`is_duplicate` to drop quietly).
+        """
+        return self._stream(stream_id).append(
+            payload, message_id, event_time, key, boundary, stable
+        )
+
+    def commit(self, now: float | None = None) -> dict[int, int]:
+        """Group commit: make every buffered record durable and visible.
+
+        Returns the new durable end offset of each stream that had
+        records. ``now`` (seconds) stamps the batches for retention.
+        """
+        now_us = int((time.time() if now is None else now) * 1_000_000)
+        written: list[tuple[_StreamWriter, IndexEntry]] = []
+        for s in self._streams.values():
+            entry = s.write_pending(self.segment_bytes, now_us)
+            if entry is not None:
+                written.append((s, entry))
+        for s, _ in written:
+            assert s.segment is not None
+            s.segment.sync()
+        for s, entry in written:
+            s.publish(entry)
+        return {s.meta.stream_id: entry.end_offset for s, entry in written}
+
+    flush = commit
+
+    # -- positions ---------------------------------------------------------
+
+    def snapshot(self, stream_id: int) -> StreamIndex:
+        """Read-only view of a stream's committed records."""
+        return self._stream(stream_id).snapshot()
+
+    def durable_end(self, stream_id: int) -> int:
+        """Exclusive end offset of the committed records."""
+        return self._stream(stream_id).view().end
+
+    def durable_reference(self, stream_id: int) -> int:
+        """Point of reference of everything committed (what OK reports on resume)."""
+        return self._stream(stream_id).view().reference
+
+    def complete_offset(self, stream_id: int) -> int:
+        """End of the last closed epoch among the committed records."""
+        return self._stream(stream_id).view().complete
+
+    def reference_at(self, stream_id: int, offset: int) -> int:
+        """Point of reference covering every record of the stream below ``offset``."""
+        return self._stream(stream_id).view().reference_at(offset)
+
+    # -- trimming ----------------------------------------------------------
+
+    def truncate(self, stream_id: int, below_offset: int, now: float | None = None) -> int:
+        """Drop whole segments holding only records below ``below_offset``.
+
+        Call it with offsets the downstream has committed (bounded input
+        reliance). Segments written less than ``retention_seconds`` ago,
+        and the segment being appended to, are kept. Returns the new
+        earliest stored offset.
+        """
+        s = self._stream(stream_id)
+        end = s.view().end
+        if below_offset > end:
+            raise LogError(
+                f"cannot truncate stream {stream_id} below {below_offset}: "
+                f"only {end} records are committed"
+            )
+        now_s = time.time() if now is None else now
+        keep_after_us = int((now_s - self.retention_seconds) * 1_000_000)
+        return s.drop_segments_below(below_offset, keep_after_us)
+
+    def close(self) -> None:
+        """Release files and the writer lock (buffered records are discarded)."""
+        for s in self._streams.values():
+            s.close()
+        self._streams.clear()
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> DurableLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["DurableLog", "DuplicateMessage", "LogError", "LogLocked"]

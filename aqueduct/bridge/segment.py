@@ -1,0 +1,114 @@
+"""Segment files: append-only Arrow IPC streams of one log partition.
+
+A segment starts with the IPC schema message of :data:`STORED_SCHEMA`,
+followed by encapsulated record batch messages, one per group commit. It
+is a valid Arrow IPC stream (without the optional end-of-stream marker),
+so ordinary Arrow tools can open it; but the log never scans it: the
+index says where each batch starts and how long it is, so a reader
+memory-maps the file and decodes exactly the indexed bytes, zero-copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from aqueduct.bridge.index import IndexEntry, fsync_dir
+from aqueduct.bridge.schema import STORED_SCHEMA
+
+SUFFIX = ".arrow"
+
+#: Bytes at the start of every segment: the schema message.
+HEADER: bytes = STORED_SCHEMA.serialize().to_pybytes()
+
+
+def segment_name(base_offset: int) -> str:
+    """File name of the segment whose first record has ``base_offset``."""
+    return f"{base_offset:020d}{SUFFIX}"
+
+
+def segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segment files present in a stream directory."""
+    bases = []
+    for p in directory.glob("*" + SUFFIX):
+        stem = p.name[: -len(SUFFIX)]
+        if stem.isdigit():
+            bases.append(int(stem))
+    return sorted(bases)
+
+
+def write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
+    """Write every byte (os.write may write fewer than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class SegmentWriter:
+    """Appends serialized batches to one segment file.
+
+    Opening an existing segment cuts it to ``valid_length``: bytes after
+    the last indexed batch are a torn or unindexed tail from a crash and
+    must never become the prefix of a later batch.
+    """
+
+    def __init__(self, directory: Path, base: int, valid_length: int | None) -> None:
+        self.base = base
+        self.path = path = directory / segment_name(base)
+        if valid_length is None:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            write_all(self._fd, HEADER)
+            os.fsync(self._fd)
+            fsync_dir(path.parent)
+            self.size = len(HEADER)
+        else:
+            self._fd = os.open(path, os.O_WRONLY)
+            if os.fstat(self._fd).st_size < valid_length:
+                os.close(self._fd)
+                raise OSError(
+                    f"segment {path} is shorter than its index says ({valid_length} bytes)"
+                )
+            os.ftruncate(self._fd, valid_length)
+            os.fsync(self._fd)
+            self.size = valid_length
+        os.lseek(self._fd, self.size, os.SEEK_SET)
+
+    def append(self, batch: pa.RecordBatch) -> tuple[int, int]:
+        """Write a batch (not yet durable); return its (position, length)."""
+        message = batch.serialize()
+        position = self.size
+        write_all(self._fd, message)
+        self.size += message.size
+        return position, message.size
+
+    def sync(self) -> None:
+        """Make every appended batch durable."""
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Release the file descriptor."""
+        os.close(self._fd)
+
+
+def read_batches(
+    directory: Path, entries: Sequence[IndexEntry], start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Yield the stored records with offsets in ``[start, end)``, in order.
+
+    ``entries`` are the index entries covering that range. Each segment is
+    memory-mapped once; batches are sliced, never copied.
+    """
+    mapped: tuple[int, pa.Buffer] | None = None
+    for e in entries:
+        lo, hi = max(start, e.first_offset), min(end, e.end_offset)
+        if lo >= hi:
+            continue
+        if mapped is None or mapped[0] != e.segment:
+            # The buffer keeps the mapping alive after the file object is closed.
+            with pa.memory_map(str(directory / segment_name(e.segment))) as mm:
+                mapped = (e.segment, mm.read_buffer())
+        batch = pa.ipc.read_record_batch(mapped[1].slice(e.position, e.length), STORED_SCHEMA)
+        yield batch.slice(lo - e.first_offset, hi - lo)

@@ -1,0 +1,177 @@
+"""A read-only view of a durable log, safe while the writer appends.
+
+The Spark source (running in processes the JVM spawns) and the writer
+itself answer position questions through :class:`StreamIndex`: it holds a
+snapshot of a stream's valid index entries and reads record columns from
+memory-mapped segments. Nothing here writes, locks, or trusts bytes the
+index does not vouch for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aqueduct.bridge.index import IndexEntry, read_entries
+from aqueduct.bridge.segment import read_batches
+
+FORMAT_FILE = "FORMAT"
+FORMAT_TEXT = "aqueduct-log 1\n"
+STREAMS_DIR = "streams"
+INDEX_FILE = "index"
+META_FILE = "meta.json"
+
+
+class NotALog(ValueError):
+    """The path is not an aqueduct log directory."""
+
+
+def check_log_dir(path: Path) -> None:
+    """Raise :class:`NotALog` with a specific reason unless ``path`` is a log."""
+    if not path.is_dir():
+        raise NotALog(f"log path {str(path)!r} does not exist or is not a directory")
+    fmt = path / FORMAT_FILE
+    if not fmt.is_file() or fmt.read_text() != FORMAT_TEXT:
+        raise NotALog(f"log path {str(path)!r} is not an aqueduct log (no {FORMAT_FILE} file)")
+
+
+@dataclass(frozen=True)
+class StreamMeta:
+    """What a stream is: its id, name, owning connector, and id ordering."""
+
+    stream_id: int
+    stream_name: str
+    connector: str
+    ordered: bool
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "stream_id": self.stream_id,
+                "stream_name": self.stream_name,
+                "connector": self.connector,
+                "ordered": self.ordered,
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StreamMeta:
+        d = json.loads(data)
+        return cls(int(d["stream_id"]), d["stream_name"], d["connector"], bool(d["ordered"]))
+
+
+@dataclass(frozen=True)
+class StreamIndex:
+    """A snapshot of one stream's committed batches and the state after them."""
+
+    meta: StreamMeta
+    directory: Path
+    entries: Sequence[IndexEntry]
+
+    @property
+    def stream_id(self) -> int:
+        return self.meta.stream_id
+
+    @property
+    def earliest(self) -> int:
+        """First offset still stored (above what truncation dropped)."""
+        return self.entries[0].first_offset if self.entries else 0
+
+    @property
+    def end(self) -> int:
+        """Exclusive end of the committed records."""
+        return self.entries[-1].end_offset if self.entries else 0
+
+    @property
+    def complete(self) -> int:
+        """End of the last closed epoch: only records below it may be read by Spark."""
+        return self.entries[-1].complete_after if self.entries else 0
+
+    @property
+    def reference(self) -> int:
+        """The durable point of reference (after every committed record)."""
+        return self.entries[-1].reference_after if self.entries else 0
+
+    def _entry_index(self, offset: int) -> int:
+        if not self.earliest <= offset < self.end:
+            raise IndexError(
+                f"offset {offset} of stream {self.stream_id} is not stored "
+                f"(stored: [{self.earliest}, {self.end}))"
+            )
+        return bisect.bisect_right(self.entries, offset, key=lambda e: e.first_offset) - 1
+
+    def entries_between(self, start: int, end: int) -> list[IndexEntry]:
+        """Index entries holding any record with offset in ``[start, end)``."""
+        if start >= end:
+            return []
+        lo = self._entry_index(start)
+        hi = self._entry_index(end - 1)
+        return list(self.entries[lo : hi + 1])
+
+    def read(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """Stored-schema batches of the records with offsets in ``[start, end)``."""
+        return read_batches(self.directory, self.entries_between(start, end), start, end)
+
+    def _column_at(self, name: str, offset: int) -> int:
+        e = self.entries[self._entry_index(offset)]
+        (batch,) = read_batches(self.directory, [e], offset, offset + 1)
+        return batch.column(name)[0].as_py()
+
+    def reference_at(self, offset: int) -> int:
+        """Point of reference covering every record below ``offset``.
+
+        An ACK carrying it tells the producer that all it sent below that
+        point is safe, which is exactly true once Spark committed every
+        record below ``offset``.
+        """
+        if offset == self.earliest:
+            return self.entries[0].reference_before if self.entries else 0
+        return self._column_at("reference", offset - 1)
+
+    def epoch_at(self, offset: int) -> int:
+        """Epoch number of the record at ``offset``."""
+        return self._column_at("epoch", offset)
+
+    def first_offset_of_epoch_at_least(self, epoch: int) -> int:
+        """Smallest stored offset whose epoch is ``>= epoch`` (``end`` if none).
+
+        Epoch numbers never decrease along a stream, so both the entries
+        (by their last epoch) and a batch's epoch column are sorted.
+        """
+        k = bisect.bisect_left(self.entries, epoch, key=lambda e: e.last_epoch)
+        if k == len(self.entries):
+            return self.end
+        e = self.entries[k]
+        (batch,) = read_batches(self.directory, [e], e.first_offset, e.end_offset)
+        below = pc.sum(pc.less(batch.column("epoch"), epoch)).as_py() or 0
+        return e.first_offset + below
+
+
+def _load_stream(directory: Path) -> StreamIndex | None:
+    try:
+        meta = StreamMeta.from_json((directory / META_FILE).read_bytes())
+    except FileNotFoundError:
+        return None
+    entries, _ = read_entries(directory / INDEX_FILE)
+    return StreamIndex(meta, directory, tuple(entries))
+
+
+def load_streams(path: Path) -> dict[int, StreamIndex]:
+    """Snapshot every stream of the log at ``path``, keyed by stream id."""
+    check_log_dir(path)
+    streams: dict[int, StreamIndex] = {}
+    root = path / STREAMS_DIR
+    if not root.is_dir():
+        return streams
+    for d in root.iterdir():
+        if d.is_dir() and d.name.isdigit():
+            s = _load_stream(d)
+            if s is not None:
+                streams[s.stream_id] = s
+    return dict(sorted(streams.items()))

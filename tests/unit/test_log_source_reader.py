@@ -1,0 +1,163 @@
+"""The ``aqueduct`` stream reader's contract with Spark, exercised without a JVM.
+
+Spark calls these methods in worker processes with JSON-decoded offsets
+and pickled partitions; here they are called the same way, on real files.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from aqueduct.bridge.commits import acks_for, parse_offsets, read_committed
+from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.schema import SPARK_SCHEMA
+from aqueduct.bridge.source import (
+    SPARK_STRUCT,
+    AqueductDataLoss,
+    AqueductDataSource,
+    AqueductOptionError,
+    AqueductStreamReader,
+)
+
+
+def spark_round_trip(obj):
+    """What crossing into a Spark worker does to offsets and partitions."""
+    return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    lg = DurableLog(tmp_path / "log")
+    lg.open_stream(10, "ten", "c/1", boundaries=True)
+    lg.open_stream(2, "two", "c/1")
+    yield lg
+    lg.close()
+
+
+def reader(log: DurableLog, **options: str) -> AqueductStreamReader:
+    source = AqueductDataSource({"log": str(log.path), **options})
+    return spark_round_trip(source.streamReader(SPARK_STRUCT))
+
+
+def read_all(r: AqueductStreamReader, start: dict, end: dict) -> list[dict]:
+    parts = spark_round_trip(r.partitions(start, end))
+    return [row for p in parts for b in r.read(p) for row in b.to_pylist()]
+
+
+def test_spark_schema_is_exactly_the_arrow_schema_read_yields() -> None:
+    assert to_arrow_schema(SPARK_STRUCT, timezone="UTC").equals(SPARK_SCHEMA)
+
+
+def test_offsets_are_canonical_json_and_cover_complete_epochs_only(log: DurableLog) -> None:
+    for i in range(3):
+        log.append(10, b"e0-%d" % i, message_id=i)
+    log.append(10, message_id=3, boundary=True)
+    log.append(10, b"open", message_id=4)  # epoch 1 still open
+    log.append(2, b"x", message_id=0)
+    log.commit()
+    r = reader(log)
+    start = r.initialOffset()
+    assert json.dumps(start) == '{"2": 0, "10": 0}'
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert json.dumps(end) == '{"2": 1, "10": 4}'
+    rows = read_all(r, start, end)
+    assert sorted(row["payload"] for row in rows) == [b"e0-0", b"e0-1", b"e0-2", b"x"]
+    assert read_all(r, start, end) == rows  # deterministic
+    assert r.latestOffset(end, ReadAllAvailable()) == end  # nothing new
+
+
+def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
+    ids = iter(range(100))
+    for size in (2, 5, 1):
+        for _ in range(size):
+            log.append(10, b"", message_id=next(ids))
+        log.append(10, message_id=next(ids), boundary=True)
+    log.commit()
+    r = reader(log, maxRecordsPerTrigger="4")
+    assert r.getDefaultReadLimit() == ReadMaxRows(4)
+    pos, ends = r.initialOffset(), []
+    for _ in range(10):
+        nxt = r.latestOffset(pos, r.getDefaultReadLimit())
+        if nxt == pos:
+            break
+        ends.append(nxt["10"])
+        pos = nxt
+    assert ends == [3, 9, 11]  # epoch ends only; the 6-record epoch alone and whole
+
+
+def test_available_now_ignores_data_appended_after_prepare(log: DurableLog) -> None:
+    log.append(2, b"before", message_id=0)
+    log.commit()
+    r = reader(log)
+    r.prepareForTriggerAvailableNow()
+    log.append(2, b"after", message_id=1)
+    log.commit()
+    assert r.latestOffset(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
+
+
+def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
+    r = reader(log)
+    start = r.initialOffset()
+    log.open_stream(7, "late", "c/2")
+    log.append(7, b"hi")
+    log.commit()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"2": 0, "7": 1, "10": 0}
+    assert [row["payload"] for row in read_all(r, start, end)] == [b"hi"]
+
+
+def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> None:
+    for i in range(3):
+        log.append(2, b"", message_id=10 + i)
+    log.commit()
+    r = reader(log, consumer="q1")
+    r.commit({"2": 2, "10": 0})
+    committed = read_committed(log.path, "q1")
+    assert committed == {2: 2, 10: 0}
+    assert acks_for(log, committed) == {2: 12, 10: 0}
+    assert read_committed(log.path, "other") is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "option 'log' .* is required"),
+        ({"log": "/nonexistent/aq"}, "does not exist"),
+        ({"maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger must be a positive integer, got '0'"),
+        ({"maxRecordsPerTrigger": "ten"}, "positive integer, got 'ten'"),
+        ({"startingOffsets": "earliest"}, "unknown option"),
+        ({"consumer": "../x"}, "consumer must be"),
+    ],
+)
+def test_options_are_validated(log: DurableLog, options: dict, message: str) -> None:
+    opts = {"log": str(log.path), **options} if "log" not in options and options else options
+    with pytest.raises(AqueductOptionError, match=message):
+        AqueductDataSource(opts)
+
+
+def test_offsets_parse_strictly() -> None:
+    assert parse_offsets('{"1": 5}') == {1: 5}
+    with pytest.raises(ValueError, match="stream id"):
+        parse_offsets('{"a": 5}')
+    with pytest.raises(ValueError, match="JSON object"):
+        parse_offsets("[1]")
+
+
+def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path) -> None:
+    with DurableLog(tmp_path / "log", segment_bytes=1) as lg:
+        lg.open_stream(1, "s", "c/1")
+        r = reader(lg)
+        start = r.initialOffset()  # {} : the stream is still empty
+        for i in range(3):
+            lg.append(1, b"", message_id=i)
+            lg.commit()
+        assert lg.truncate(1, 2) == 2  # as if another query had committed up to 2
+        with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
+            r.latestOffset(start, ReadAllAvailable())
+        assert r.initialOffset() == {"1": 2}  # a new query starts at what is left
