@@ -1,1 +1,8 @@
-"""proto layer (see docs/architecture.md)."""
+"""Sans-IO Aqueduct state machines (see docs/protocol.md).
+
+Entry point: :class:`aqueduct.proto.connection.Connection` with a
+:class:`aqueduct.proto.config.ProtoConfig`; events and actions are in
+:mod:`aqueduct.proto.events`, errors in :mod:`aqueduct.proto.errors`,
+sender modes in :class:`aqueduct.proto.sender.Mode`, and
+:class:`aqueduct.proto.pair.Pair` wires two connections together in memory.
+"""

@@ -241,7 +241,7 @@ class ReceiverChannel:
                 n += stop - start
             self._unacked = RangeSet()
             self.stats.acked += n
-            self._cstats.acked += n
+            self._cstats.acks_sent += n
         frontier = self._frontier(now) if cover_to is None else cover_to
         if frontier > self._u_cursor:
             got = self._u_received if received is None else received
@@ -250,9 +250,9 @@ class ReceiverChannel:
             self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
             nacked = sum(stop - start for start, stop in got.gaps(self._u_cursor, frontier))
             self.stats.nacked += nacked
-            self._cstats.nacked += nacked
+            self._cstats.nacks_sent += nacked
             self.stats.acked += frontier - self._u_cursor - nacked
-            self._cstats.acked += frontier - self._u_cursor - nacked
+            self._cstats.acks_sent += frontier - self._u_cursor - nacked
             self._u_cursor = frontier
             batches = self._u_batches
             while batches and batches[0][0] <= frontier:

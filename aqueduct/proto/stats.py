@@ -28,8 +28,14 @@ class ChannelStats:
 
 @dataclass(slots=True)
 class ConnectionStats(ChannelStats):
-    """Per-connection totals, plus what only the connection sees."""
+    """Per-connection totals, plus what only the connection sees.
 
+    ``acked``/``nacked`` count acks and nacks we received for our messages;
+    ``acks_sent``/``nacks_sent`` those we sent as a receiver.
+    """
+
+    acks_sent: int = 0
+    nacks_sent: int = 0
     channels_lost: int = 0
     streams_opened: int = 0
     datagrams_sent: int = 0

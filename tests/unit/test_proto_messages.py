@@ -169,6 +169,7 @@ def test_unreliable_with_scripted_loss_acks_or_nacks_each_number_once():
     assert sum(a.acked for a in acks) == 8 and sum(a.nacked for a in acks) == 4
     stats = p.client.stats()
     assert stats.acked == 8 and stats.nacked == 4
+    assert p.server.stats().acks_sent == 8 and p.server.stats().nacks_sent == 4
     p.client.finish(0, p.now)
     p.settle()
     assert p.of("server", ChannelFinished) == [ChannelFinished(0)]
