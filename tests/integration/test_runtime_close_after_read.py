@@ -1,0 +1,32 @@
+"""Closing a receiver must not take back what the application already read.
+
+CLOSE_RECEIVER nacks every number not yet acked; a message the application
+already dequeued has to be acked first, or a handle it carried (which the
+application holds) would be reported lost to the peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import aqueduct
+
+
+@pytest.mark.parametrize("mode", ["ordered", "unreliable"])
+async def test_handle_read_just_before_close_keeps_working(linked, mode: str) -> None:
+    tx, conn = linked
+    if mode == "unreliable":
+        tx.unreliable()
+    reply_tx, reply_rx = aqueduct.channel()
+    await tx.send({"reply": reply_tx})
+    for n in range(5):
+        await tx.send({"n": n})
+
+    msg = await asyncio.wait_for(conn.entrypoint.recv(), 20)
+    await conn.entrypoint.close()  # at once: the 100 ms ack timer has not fired yet
+    await msg["reply"].send("still here")
+    await msg["reply"].finish()
+
+    assert await asyncio.wait_for(reply_rx.recv(), 20) == "still here"
