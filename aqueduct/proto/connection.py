@@ -456,6 +456,12 @@ class Connection:
 
     def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
         """One routed frame for ``chanid``: check the side, then hand it to the channel."""
+        if type(frame) is Message:  # the hot path, one per message
+            if ((chanid >> 1) & 1) == self.peer:  # we hold the receiver: the peer may send
+                ch = self._channels.get(chanid)
+                if ch is not None:
+                    self._receive_message(ch, frame, unreliable, now)
+                return
         rule = _SIDE_RULE[type(frame)]
         if rule is _FROM_SENDER:
             if ((chanid >> 1) & 1) != self.peer:
@@ -506,29 +512,35 @@ class Connection:
             if lost:
                 self._lose(lost)
 
+    def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
+        fresh = ch.ack_due is None
+        if not ch.accept(frame, unreliable, now):
+            return
+        cost = message_cost(frame)
+        stats = self._stats
+        stats.messages_received += 1
+        stats.bytes_received += cost
+        if frame.attachments:
+            children, released = self._accept_attachments(frame)
+            ids = tuple(a.chanid for a in children)
+            ch.delivered(frame, unreliable, cost, ids)
+            self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
+            self._parking.adopt(ch.chanid, ids)
+            for event in released:
+                self._emit(event)
+        else:
+            ch.delivered(frame, unreliable, cost, ())
+            self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
+        if ch.finish_total is not None:
+            self._after_receive(ch, now)
+        elif fresh:
+            # The common case of _after_receive, inline. Only a newly set ack
+            # deadline can move the channel's timer earlier; while one was
+            # already set, its timer is armed (accept sets it, flush clears it).
+            self._timers.schedule(ch.chanid, ch.next_deadline())
+
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
-        if type(frame) is Message:
-            if not ch.accept(frame, unreliable, now):
-                return
-            cost = message_cost(frame)
-            stats = self._stats
-            stats.messages_received += 1
-            stats.bytes_received += cost
-            if frame.attachments:
-                children, released = self._accept_attachments(frame)
-                ids = tuple(a.chanid for a in children)
-                ch.delivered(frame, unreliable, cost, ids)
-                self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
-                self._parking.adopt(ch.chanid, ids)
-                for event in released:
-                    self._emit(event)
-            else:
-                ch.delivered(frame, unreliable, cost, ())
-                self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
-            if ch.finish_total is None:  # the common case of _after_receive, inline
-                self._timers.schedule(ch.chanid, ch.next_deadline())
-                return
-        elif isinstance(frame, SentUnreliable):
+        if isinstance(frame, SentUnreliable):
             ch.on_sent_unreliable(frame.count, now)
         elif isinstance(frame, FinishSender):
             ch.on_finish(frame.sent_reliable)

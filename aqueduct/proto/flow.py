@@ -27,11 +27,32 @@ def _vlen(n: int) -> int:
 
 
 def headers_len(headers: Headers) -> int:
-    """Encoded length of header data, computed without encoding it."""
+    """Encoded length of header data, computed without encoding it.
+
+    Memoised like ``encode_headers``: received messages share the header
+    tuples the decoder cached, so a hit is one dict lookup per message.
+    """
+    if not headers:
+        return 1
+    try:
+        n = _HEADERS_LEN.get(headers)
+    except TypeError:  # an unhashable value: compute, never cache
+        return _headers_len(headers)
+    if n is None:
+        n = _headers_len(headers)
+        if len(_HEADERS_LEN) < 256:
+            _HEADERS_LEN[headers] = n
+    return n
+
+
+def _headers_len(headers: Headers) -> int:
     inner = 0
     for key, value in headers:
         inner += varint_len(len(key)) + len(key) + varint_len(len(value)) + len(value)
     return varint_len(inner) + inner
+
+
+_HEADERS_LEN: dict[Headers, int] = {}
 
 
 def message_cost(msg: Message) -> int:
@@ -42,8 +63,8 @@ def message_cost(msg: Message) -> int:
     minimal, so both sides agree.
     """
     n = len(msg.payload)
-    if not msg.headers and not msg.attachments:  # the common case, kept cheap
-        return 3 + _vlen(msg.num) + _vlen(n) + n
+    if not msg.attachments:  # the common case, kept cheap: tag + num + headers + 0 + len
+        return 2 + _vlen(msg.num) + headers_len(msg.headers) + _vlen(n) + n
     atts = 0
     for att in msg.attachments:
         atts += varint_len(att.chanid) + headers_len(att.headers)
@@ -65,13 +86,14 @@ def message_head(num: int, headers: Headers, attachments: tuple[AttachmentRef, .
     join them once, instead of copying a large payload into a frame first.
     ``head + payload == encode_frame(Message(...))`` (tested).
     """
-    if not headers and not attachments:
-        return b"\x04" + encode_varint(num) + b"\x00\x00" + encode_varint(payload_len)
-    if attachments:
-        blob = b"".join([encode_varint(a.chanid) + encode_headers(a.headers) for a in attachments])
-        atts = encode_varint(len(blob)) + blob
-    else:
-        atts = b"\x00"
+    if not attachments:
+        if not headers:
+            return b"".join((b"\x04", encode_varint(num), b"\x00\x00", encode_varint(payload_len)))
+        return b"".join(
+            (b"\x04", encode_varint(num), encode_headers(headers), b"\x00", encode_varint(payload_len))
+        )
+    blob = b"".join([encode_varint(a.chanid) + encode_headers(a.headers) for a in attachments])
+    atts = encode_varint(len(blob)) + blob
     hdrs = encode_headers(headers)
     return b"\x04" + encode_varint(num) + hdrs + atts + encode_varint(payload_len)
 

@@ -12,9 +12,11 @@ straight to ``close``.
   cursor, never past the SENT_UNRELIABLE total, once each missing number has
   waited the receipt deadline since its announcement. A nack commits: a
   late datagram below the cursor that was not received is dropped.
-* The application's queue lives in the runtime; this side remembers, per
-  delivered-but-not-dequeued message, only its cost and attachments, so a
-  close can tell which attachments the application will never see.
+* The application's queue lives in the runtime, which dequeues in delivery
+  order; this side counts the bytes delivered and dequeued, and remembers
+  only the delivered-but-not-dequeued messages that carry attachments (with
+  their end offset in that byte count), so a close can tell which
+  attachments the application will never see. Plain messages cost nothing.
 """
 
 from __future__ import annotations
@@ -86,10 +88,11 @@ class ReceiverChannel:
         self._u_batches: deque[tuple[int, float]] = deque()  # (end, deadline) of announcements
         self._u_received = RangeSet()
         self._u_cursor = 0
-        # flow control and undequeued messages: [cost, key, attachments]
+        # flow control, and undequeued messages with attachments: (end, key, attachments)
         self._reporter = DequeueReporter(window, dequeued_delay)
         self._undequeued: deque[tuple[int, int, tuple[int, ...]]] = deque()
-        self._credit = 0
+        self._delivered = 0  # bytes (message costs) handed to the application
+        self._consumed = 0  # bytes it dequeued
 
     # ------------------------------------------------------------ streams
 
@@ -143,24 +146,26 @@ class ReceiverChannel:
                 raise RemoteProtocolError(
                     f"MESSAGE: oneshot channel {c} carries only message number 0, got {num}"
                 )
-            if num in self._received:
+            if not self._received.insert(num):
                 raise RemoteProtocolError(f"MESSAGE: duplicate message number {num} on channel {c}")
             if self.finish_total is not None and num >= self.finish_total:
                 raise RemoteProtocolError(
                     f"MESSAGE: message number {num} on channel {c} is at or past "
                     f"SENT_RELIABLE {self.finish_total}"
                 )
-            self._received.add(num)
             self._unacked.add(num)
         if self.ack_due is None:
             self.ack_due = now + self._ack_delay
         return True
 
     def delivered(self, msg: Message, unreliable: bool, cost: int, children: tuple[int, ...]) -> None:
-        """The message goes to the application; remember it until it is dequeued."""
-        self._undequeued.append((cost, message_key(msg.num, unreliable), children))
-        self.stats.messages_received += 1
-        self.stats.bytes_received += cost
+        """The message goes to the application; remember its attachments until it is dequeued."""
+        self._delivered += cost
+        if children:
+            self._undequeued.append((self._delivered, message_key(msg.num, unreliable), children))
+        stats = self.stats
+        stats.messages_received += 1
+        stats.bytes_received += cost
 
     def on_sent_unreliable(self, count: int, now: float) -> None:
         if self.finish_total is not None:
@@ -260,10 +265,10 @@ class ReceiverChannel:
 
     def dequeued(self, nbytes: int, now: float) -> None:
         """The application consumed ``nbytes``: maybe report DEQUEUED now."""
-        self._credit += nbytes
+        self._consumed += nbytes
         queue = self._undequeued
-        while queue and queue[0][0] <= self._credit:
-            self._credit -= queue.popleft()[0]
+        while queue and queue[0][0] <= self._consumed:
+            queue.popleft()
         if self._reporter.add(nbytes, now):
             self.send_dequeued()
 
@@ -321,8 +326,6 @@ class ReceiverChannel:
         skip_r: set[int] = set()
         skip_u: set[int] = set()
         for _, key, children in self._undequeued:
-            if not children:
-                continue
             num = key >> 1
             if key & 1:
                 pending = num >= self._u_cursor

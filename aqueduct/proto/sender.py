@@ -155,8 +155,7 @@ class SenderChannel:
             raise LocalProtocolError(f"channel {self.chanid}: send after {self.state.value}")
         if self.oneshot and (self.sent_reliable or self._queue):
             raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
-        item = _Queued(headers, attachments, payload)
-        if not self._queue and self._transmit(item):
+        if not self._queue and self._transmit(headers, attachments, payload):
             if self.oneshot:
                 self.finish()
             return True
@@ -167,7 +166,7 @@ class SenderChannel:
             self.stats.evicted += 1
             self._cstats.evicted += 1
             self._evicted_attachments.extend(a.chanid for a in dropped.attachments)
-        self._queue.append(item)
+        self._queue.append(_Queued(headers, attachments, payload))
         if self.oneshot:
             self.state = SenderState.FINISHING
         return False
@@ -209,13 +208,13 @@ class SenderChannel:
 
     # ------------------------------------------------------------ transmission
 
-    def _transmit(self, item: _Queued) -> bool:
+    def _transmit(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> bool:
         """Put one message on the wire if the window admits it."""
-        payload = item.payload
         n = len(payload)
-        if self.mode is Mode.UNRELIABLE:
+        mode = self.mode
+        if mode is Mode.UNRELIABLE:
             num = self.sent_unreliable
-            head = message_head(num, item.headers, item.attachments, n)
+            head = message_head(num, headers, attachments, n)
             cost = len(head) + n
             if not self.window.admits(cost):
                 return False
@@ -228,18 +227,18 @@ class SenderChannel:
                     self._announce(self.chanid)
                 self._unannounced += 1
                 self._u_costs.append(cost)
-                self._sent(cost, item, message_key(num, True))
+                self._sent(cost, attachments, num, True)
                 if self._out.log is not None:
-                    self._log_message("datagram", num, item)
+                    self._log_message("datagram", num, headers, attachments, n)
                 return True
             self._cstats.fallback_streams += 1
         num = self.sent_reliable
-        head = message_head(num, item.headers, item.attachments, n)
+        head = message_head(num, headers, attachments, n)
         cost = len(head) + n
         window = self.window
         if window.outstanding and window.outstanding + cost > window.limit:
             return False  # (SendWindow.admits, inline on the hot path)
-        if self.mode is Mode.ORDERED:
+        if mode is Mode.ORDERED:
             sid = self._ordered if self._ordered is not None else self._open()
             self._ordered = sid if not self.oneshot else None
             if self.oneshot:
@@ -251,15 +250,17 @@ class SenderChannel:
             self._out.write(sid, payload)  # kept apart: joined once, at transmit()
         else:
             self._out.write(sid, head + payload)
-        if self.mode is not Mode.ORDERED:
+        if mode is not Mode.ORDERED:
             self._out.finish(sid)
         self.sent_reliable = num + 1
-        self._sent(cost, item, message_key(num, False))
+        self._sent(cost, attachments, num, False)
         if self._out.log is not None:
-            self._log_message(f"stream {sid}", num, item)
+            self._log_message(f"stream {sid}", num, headers, attachments, n)
         return True
 
-    def _log_message(self, where: str, num: int, item: _Queued) -> None:
+    def _log_message(
+        self, where: str, num: int, headers: Headers, attachments: tuple[AttachmentRef, ...], n: int
+    ) -> None:
         self._out.log(
             {
                 "direction": "sent",
@@ -267,20 +268,23 @@ class SenderChannel:
                 "frame": "MESSAGE",
                 "chanid": self.chanid,
                 "num": num,
-                "headers": repr(item.headers),
-                "attachments": [a.chanid for a in item.attachments],
-                "payload_len": len(item.payload),
+                "headers": repr(headers),
+                "attachments": [a.chanid for a in attachments],
+                "payload_len": n,
             }
         )
 
-    def _sent(self, cost: int, item: _Queued, key: int) -> None:
-        self.window.sent(cost)
-        self.stats.messages_sent += 1
-        self.stats.bytes_sent += cost
-        self._cstats.messages_sent += 1
-        self._cstats.bytes_sent += cost
-        if item.attachments:
-            self._transit.attached(self.chanid, key, tuple(a.chanid for a in item.attachments))
+    def _sent(self, cost: int, attachments: tuple[AttachmentRef, ...], num: int, unreliable: bool) -> None:
+        self.window.outstanding += cost  # (SendWindow.sent, inline on the hot path)
+        stats = self.stats
+        stats.messages_sent += 1
+        stats.bytes_sent += cost
+        stats = self._cstats
+        stats.messages_sent += 1
+        stats.bytes_sent += cost
+        if attachments:
+            key = message_key(num, unreliable)
+            self._transit.attached(self.chanid, key, tuple(a.chanid for a in attachments))
 
     def drain(self) -> None:
         """Send queued messages the window now admits; finish if that was waited for.
@@ -291,7 +295,10 @@ class SenderChannel:
         if not queue:
             return
         was_blocked = self.blocked
-        while queue and self._transmit(queue[0]):
+        while queue:
+            item = queue[0]
+            if not self._transmit(item.headers, item.attachments, item.payload):
+                break
             queue.popleft()
         if not queue:
             self._emit(SendWindowOpened(self.chanid))

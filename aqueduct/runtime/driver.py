@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -90,6 +91,10 @@ class Driver(QuicConnectionProtocol):
         self._core_timer_at: float | None = None
         self._rtt = 0.0
         self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
+        # Stream actions waiting for the datagrams handed to aioquic before them
+        # to leave (see _release_held): (datagrams that must have left, actions).
+        self._held: deque[tuple[int, list[Any]]] = deque()
+        self._datagrams_handed = 0
 
     # ------------------------------------------------------------ aioquic input
     def quic_event_received(self, event: quic_events.QuicEvent) -> None:
@@ -127,9 +132,16 @@ class Driver(QuicConnectionProtocol):
     def transmit(self) -> None:
         """Apply the core's pending actions to aioquic, then send packets (one flush)."""
         self._flush_core()
-        super().transmit()
+        self._send_packets()
 
-    def _flush_core(self) -> None:
+    def _send_packets(self) -> None:
+        """aioquic's flush, plus held stream data whose datagrams have just left."""
+        super().transmit()
+        if self._held and self._release_held():
+            super().transmit()  # the datagrams left: now the stream data announcing them
+
+    def _flush_core(self) -> bool:
+        """Hand the core's actions to aioquic; True if there were any (packets to send)."""
         core = self.core
         if self._dequeued:
             now = self._loop.time()
@@ -141,17 +153,52 @@ class Driver(QuicConnectionProtocol):
             self._rtt = loss._rtt_smoothed
             core.set_rtt(self._rtt)
         quic = self._quic
-        for action in core.transmit():
-            if isinstance(action, ev.StreamDataQueued):
-                quic.send_stream_data(action.stream_id, action.data, action.end_stream)
-            elif isinstance(action, ev.DatagramQueued):
-                quic.send_datagram_frame(action.data)
-            elif isinstance(action, ev.StreamResetQueued):
-                quic.reset_stream(action.stream_id, action.error_code)
-            elif isinstance(action, ev.ConnectionCloseQueued):
-                quic.close(error_code=action.error_code, reason_phrase=action.reason)
+        actions = core.transmit()
+        if actions:
+            batch = []
+            closing = False
+            for action in actions:
+                if isinstance(action, ev.DatagramQueued):
+                    quic.send_datagram_frame(action.data)
+                    self._datagrams_handed += 1
+                else:
+                    batch.append(action)
+                    closing = closing or isinstance(action, ev.ConnectionCloseQueued)
+            if batch:
+                self._held.append((self._datagrams_handed, batch))
+            self._release_held(everything=closing)
         self._dispatch_events()
         self._arm_core_timer()
+        return bool(actions)
+
+    def _release_held(self, everything: bool = False) -> bool:
+        """Apply held stream actions whose preceding datagrams have left aioquic.
+
+        aioquic queues datagrams without bound and sends them as congestion
+        control allows, while the SENT_UNRELIABLE announcing them (stream
+        data of the same flush) could leave at once. The peer's receipt
+        deadline starts at the announcement, so it would nack datagrams still
+        waiting here: holding stream data until the datagrams before it have
+        left keeps "announced" meaning "sent". Stream-only traffic is never
+        held (nothing precedes it). A close goes out at once.
+        """
+        quic = self._quic
+        left = self._datagrams_handed - len(quic._datagrams_pending)
+        held = self._held
+        released = False
+        while held and (everything or held[0][0] <= left):
+            for action in held.popleft()[1]:
+                if isinstance(action, ev.StreamDataQueued):
+                    quic.send_stream_data(action.stream_id, action.data, action.end_stream)
+                elif isinstance(action, ev.StreamResetQueued):
+                    try:
+                        quic.reset_stream(action.stream_id, action.error_code)
+                    except ValueError:
+                        pass  # aioquic already discarded the stream (all of it was delivered)
+                elif isinstance(action, ev.ConnectionCloseQueued):
+                    quic.close(error_code=action.error_code, reason_phrase=action.reason)
+            released = True
+        return released
 
     def _arm_core_timer(self) -> None:
         at = self.core.get_timer()
@@ -334,6 +381,14 @@ class Driver(QuicConnectionProtocol):
             return not core.send_blocked(chanid)
         return True
 
+    def send_blocked(self, chanid: int) -> bool:
+        if self.terminated is not None:
+            return False  # the send itself raises ConnectionLost
+        try:
+            return self.core.send_blocked(chanid)
+        except LocalProtocolError:
+            return False  # the channel ended: the send itself raises its outcome
+
     def set_mode(self, chanid: int, mode: Mode) -> None:
         self.core.set_mode(chanid, mode)
 
@@ -357,11 +412,20 @@ class Driver(QuicConnectionProtocol):
 
     def dequeued(self, chanid: int, nbytes: int) -> None:
         # Summed per channel and handed to the core once per flush: an
-        # application reading a burst of messages costs one core call.
+        # application reading a burst of messages costs one core call. The
+        # hand-over is not a full transmit: the core usually has nothing to
+        # send yet (DEQUEUED is batched), and an aioquic flush per burst read
+        # would cost a packet scan and often a lone ACK packet.
         if self.terminated is None:
             pending = self._dequeued
+            if not pending:
+                self._loop.call_soon(self._hand_over_dequeued)
             pending[chanid] = pending.get(chanid, 0) + nbytes
-            self._transmit_soon()
+
+    def _hand_over_dequeued(self) -> None:
+        if self._dequeued and self.terminated is None:  # else a transmit took them already
+            if self._flush_core():
+                self._send_packets()
 
     def channel_stats(self, chanid: int) -> dict[str, Any]:
         try:

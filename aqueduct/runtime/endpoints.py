@@ -61,6 +61,16 @@ class Connection:
         """Why the connection ended (None while open)."""
         return self._driver.terminated
 
+    @property
+    def core(self) -> CoreConnection:
+        """The sans-IO protocol core of this connection, for inspection only.
+
+        Tests and debugging read its channel table (``core.channels``,
+        ``core.channel_count()``) to check that channels which ended left no
+        state behind; driving it directly would bypass the runtime.
+        """
+        return self._driver.core
+
     def stats(self) -> dict[str, Any]:
         """Counters from the core plus QUIC's view (RTT, packets)."""
         quic = self._driver._quic

@@ -79,6 +79,8 @@ class Link(Protocol):
         self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
     ) -> bool:
         """Hand a message to the core; False means the sender's queue is full (wait)."""
+    def send_blocked(self, chanid: int) -> bool:
+        """The sender's local queue is full: a send() must wait before adding to it."""
     def set_mode(self, chanid: int, mode: Mode) -> None: ...
     def finish(self, chanid: int) -> None: ...
     def cancel(self, chanid: int) -> None: ...
@@ -198,7 +200,9 @@ class Sender(_Handle):
         self._finished = False
         self._cancelled = False
         self._failure: ChannelOutcome | None = None
-        self._window: asyncio.Future[None] | None = None
+        # send() calls waiting for room: several tasks may share one Sender,
+        # and every one of them must be woken (or failed) by the driver.
+        self._window_waiters: list[asyncio.Future[None]] = []
         self._finish_done: asyncio.Future[None] | None = None
         self._sent = 0
         self._owns_connection: Any = None  # set on the entrypoint Sender that connect() returns
@@ -259,6 +263,14 @@ class Sender(_Handle):
             self._pair.space.clear()
             await self._pair.space.wait()
             self._check_sendable()
+        if self._mode is not Mode.UNRELIABLE:
+            # Never add to a queue that is already full (another task's send()
+            # may be waiting on it): wait for room first, so the bound holds.
+            link = self._link
+            assert link is not None and self._chanid is not None
+            while link.send_blocked(self._chanid):
+                await self._wait_window()
+                self._check_sendable()
         if not self._send_networked(value, hdrs, extra) and self._mode is not Mode.UNRELIABLE:
             await self._wait_window()
 
@@ -304,11 +316,13 @@ class Sender(_Handle):
         return ok
 
     async def _wait_window(self) -> None:
-        self._window = asyncio.get_running_loop().create_future()
+        """Wait for the driver's next "window opened" (or the channel's failure)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._window_waiters.append(waiter)
         try:
-            await self._window
+            await waiter
         finally:
-            self._window = None
+            self._window_waiters.remove(waiter)
 
     async def finish(self) -> None:
         """Declare the last message sent; the receiver's iteration ends after it.
@@ -347,8 +361,9 @@ class Sender(_Handle):
             self._finish_done.set_result(None)
 
     def _window_opened(self) -> None:
-        if self._window is not None and not self._window.done():
-            self._window.set_result(None)
+        for waiter in self._window_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _fail(self, outcome: ChannelOutcome) -> None:
         """The channel ended under us (receiver closed, lost, connection gone)."""
@@ -357,7 +372,7 @@ class Sender(_Handle):
         self._wake(outcome)
 
     def _wake(self, exc: Exception) -> None:
-        for waiter in (self._window, self._finish_done):
+        for waiter in (*self._window_waiters, self._finish_done):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(exc)
         if self._pair is not None:
@@ -493,6 +508,17 @@ class OneshotSender(Sender):
     """Sends exactly one message, then the channel is finished."""
 
     _kind = "OneshotSender"
+
+    def _set_mode(self, mode: Mode) -> Sender:
+        # Refused up front, even while the pair is local: accepting a mode here
+        # would only fail later, in the middle of sending the Receiver away
+        # (the core refuses modes on oneshot channels), after the channel was
+        # allocated.
+        if mode is not Mode.ORDERED:
+            raise LocalProtocolError(
+                "a oneshot channel carries a single message and has no delivery modes"
+            )
+        return super()._set_mode(mode)
 
     async def send(
         self,

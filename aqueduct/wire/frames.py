@@ -369,26 +369,57 @@ def _read_attachments(buf: Buffer, pos: int, end: int, limits: Limits) -> tuple[
 
 
 def _read_message(buf: Buffer, pos: int, limits: Limits) -> tuple[Message, int]:
-    num, pos = read_varint(buf, pos)
-    headers, pos = read_headers(buf, pos, limits.max_header_bytes)
-    n, pos = read_varint(buf, pos)
-    if n:
-        if n > limits.max_payload_bytes:
-            raise FrameError(
-                "MESSAGE",
-                f"ATTACHMENTS length {n} exceeds the limit of {limits.max_payload_bytes} bytes",
-            )
-        end = pos + n
-        if end > len(buf):
-            raise IncompleteData(
-                f"ATTACHMENTS length {n}, only {len(buf) - pos} bytes present", end
-            )
-        atts = _read_attachments(buf, pos, end, limits)
-        pos = end
+    """MESSAGE body. The one frame read per message, so one-byte varints and
+    empty ATTACHMENTS are read inline; everything else takes the general readers."""
+    try:
+        num = buf[pos]
+        if num < 0x80:
+            pos += 1
+        elif buf[pos + 1] < 0x80:  # numbers 128..16383: two bytes
+            num = (num & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
+        else:
+            num, pos = read_varint(buf, pos)
+        if buf[pos]:
+            headers, pos = read_headers(buf, pos, limits.max_header_bytes)
+        else:
+            headers = ()
+            pos += 1
+        n = buf[pos]
+        if n:
+            atts, pos = _read_attachments_field(buf, pos, limits)
+        else:
+            atts = ()
+            pos += 1
+        n = buf[pos]
+    except IndexError:
+        raise IncompleteData("varint ends mid-way") from None
+    if n < 0x80:
+        pos += 1
     else:
-        atts = ()
-    payload, pos = read_varbytes(buf, pos, limits.max_payload_bytes, "payload")
-    return Message(num, headers, atts, payload), pos
+        n, pos = read_varint(buf, pos)
+    if n > limits.max_payload_bytes:
+        raise WireError(f"payload length {n} exceeds the limit of {limits.max_payload_bytes} bytes")
+    end = pos + n
+    if end > len(buf):
+        raise IncompleteData(f"payload length {n}, only {len(buf) - pos} bytes present", end)
+    return Message(num, headers, atts, bytes(buf[pos:end])), end
+
+
+def _read_attachments_field(
+    buf: Buffer, pos: int, limits: Limits
+) -> tuple[tuple[AttachmentRef, ...], int]:
+    """The ATTACHMENTS varbytes of a MESSAGE (its length is non-zero)."""
+    n, pos = read_varint(buf, pos)
+    if n > limits.max_payload_bytes:
+        raise FrameError(
+            "MESSAGE",
+            f"ATTACHMENTS length {n} exceeds the limit of {limits.max_payload_bytes} bytes",
+        )
+    end = pos + n
+    if end > len(buf):
+        raise IncompleteData(f"ATTACHMENTS length {n}, only {len(buf) - pos} bytes present", end)
+    return _read_attachments(buf, pos, end, limits), end
 
 
 def _read_sent_unreliable(buf: Buffer, pos: int, limits: Limits) -> tuple[SentUnreliable, int]:
@@ -502,6 +533,16 @@ def read_frame(buf: Buffer, pos: int, limits: Limits = DEFAULT_LIMITS) -> tuple[
         raise
     except WireError as e:
         raise FrameError(FRAME_BY_TAG[tag].NAME, str(e)) from None
+
+
+def read_message(buf: Buffer, pos: int, limits: Limits = DEFAULT_LIMITS) -> tuple[Message, int]:
+    """``read_frame`` for a MESSAGE whose tag byte is at ``pos - 1`` (the stream decoder's fast path)."""
+    try:
+        return _read_message(buf, pos, limits)
+    except FrameError:
+        raise
+    except WireError as e:
+        raise FrameError("MESSAGE", str(e)) from None
 
 
 def decode_frame(buf: Buffer, pos: int = 0, limits: Limits = DEFAULT_LIMITS) -> tuple[Frame, int]:

@@ -31,7 +31,7 @@ class RangeSet:
         self._count = 0
 
     def add(self, n: int) -> None:
-        """Add one int; O(1) when ``n`` extends the last range or is already in it."""
+        """Add one int; O(1) when ``n`` is at or past the end of the last range, or in it."""
         stops = self._stops
         if stops:
             last = stops[-1]
@@ -39,9 +39,37 @@ class RangeSet:
                 stops[-1] = n + 1
                 self._count += 1
                 return
-            if self._starts[-1] <= n < last:
+            if n > last:
+                self._starts.append(n)
+                stops.append(n + 1)
+                self._count += 1
+                return
+            if self._starts[-1] <= n:
                 return
         self.add_range(n, n + 1)
+
+    def insert(self, n: int) -> bool:
+        """Add one int; False if it was already there (a duplicate), without changing anything.
+
+        ``n in rs`` then ``rs.add(n)`` in one step, O(1) for the next number
+        in sequence: what a receiver does for every message it gets.
+        """
+        stops = self._stops
+        if stops:
+            last = stops[-1]
+            if n == last:
+                stops[-1] = n + 1
+                self._count += 1
+                return True
+            if n > last:
+                self._starts.append(n)
+                stops.append(n + 1)
+                self._count += 1
+                return True
+        if n in self:
+            return False
+        self.add_range(n, n + 1)
+        return True
 
     def add_range(self, start: int, stop: int) -> None:
         """Add ``[start, stop)``, merging with every range it overlaps or touches."""

@@ -30,11 +30,14 @@ from aqueduct.wire.frames import (
     encode_frame,
     frame_name,
     read_frame,
+    read_message,
 )
 
 __all__ = ["Limits", "StreamSequenceDecoder", "decode_datagram", "encode_sequence"]
 
 _PREFIX, _ROUTE, _ROUTED = 0, 1, 2
+_MESSAGE_TAG = Message.TAG
+_ROUTE_TAG = RouteTo.TAG
 _KIND_BY_TAG: list[int | None] = [None] * 256
 for _cls in PREFIX_FRAMES:
     _KIND_BY_TAG[_cls.TAG] = _PREFIX
@@ -111,11 +114,17 @@ class StreamSequenceDecoder:
         n = len(mv)
         routed = self._routed
         limits = self._limits
+        append = frames.append
         try:
             while pos < n:
-                routed_after = _check_grammar(mv[pos], routed)
+                tag = mv[pos]
+                if tag == _MESSAGE_TAG and routed:  # the common frame: no grammar step
+                    frame, pos = read_message(mv, pos + 1, limits)
+                    append(frame)
+                    continue
+                routed_after = _check_grammar(tag, routed)
                 frame, pos_after = read_frame(mv, pos, limits)
-                frames.append(frame)
+                append(frame)
                 routed = routed_after
                 pos = pos_after
             self._need = 0
@@ -141,6 +150,16 @@ class StreamSequenceDecoder:
 
 def decode_datagram(data: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Frame]:
     """Decode a datagram: exactly ``[VERSION] ROUTE_TO MESSAGE``, nothing after."""
+    n = len(data)
+    if n > 2 and data[0] == _ROUTE_TAG and data[1] < 0x80 and data[2] == _MESSAGE_TAG:
+        # The common shape (no VERSION, one-byte chanid), without the grammar walk.
+        try:
+            msg, pos = read_message(data, 3, limits)
+        except IncompleteData as e:
+            raise FrameError("MESSAGE", e.rule) from None
+        if pos < n:
+            raise FrameError("datagram", f"{n - pos} bytes after the MESSAGE")
+        return [RouteTo(data[1]), msg]
     frames: list[Frame] = []
     pos = 0
     with memoryview(data) as mv:

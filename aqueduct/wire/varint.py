@@ -24,6 +24,12 @@ MAX_VARINT = (1 << 64) - 1
 _MAX_8_BYTE = (1 << 56) - 1
 _SMALL = tuple(bytes((i,)) for i in range(128))
 _EMPTY_HEADERS = b"\x00"
+# Memoised header data, both directions (see encode_headers / read_headers):
+# bounded, and only successful results are kept, so behaviour is unchanged.
+_CACHE_ENTRIES = 256
+_CACHE_MAX_BYTES = 256  # larger header data is decoded every time
+_ENCODED: dict[Headers, bytes] = {}
+_DECODED: dict[bytes, Headers] = {}
 
 
 def varint_len(n: int) -> int:
@@ -93,9 +99,26 @@ def encode_varbytes(b: bytes) -> bytes:
 
 
 def encode_headers(h: Headers) -> bytes:
-    """Header data: a varbytes holding key, value, key, value... each as varbytes."""
+    """Header data: a varbytes holding key, value, key, value... each as varbytes.
+
+    Applications send the same few header tuples over and over (the payload
+    codec adds one constant ``content-type`` per message), so encodings are
+    memoised: a hit costs one dict lookup instead of an encode per message.
+    """
     if not h:
         return _EMPTY_HEADERS
+    try:
+        cached = _ENCODED.get(h)
+    except TypeError:  # an unhashable value (bytearray): encode, never cache
+        return _encode_headers(h)
+    if cached is None:
+        cached = _encode_headers(h)
+        if len(_ENCODED) < _CACHE_ENTRIES:
+            _ENCODED[h] = cached
+    return cached
+
+
+def _encode_headers(h: Headers) -> bytes:
     parts = []
     for key, value in h:
         try:
@@ -114,7 +137,11 @@ def encode_headers(h: Headers) -> bytes:
 
 def read_headers(buf: Buffer, pos: int, limit: int) -> tuple[Headers, int]:
     """Read header data at ``pos``; at most ``limit`` bytes of content."""
-    n, pos = read_varint(buf, pos)
+    n = buf[pos] if pos < len(buf) else 0x80  # (0x80: let read_varint report the truncation)
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_varint(buf, pos)
     if n == 0:
         return (), pos
     if n > limit:
@@ -122,6 +149,19 @@ def read_headers(buf: Buffer, pos: int, limit: int) -> tuple[Headers, int]:
     end = pos + n
     if end > len(buf):
         raise IncompleteData(f"header data length {n}, only {len(buf) - pos} bytes present", end)
+    if n <= _CACHE_MAX_BYTES:
+        raw = bytes(buf[pos:end])
+        headers = _DECODED.get(raw)
+        if headers is None:
+            headers = _parse_headers(raw, 0, n)
+            if len(_DECODED) < _CACHE_ENTRIES:
+                _DECODED[raw] = headers
+        return headers, end
+    return _parse_headers(buf, pos, end), end
+
+
+def _parse_headers(buf: Buffer, pos: int, end: int) -> Headers:
+    """The key/value pairs filling exactly ``buf[pos:end]``."""
     items = []
     try:
         while pos < end:
@@ -139,7 +179,7 @@ def read_headers(buf: Buffer, pos: int, limit: int) -> tuple[Headers, int]:
             items.append((key.decode("ascii"), bytes(buf[pos:vend])))
             pos = vend
         else:
-            return tuple(items), end
+            return tuple(items)
     except IncompleteData:
         pass
     raise WireError("header data must hold key/value pairs of varbytes")
