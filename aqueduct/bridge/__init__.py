@@ -1,0 +1,1 @@
+"""bridge layer (see docs/architecture.md)."""

@@ -1,0 +1,101 @@
+"""One simulated remote producer of the demo, run as its own process.
+
+``python -m aqueduct.bridge.demo_producer --url aqueduct://127.0.0.1:4433
+--cafile ca.pem --index 0 --producers 4 --streams 2 --events 25000``
+
+It sends its share of the :class:`~aqueduct.bridge.workload.Workload` with
+the :class:`~aqueduct.connector.client.Connector` library, round-robin over
+its streams, and exits 0 once every message is acked, i.e. committed in the
+bridge's Spark sink. Reconnects and re-sends after a bridge restart are the
+library's job; if this process itself is restarted it skips what the
+bridge's OK says is already durable. The last stdout line is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from aqueduct.bridge.workload import Workload, payload
+from aqueduct.connector.client import Connector
+
+PROGRAM = "aqueduct-demo"
+
+
+async def produce(
+    url: str,
+    workload: Workload,
+    index: int,
+    *,
+    cafile: str | None = None,
+    cookie: bytes = b"",
+    timeout: float = 300.0,
+) -> dict:
+    """Send producer ``index``'s messages and wait until all are acked; return stats."""
+    started = time.monotonic()
+    async with Connector(
+        url, program=PROGRAM, instance=f"p{index}", cookie=cookie, cafile=cafile
+    ) as conn:
+        sids = workload.stream_ids(index)
+        streams = [await conn.stream(sid, workload.stream_name(sid)) for sid in sids]
+        plans = [workload.steps(i) for i in range(len(sids))]
+        for k in range(max(len(p) for p in plans)):
+            for stream, plan in zip(streams, plans, strict=True):
+                if k >= len(plan) or plan[k].message_id < stream.resume_from:
+                    continue
+                step = plan[k]
+                await stream.send(
+                    None if step.boundary else payload(stream.stream_id, step.message_id),
+                    message_id=step.message_id,
+                    event_time=None if step.boundary else time.time_ns() // 1000,
+                    boundary=step.boundary,
+                    eos=step.last,
+                )
+        sent_at = time.monotonic()
+        await conn.wait_all_acked(timeout)
+        return {
+            "producer": index,
+            "sent_s": round(sent_at - started, 3),
+            "acked_s": round(time.monotonic() - started, 3),
+            "frames_sent": conn.stats.sent,
+            "resent": conn.resent,
+            "connections": conn.stats.connections,
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m aqueduct.bridge.demo_producer",
+        description="One demo producer: send a deterministic workload, exit once all is acked.",
+    )
+    p.add_argument("--url", required=True, help="aqueduct://HOST:PORT or tcp://HOST:PORT")
+    p.add_argument("--cafile", help="CA certificate that signed the bridge's (QUIC)")
+    p.add_argument("--cookie", default="", help="the bridge's cookie")
+    p.add_argument("--index", type=int, required=True, help="which producer this is (0-based)")
+    p.add_argument("--producers", type=int, required=True)
+    p.add_argument("--streams", type=int, required=True, help="streams per producer")
+    p.add_argument("--events", type=int, required=True, help="data messages per producer")
+    p.add_argument("--epoch", type=int, required=True, help="data messages per epoch")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the acks")
+    args = p.parse_args(argv)
+    workload = Workload(args.producers, args.streams, args.events, args.epoch)
+    stats = asyncio.run(
+        produce(
+            args.url,
+            workload,
+            args.index,
+            cafile=args.cafile,
+            cookie=args.cookie.encode(),
+            timeout=args.timeout,
+        )
+    )
+    print(json.dumps(stats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""The ingest service: the durable sink behind every connector session.
+
+Connector transports (QUIC/Aqueduct and TCP) run one sans-IO
+:class:`~aqueduct.connector.worker_session.WorkerSession` per connection and
+hand its events here. This module turns them into log records and decides
+when producers may send more and what they may forget:
+
+* **Credits only for durable data.** Accepted messages are appended to the
+  :class:`~aqueduct.bridge.log.DurableLog` buffer; a group commit (one
+  fsync for everything buffered since the last one) makes them durable, and
+  only then does each session get its spent credits back. So the bytes a
+  producer can have in the bridge's memory are bounded by its credits.
+* **Backlog bound.** A log that Spark does not keep up with would otherwise
+  grow without limit on disk. While the *consumable* backlog (records in
+  complete epochs that Spark has not committed, summed over streams)
+  exceeds ``max_lag``, credits earned by commits are withheld; they are
+  released as Spark commits. Records of a still-open epoch do not count:
+  Spark cannot read them until the producer sends the BOUNDARY, which needs
+  credits, so counting them could deadlock.
+* **Resume.** OK lists, per stream the connector (program + instance) used
+  before, the log's *durable* point of reference; the session drops ids
+  below it, and the log's own range set drops the rest (ids buffered but
+  not yet durable when a producer reconnected, or arriving out of order).
+* **Exactly-once acks.** :meth:`Ingest.on_committed` is called with the
+  per-stream log offsets of the last micro-batch Spark committed in its
+  sink. Each connector then gets an ACK with the points of reference
+  covering those offsets, and the log drops segments below them (unless
+  retention keeps them).
+
+Everything here runs on the bridge's event loop thread; the log is not
+thread-safe and needs no lock because of that. The transports call
+:meth:`Ingest.durable_streams` and :meth:`Ingest.handle` (the
+``WorkerSink`` protocol of :mod:`aqueduct.connector.worker_server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aqueduct.bridge.commits import acks_for
+from aqueduct.bridge.log import DurableLog, LogError
+from aqueduct.connector.events import (
+    HelloAccepted,
+    MessagesAccepted,
+    SessionEnded,
+    StreamNotified,
+    WorkerEvent,
+)
+from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.inbound import DurableStream
+from aqueduct.connector.worker_server import WorkerPeer
+
+
+def connector_name(program_name: str, instance_name: str) -> str:
+    """The log's owner name of a connector: streams are resumed per program + instance."""
+    return f"{program_name}/{instance_name}"
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Flow-control policy of the ingest service."""
+
+    max_lag: int = 200_000  # records Spark may lag behind before credits stop
+    commit_delay: float = 0.002  # seconds to gather a group before committing
+
+
+@dataclass
+class _Session:
+    connector: str
+    unsynced: int = 0  # credits spent on records not yet durable
+    withheld: int = 0  # credits earned but held back by the backlog bound
+
+
+@dataclass
+class IngestCounters:
+    """Totals since start, for progress lines and tests."""
+
+    messages: int = 0  # data records appended (boundaries excluded)
+    duplicates: int = 0  # dropped by the log's range set (the session drops others itself)
+    withheld_credits: int = 0  # credits currently held back by the backlog bound
+    sessions: int = 0  # live sessions
+
+
+class Ingest:
+    """Sink of connector session events; owner of the log's write side."""
+
+    def __init__(self, durable_log: DurableLog, config: IngestConfig | None = None) -> None:
+        self.log = durable_log
+        self.config = config or IngestConfig()
+        self.counters = IngestCounters()
+        self._sessions: dict[WorkerPeer, _Session] = {}
+        self._live: dict[str, WorkerPeer] = {}  # connector -> its newest session
+        self._committed: dict[int, int] = {}  # stream -> offset Spark committed
+        self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
+        for sid in self.log.stream_ids():
+            self._complete[sid] = self.log.complete_offset(sid)
+            self._committed[sid] = self.log.snapshot(sid).earliest
+        self._dirty = asyncio.Event()
+
+    # ------------------------------------------------------------ session side
+
+    def durable_streams(self, program_name: str, instance_name: str) -> list[DurableStream]:
+        """Streams this connector used before, at their durable points (for OK)."""
+        return [
+            DurableStream(sid, name, point)
+            for sid, name, point in self.log.references_of(
+                connector_name(program_name, instance_name)
+            )
+        ]
+
+    async def handle(self, peer: WorkerPeer, event: WorkerEvent) -> None:
+        """Apply one session event (the transport awaits it before reading on)."""
+        if isinstance(event, MessagesAccepted):
+            await self._on_messages(peer, event)
+        elif isinstance(event, StreamNotified):
+            await self._on_notified(peer, event)
+        elif isinstance(event, HelloAccepted):
+            name = connector_name(event.program_name, event.instance_name)
+            self._sessions[peer] = _Session(name)
+            self._live[name] = peer
+            self.counters.sessions = len(self._sessions)
+        elif isinstance(event, SessionEnded):
+            self._forget(peer)
+
+    def _forget(self, peer: WorkerPeer) -> None:
+        state = self._sessions.pop(peer, None)
+        if state is not None and self._live.get(state.connector) is peer:
+            del self._live[state.connector]
+        self.counters.sessions = len(self._sessions)
+
+    async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
+        state = self._sessions[peer]
+        try:
+            self.log.open_stream(
+                event.stream_id,
+                event.stream_name,
+                state.connector,
+                point_of_reference=event.point_of_reference,
+            )
+        except LogError as exc:
+            await peer.fail(str(exc))
+            return
+        self._committed.setdefault(event.stream_id, 0)
+        self._complete.setdefault(event.stream_id, 0)
+
+    async def _on_messages(self, peer: WorkerPeer, event: MessagesAccepted) -> None:
+        state = self._sessions.get(peer)
+        if state is None:
+            return  # the session failed while this batch was in flight
+        # Every message's credit comes back after the next group commit,
+        # duplicates included (they cost the producer a credit too).
+        state.unsynced += len(event.messages)
+        self._dirty.set()
+        try:
+            for m in event.messages:
+                self._append(event.stream_id, m)
+        except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
+            await peer.fail(str(exc))
+
+    def _append(self, sid: int, m: Message) -> None:
+        stable = not m.flags & (EPHEMERAL | UNSTABLE_REFERENCE)
+        if m.message_id is not None and stable and self.log.is_duplicate(sid, m.message_id):
+            self.counters.duplicates += 1
+            return
+        boundary = bool(m.flags & BOUNDARY)
+        self.log.append(
+            sid,
+            m.payload or b"",
+            message_id=m.message_id,
+            event_time=m.event_time,
+            key=m.key,
+            boundary=boundary,
+            stable=not m.flags & UNSTABLE_REFERENCE,
+        )
+        if not boundary:
+            self.counters.messages += 1
+
+    # ------------------------------------------------------------ group commit
+
+    async def run(self) -> None:
+        """Group-commit loop: runs until cancelled."""
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self.config.commit_delay)
+            self._dirty.clear()
+            self.commit()
+
+    def commit(self) -> None:
+        """Make everything buffered durable, then return the credits it earned."""
+        for sid in self.log.commit():
+            self._complete[sid] = self.log.complete_offset(sid)
+        for state in self._sessions.values():
+            state.withheld += state.unsynced
+            state.unsynced = 0
+        self._release_credits()
+
+    @property
+    def buffered(self) -> int:
+        """Records in memory waiting for the next group commit (bounded by the sessions' credits)."""
+        return sum(s.unsynced for s in self._sessions.values())
+
+    @property
+    def lag(self) -> int:
+        """Records in complete epochs that Spark has not committed yet."""
+        return sum(max(0, end - self._committed.get(sid, 0)) for sid, end in self._complete.items())
+
+    def _release_credits(self, refs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
+        """Send each session its points and, unless the backlog is too long, its credits."""
+        refs = refs or {}
+        open_tap = self.lag <= self.config.max_lag
+        for peer, state in list(self._sessions.items()):
+            credits = state.withheld if open_tap else 0
+            points = refs.get(state.connector, []) if self._live.get(state.connector) is peer else []
+            if credits or points:
+                state.withheld -= credits
+                peer.ack(points, credits)
+        self.counters.withheld_credits = sum(s.withheld for s in self._sessions.values())
+
+    # ------------------------------------------------------------ Spark side
+
+    def committed_offsets(self) -> dict[int, int]:
+        """Per stream, the log offset below which Spark has committed everything."""
+        return dict(self._committed)
+
+    def on_committed(self, positions: Mapping[int, int]) -> None:
+        """Spark committed every record below ``positions`` (stream -> offset) in its sink.
+
+        Acks the new points of reference to the owning connectors, drops
+        log segments that nothing needs any more, and reopens the credit tap
+        if the backlog shrank. Positions that do not advance are ignored, so
+        the prompt signal and the safety net may both report the same batch.
+        """
+        known = set(self.log.stream_ids())
+        advanced = {
+            sid: offset
+            for sid, offset in positions.items()
+            if sid in known and offset > self._committed.get(sid, 0)
+        }
+        refs: dict[str, list[tuple[int, int]]] = {}
+        for sid, point in acks_for(self.log, advanced).items():
+            owner = self.log.snapshot(sid).meta.connector
+            refs.setdefault(owner, []).append((sid, point))
+        self._committed.update(advanced)
+        for sid, offset in advanced.items():
+            self.log.truncate(sid, offset)
+        self._release_credits(refs)

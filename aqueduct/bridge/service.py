@@ -1,0 +1,358 @@
+"""The running bridge: connector listeners, durable log, Spark query, acks.
+
+:class:`Bridge` wires the parts together and owns their lifetimes:
+
+1. opens the :class:`~aqueduct.bridge.log.DurableLog` (one writer process,
+   flock'ed) and the :class:`~aqueduct.bridge.ingest.Ingest` sink with its
+   group-commit task;
+2. listens for connectors over QUIC (Aqueduct) and/or plain TCP; each
+   connection's session hands its events to the ingest;
+3. starts Spark (``local[*]`` by default, or any master URL whose executors
+   can read the log path) and the streaming query
+   ``readStream.format("aqueduct") -> sink`` with a checkpoint;
+4. feeds "Spark committed the batch ending at these offsets" back to the
+   ingest, which ACKs producers and truncates the log. The prompt signal is
+   a ``StreamingQueryListener`` in this (driver) process; its callback runs
+   on a py4j thread, so it only hops onto the event loop. The safety net is
+   the reader's commit file, polled: it covers batches committed while no
+   listener was watching (before a restart) and lost callbacks.
+
+Spark calls block (session start ~10 s, ``query.stop``), so they run in a
+worker thread; the log and ingest are only ever touched on the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from aqueduct.bridge.commits import install_commit_listener, read_committed
+from aqueduct.bridge.ingest import Ingest, IngestConfig
+from aqueduct.bridge.log import DurableLog, LogError
+from aqueduct.bridge.status import write_acked
+from aqueduct.connector.aqueduct_transport import serve_aqueduct
+from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.runtime.certs import cert_paths, generate_certs
+
+logger = logging.getLogger(__name__)
+
+SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the reader's commit file
+WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
+TLS_DIR = "tls"  # where generated certificates go inside the log directory
+
+
+@dataclass
+class BridgeConfig:
+    """Everything ``aqueduct-bridge serve`` can be told (see ``--help``)."""
+
+    log_dir: Path
+    quic: tuple[str, int] | None = None
+    tcp: tuple[str, int] | None = None
+    cookie: bytes = b""
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    master: str = "local[*]"
+    sink: str = "parquet"
+    output_dir: Path = Path("aqueduct-output")
+    checkpoint_dir: Path | None = None
+    max_records_per_trigger: int | None = None
+    trigger_interval: float = 1.0
+    credits: int = WorkerConfig().initial_credits
+    max_lag: int = IngestConfig().max_lag
+    retention: float | None = None
+    query_name: str = "aqueduct"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.checkpoint_dir or self.output_dir / "_checkpoint"
+
+
+@dataclass(frozen=True)
+class BridgeProgress:
+    """A snapshot for status lines, the demo's display and tests."""
+
+    sessions: int
+    streams: int
+    messages: int  # data records received and appended
+    durable_records: int  # records (boundaries included) made durable
+    committed_records: int  # records below Spark's committed offsets
+    lag: int  # complete-epoch records Spark has not committed
+    withheld_credits: int
+    batches: int  # micro-batches whose commit advanced the offsets
+    duplicates: int
+
+    def line(self) -> str:
+        return (
+            f"sessions {self.sessions} | streams {self.streams} | received {self.messages:,} "
+            f"| durable {self.durable_records:,} | committed {self.committed_records:,} "
+            f"| lag {self.lag:,} | withheld credits {self.withheld_credits:,} "
+            f"| batches {self.batches} | duplicates dropped {self.duplicates:,}"
+        )
+
+
+class Bridge:
+    """One bridge instance; ``await start()``, then ``await stop()``.
+
+    Pass ``spark`` to reuse an existing SparkSession (tests share one); the
+    bridge then leaves it running on stop.
+    """
+
+    def __init__(self, config: BridgeConfig, spark: Any = None) -> None:
+        self.config = config
+        self._spark = spark
+        self._own_spark = spark is None
+        self.log: DurableLog | None = None
+        self.ingest: Ingest | None = None
+        self.query: Any = None
+        self._listener: Any = None
+        self._listeners: list[Any] = []  # connector transport servers
+        self._tasks: list[asyncio.Task[None]] = []
+        self._batches = 0
+        self.failed: str | None = None
+        self.stopped = asyncio.Event()
+        self.quic_address: tuple[str, int] | None = None
+        self.tcp_address: tuple[str, int] | None = None
+        self.cafile: Path | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the log, listen for connectors, start Spark and the query."""
+        c = self.config
+        self.log = DurableLog(c.log_dir, retention_seconds=c.retention or 0.0)
+        self.ingest = Ingest(self.log, IngestConfig(max_lag=c.max_lag))
+        self._poll_commit_file()  # acks and truncation for batches committed before a restart
+        self._spawn(self.ingest.run(), "group-commit")
+        await self._start_listeners()
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._start_spark, loop)
+        self._spawn(self._safety_net(), "commit-file")
+        self._spawn(self._watchdog(), "query-watchdog")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._on_task_done)
+        self._tasks.append(task)
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        """A background task died (e.g. fsync failed): stop rather than stall producers."""
+        if not task.cancelled() and task.exception() is not None:
+            self.failed = f"{task.get_name()} failed: {task.exception()!r}"
+            logger.error(self.failed)
+            self.stopped.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, stop the query, make the buffer durable, release the log."""
+        for server in self._listeners:
+            await server.close()
+        self._listeners.clear()
+        for task in self._tasks:  # first, so the watchdog does not report our own stop
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.query is not None:
+            await asyncio.to_thread(self._stop_spark)
+        if self.ingest is not None:
+            self._poll_commit_file()
+            self.ingest.commit()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        self.stopped.set()
+
+    # ------------------------------------------------------------ connectors
+
+    def _tls_files(self) -> tuple[Path, Path]:
+        c = self.config
+        if c.certfile is not None and c.keyfile is not None:
+            return c.certfile, c.keyfile
+        paths = cert_paths(c.log_dir / TLS_DIR)
+        if not paths.server_cert.exists():
+            host = c.quic[0] if c.quic else "127.0.0.1"
+            hosts = dict.fromkeys(["localhost", "127.0.0.1", host])
+            generate_certs(c.log_dir / TLS_DIR, hosts=list(hosts))
+        self.cafile = paths.ca
+        return paths.server_cert, paths.server_key
+
+    async def _start_listeners(self) -> None:
+        c = self.config
+        assert self.ingest is not None
+        worker = WorkerConfig(cookie=c.cookie, initial_credits=c.credits)
+        if c.quic is not None:
+            certfile, keyfile = self._tls_files()
+            server = await serve_aqueduct(
+                c.quic[0], c.quic[1], self.ingest, worker, certfile=certfile, keyfile=keyfile
+            )
+            self._listeners.append(server)
+            self.quic_address = server.address
+        if c.tcp is not None:
+            server = await serve_tcp(c.tcp[0], c.tcp[1], self.ingest, worker)
+            self._listeners.append(server)
+            self.tcp_address = server.address
+
+    # ------------------------------------------------------------ Spark
+
+    def _start_spark(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Create/reuse the session, register the source, install the listener, start the query."""
+        from aqueduct.bridge.source import register
+
+        c = self.config
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder.master(c.master).appName("aqueduct-bridge")
+            defaults = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+            if c.master.startswith("local"):  # an embedded driver needs no network exposure
+                defaults |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+            for key, value in defaults.items():
+                builder = builder.config(key, value)
+            self._spark = builder.getOrCreate()
+        spark = self._spark
+        register(spark)
+
+        def committed(positions: dict[int, int]) -> None:  # on Spark's listener thread
+            loop.call_soon_threadsafe(self._on_spark_commit, positions)
+
+        self._listener = install_commit_listener(spark, committed, query_name=c.query_name)
+        reader = spark.readStream.format("aqueduct").option("log", str(c.log_dir))
+        if c.max_records_per_trigger is not None:
+            reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
+        writer = (
+            reader.load()
+            .writeStream.queryName(c.query_name)
+            .option("checkpointLocation", str(c.checkpoint))
+            .trigger(processingTime=f"{c.trigger_interval} seconds")
+        )
+        if c.sink == "parquet":
+            writer = writer.format("parquet").option("path", str(c.output_dir))
+        elif c.sink == "console":
+            writer = writer.format("console").option("truncate", "false")
+        else:
+            writer = writer.format("memory")
+        self.query = writer.start()
+
+    def _stop_spark(self) -> None:
+        spark = self._spark
+        self.query.stop()
+        if self._listener is not None:
+            spark.streams.removeListener(self._listener)
+            self._listener = None
+        if self._own_spark:
+            spark.stop()
+            self._spark = None
+
+    def _on_spark_commit(self, positions: dict[int, int]) -> None:
+        if self.ingest is not None and self.log is not None:
+            self._batches += 1
+            self.ingest.on_committed(positions)
+            # For `status`: the reader's commit file trails by a batch, this does not.
+            write_acked(self.config.log_dir, self.ingest.committed_offsets())
+
+    def _poll_commit_file(self) -> None:
+        assert self.ingest is not None
+        positions = read_committed(self.config.log_dir)
+        if positions:
+            self.ingest.on_committed(positions)
+
+    async def _safety_net(self) -> None:
+        while True:
+            await asyncio.sleep(SAFETY_NET_INTERVAL)
+            self._poll_commit_file()
+
+    async def _watchdog(self) -> None:
+        """End the bridge if the query died: acks would stop and producers stall silently."""
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL)
+            active = await asyncio.to_thread(lambda: self.query.isActive)
+            if not active:
+                error = await asyncio.to_thread(self.query.exception)
+                self.failed = f"Spark query stopped: {error or 'no error reported'}"
+                logger.error(self.failed)
+                self.stopped.set()
+                return
+
+    async def drained(self, timeout: float) -> None:
+        """Wait until Spark committed every complete epoch the log holds.
+
+        A producer may finish before that: after a reconnect, OK's durable
+        points release everything already in the log from its buffer, so
+        "all acked" on the producer side means "durable here", and the sink
+        catches up from the log afterwards.
+        """
+        assert self.ingest is not None
+        deadline = time.monotonic() + timeout
+        while self.ingest.lag or self.ingest.buffered:
+            if self.failed or time.monotonic() > deadline:
+                raise TimeoutError(f"Spark did not catch up with the log within {timeout} s")
+            await asyncio.sleep(0.1)
+
+    # ------------------------------------------------------------ reporting
+
+    def progress(self) -> BridgeProgress:
+        """Counters and positions right now (cheap; call it on the loop thread)."""
+        assert self.ingest is not None and self.log is not None
+        counters = self.ingest.counters
+        committed = self.ingest.committed_offsets()
+        return BridgeProgress(
+            sessions=counters.sessions,
+            streams=len(self.log.stream_ids()),
+            messages=counters.messages,
+            durable_records=sum(self.log.durable_end(s) for s in self.log.stream_ids()),
+            committed_records=sum(committed.values()),
+            lag=self.ingest.lag,
+            withheld_credits=counters.withheld_credits,
+            batches=self._batches,
+            duplicates=counters.duplicates,
+        )
+
+
+async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO = sys.stderr) -> int:
+    """Run a bridge until SIGINT/SIGTERM or query failure; print status lines to ``out``."""
+    bridge = Bridge(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
+    try:
+        await bridge.start()
+    except LogError as exc:  # e.g. another bridge holds the log
+        print(f"aqueduct-bridge: {exc}", file=out, flush=True)
+        await bridge.stop()
+        return 1
+    listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
+    listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
+    print(f"aqueduct-bridge: listening on {', '.join(listening)}", file=out, flush=True)
+    if bridge.cafile is not None:
+        print(f"aqueduct-bridge: connectors verify the server with {bridge.cafile}", file=out, flush=True)
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
+    try:
+        while not (stop.is_set() or bridge.stopped.is_set()):
+            await asyncio.wait(waiters, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
+            print(f"aqueduct-bridge: {bridge.progress().line()}", file=out, flush=True)
+    finally:
+        for w in waiters:
+            w.cancel()
+        started = time.monotonic()
+        await bridge.stop()
+        print(f"aqueduct-bridge: stopped in {time.monotonic() - started:.1f}s", file=out, flush=True)
+    if bridge.failed:
+        print(f"aqueduct-bridge: {bridge.failed}", file=out, flush=True)
+        return 1
+    return 0
+
+
+def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:
+    """Blocking entry point for ``aqueduct-bridge serve``."""
+    return asyncio.run(serve(config, status_interval))

@@ -1,0 +1,96 @@
+"""``aqueduct-bridge status``: what a log holds and how far Spark got.
+
+Reads only what a reader in another process may read while the bridge
+runs: the streams' indexes (:func:`~aqueduct.bridge.view.load_streams`),
+the reader's commit file (:func:`~aqueduct.bridge.commits.read_committed`,
+written one micro-batch late) and ``acked.json``, which the bridge rewrites
+each time its listener reports a committed micro-batch. A stream's
+committed offset is the larger of the two; the acked point of reference is
+the one the bridge sends for that offset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from aqueduct.bridge.commits import parse_offsets, read_committed
+from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.view import load_streams
+
+ACKED_FILE = "acked.json"
+
+
+def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
+    """Record the offsets whose points of reference the bridge acked (atomically)."""
+    doc = {"offsets": {str(s): positions[s] for s in sorted(positions)}, "acked_at": time.time()}
+    write_atomically(log_dir / ACKED_FILE, json.dumps(doc).encode())
+
+
+def read_acked(log_dir: Path) -> dict[int, int]:
+    """Offsets recorded by :func:`write_acked` (empty before the first commit)."""
+    try:
+        return parse_offsets(json.loads((log_dir / ACKED_FILE).read_bytes())["offsets"])
+    except FileNotFoundError:
+        return {}
+
+
+def read_status(log_dir: Path, consumer: str = "default") -> dict:
+    """Per-stream positions of the log at ``log_dir`` as a JSON-ready dict."""
+    if not log_dir.exists():
+        raise FileNotFoundError(f"no log directory at {log_dir}")
+    streams = load_streams(log_dir)
+    committed = read_committed(log_dir, consumer) or {}
+    for sid, offset in read_acked(log_dir).items():
+        committed[sid] = max(offset, committed.get(sid, 0))
+    rows = []
+    for sid, s in streams.items():
+        done = max(committed.get(sid, 0), s.earliest)
+        rows.append(
+            {
+                "stream_id": sid,
+                "stream_name": s.meta.stream_name,
+                "connector": s.meta.connector,
+                "earliest": s.earliest,
+                "head": s.end,
+                "complete": s.complete,
+                "committed": done,
+                "lag": max(0, s.complete - done),
+                "durable_reference": s.reference,
+                "acked_reference": s.reference_at(done) if done <= s.end else None,
+            }
+        )
+    return {
+        "log": str(log_dir),
+        "consumer": consumer,
+        "streams": rows,
+        "total_records": sum(r["head"] for r in rows),
+        "total_lag": sum(r["lag"] for r in rows),
+    }
+
+
+_COLUMNS = (
+    ("stream_id", "STREAM"),
+    ("stream_name", "NAME"),
+    ("connector", "CONNECTOR"),
+    ("head", "HEAD"),
+    ("committed", "COMMITTED"),
+    ("lag", "LAG"),
+    ("durable_reference", "DURABLE REF"),
+    ("acked_reference", "ACKED REF"),
+)
+
+
+def format_table(report: dict) -> str:
+    """A fixed-width table of :func:`read_status`'s report, plus a totals line."""
+    rows = [[str(r[key]) for key, _ in _COLUMNS] for r in report["streams"]]
+    header = [title for _, title in _COLUMNS]
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in [header, *rows]]
+    lines.append(
+        f"{len(rows)} streams, {report['total_records']:,} records, "
+        f"lag {report['total_lag']:,} (log {report['log']})"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""``aqueduct-bridge`` as a user runs it: help, argument errors, ``status`` on a real log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.source import AqueductStreamReader, SourceOptions
+from aqueduct.bridge.status import write_acked
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("aqueduct-bridge")
+    program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.cli"]
+    return subprocess.run([*program, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("command", "mentions"),
+    [
+        ((), ["serve", "status", "demo"]),
+        (("serve",), ["--quic", "--tcp", "--log", "--cookie", "--cert", "--master", "--sink",
+                      "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
+                      "--max-lag"]),
+        (("status",), ["--log", "--json"]),
+        (("demo",), ["--producers", "--events", "--streams", "--json", "--keep"]),
+    ],
+)  # fmt: skip
+def test_every_command_explains_itself(command: tuple[str, ...], mentions: list[str]) -> None:
+    done = run_cli(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    for word in mentions:
+        assert word in done.stdout
+
+
+def test_serve_without_a_listener_says_what_is_missing(tmp_path: Path) -> None:
+    done = run_cli("serve", "--log", str(tmp_path / "log"))
+    assert done.returncode == 2
+    assert "--quic HOST:PORT and/or --tcp HOST:PORT" in done.stderr
+
+
+def test_serve_rejects_a_malformed_address(tmp_path: Path) -> None:
+    done = run_cli("serve", "--log", str(tmp_path / "log"), "--tcp", "localhost")
+    assert done.returncode == 2
+    assert "expected HOST:PORT, got 'localhost'" in done.stderr
+
+
+def test_status_of_a_missing_log_is_a_clear_error(tmp_path: Path) -> None:
+    done = run_cli("status", "--log", str(tmp_path / "nothing"))
+    assert done.returncode == 2
+    assert "no log directory at" in done.stderr
+
+
+def test_status_shows_positions_lag_and_acked_points(tmp_path: Path) -> None:
+    log_dir = tmp_path / "log"
+    with DurableLog(log_dir) as log:
+        log.open_stream(3, "orders", "shop/a")
+        for i in range(10):
+            log.append(3, b"x", message_id=100 + i)
+        log.append(3, message_id=110, boundary=True)
+        log.open_stream(4, "clicks", "shop/b")
+        log.append(4, b"y", message_id=0)
+        log.commit()
+    # What the Spark source records after committing a micro-batch that ended at offset 5.
+    AqueductStreamReader(SourceOptions(str(log_dir))).commit({"3": 5})
+
+    done = run_cli("status", "--log", str(log_dir), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    by_id = {s["stream_id"]: s for s in report["streams"]}
+    assert by_id[3] == {
+        "stream_id": 3,
+        "stream_name": "orders",
+        "connector": "shop/a",
+        "earliest": 0,
+        "head": 11,
+        "complete": 11,
+        "committed": 5,
+        "lag": 6,
+        "durable_reference": 111,
+        "acked_reference": 105,
+    }
+    assert by_id[4]["committed"] == 0 and by_id[4]["acked_reference"] == 0
+    assert report["total_lag"] == 6 + by_id[4]["lag"]
+
+    # The live bridge records what its listener saw committed: one batch ahead of the reader.
+    write_acked(log_dir, {3: 11, 4: 0})
+    report = json.loads(run_cli("status", "--log", str(log_dir), "--json").stdout)
+    assert report["streams"][0] == by_id[3] | {"committed": 11, "lag": 0, "acked_reference": 111}
+
+    table = run_cli("status", "--log", str(log_dir))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["STREAM", "NAME", "CONNECTOR"]
+    assert lines[1].split()[:3] == ["3", "orders", "shop/a"]
+    assert lines[-1].startswith("2 streams, 12 records, lag 1")
+
+
+def test_a_second_bridge_on_the_same_log_is_refused(tmp_path: Path) -> None:
+    with DurableLog(tmp_path / "log"):  # the running bridge holds the writer lock
+        done = run_cli("serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"))
+    assert done.returncode == 1
+    assert "is already open for writing" in done.stderr
