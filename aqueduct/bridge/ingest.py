@@ -137,6 +137,7 @@ class Ingest:
                 event.stream_id,
                 event.stream_name,
                 state.connector,
+                ordered=event.ordered,
                 point_of_reference=event.point_of_reference,
             )
         except LogError as exc:

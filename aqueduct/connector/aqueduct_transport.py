@@ -143,6 +143,11 @@ def _batches(
 # ---------------------------------------------------------------- worker side
 
 
+def _delivers_in_order(rx: rt.Receiver) -> bool:
+    """The connector names a stream channel's delivery mode in its ``connector-mode`` header."""
+    return dict(rx.headers or ()).get(MODE_HEADER) == Mode.ORDERED.value.encode()
+
+
 async def _serve_connection(
     server: WorkerServer, sink: WorkerSink, config: WorkerConfig, conn: Any
 ) -> None:
@@ -163,13 +168,13 @@ async def _serve_connection(
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
-        ordered = rx.headers and dict(rx.headers).get(MODE_HEADER) == Mode.ORDERED.value.encode()
+        ordered = _delivers_in_order(rx)
         with contextlib.suppress(rt.Finished, ChannelOutcome):
             async for message in rx.messages():
                 if peer.ended:
                     return
                 await peer.receive_payload(
-                    bytes(message.value), ordered=bool(ordered), channel_stream=stream_id
+                    bytes(message.value), ordered=ordered, channel_stream=stream_id
                 )
 
     async def feed_entry(message: Any) -> None:
@@ -177,12 +182,16 @@ async def _serve_connection(
         handles = list(message.attachments)
         if message is first:
             handles = handles[1:]  # the control Sender
+        streams = [
+            (stream_id, rx)
+            for stream_id, rx in zip(_notified_streams(payload), handles, strict=False)
+            if isinstance(rx, rt.Receiver)
+        ]
+        for stream_id, rx in streams:  # the mode must be known when the NOTIFY is handled
+            peer.session.announce_mode(stream_id, ordered=_delivers_in_order(rx))
         await peer.receive_payload(payload, ordered=True)
-        for stream_id in _notified_streams(payload):
-            if not handles:
-                break
-            rx = handles.pop(0)
-            if isinstance(rx, rt.Receiver) and not peer.ended:
+        for stream_id, rx in streams:
+            if not peer.ended:
                 readers.append(asyncio.ensure_future(read_stream(stream_id, rx)))
 
     async def read_loop() -> None:

@@ -32,6 +32,7 @@ class StreamNotified:
     stream_id: int
     stream_name: str
     point_of_reference: int
+    ordered: bool = True  # False: an UNORDERED channel (ids consecutive, may arrive out of order)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,7 @@ class WorkerSession:
         self._events: list[WorkerEvent] = []
         self._batch: list[Message] = []
         self._batch_stream = -1
+        self._unordered: set[int] = set()  # streams whose channel may reorder messages
 
     # ------------------------------------------------------------ inputs
 
@@ -119,6 +120,18 @@ class WorkerSession:
         are the only ones allowed on it.
         """
         return self._receive(payload, ordered=ordered, channel_stream=channel_stream, whole=True)
+
+    def announce_mode(self, stream_id: int, *, ordered: bool) -> None:
+        """The transport tells how the stream's next NOTIFY will deliver its messages.
+
+        The durable side needs it: an ordered stream's point of reference is
+        its last id + 1, an unordered one's is the end of its contiguous ids.
+        TCP streams are always ordered and never call this.
+        """
+        if ordered:
+            self._unordered.discard(stream_id)
+        else:
+            self._unordered.add(stream_id)
 
     def connection_lost(self) -> list[WorkerEvent]:
         """The transport ended."""
@@ -247,7 +260,8 @@ class WorkerSession:
             )
         point = stream.notify(notify.stream_name, notify.point_of_reference)
         self._unpersisted += 1
-        self._emit(StreamNotified(notify.stream_id, notify.stream_name, point))
+        ordered = notify.stream_id not in self._unordered
+        self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, ordered))
 
     def _on_message(self, message: Message, ordered: bool) -> None:
         self._spend_credit()
