@@ -107,6 +107,8 @@ class Output:
 
     def drain(self) -> list[Action]:
         """Everything queued since the last call, one ``StreamDataQueued`` per stream."""
+        if not self._chunks and not self._other:
+            return []  # the common case: the runtime flushes after every UDP datagram
         actions: list[Action] = []
         fin = self._fin
         for sid, chunks in self._chunks.items():

@@ -284,9 +284,9 @@ class Driver(QuicConnectionProtocol):
         receiver = self._handles.get(event.chanid)
         if not isinstance(receiver, Receiver):
             return  # closed locally meanwhile; the core already treats it as closed
-        headers = run_middleware(
-            self.middleware, "incoming", event.chanid, event.headers, self.peer_headers
-        )
+        headers = event.headers
+        if self.middleware:  # (a call per message saved when there is none)
+            headers = run_middleware(self.middleware, "incoming", event.chanid, headers, self.peer_headers)
         try:
             value = decode_value(event.payload, headers, handles, self.peer_content_type)
         except PayloadError as exc:

@@ -128,8 +128,20 @@ def test_header_keys_must_be_non_empty_ascii(key: str) -> None:
         encode_headers(((key, b"v"),))
     raw = key.encode()
     inner = bytes([len(raw)]) + raw + b"\x01v"
-    with pytest.raises(WireError, match="header key"):
-        decode_headers(bytes([len(inner)]) + inner)
+    for _ in range(2):  # header data is memoised, errors never are
+        with pytest.raises(WireError, match="header key"):
+            decode_headers(bytes([len(inner)]) + inner)
+        with pytest.raises(WireError, match="header key"):
+            encode_headers(((key, b"v"),))
+
+
+@given(headers)
+def test_repeated_headers_decode_the_same(h: tuple) -> None:
+    """Memoised header data: a second encode/decode of the same headers gives the same answer."""
+    data = encode_headers(h)
+    assert encode_headers(h) == data
+    assert decode_headers(data) == decode_headers(b"" + data) == (h, len(data))
+    assert decode_headers(b"\x00" + data, 1) == (h, len(data) + 1)
 
 
 def test_chanid_fields_match_the_vectors() -> None:
@@ -274,6 +286,17 @@ def test_rangeset_matches_a_set(ops: list) -> None:
         base += 1
     assert rs.base == base
     assert rs.above_base() == [r for r in runs(model) if r[0] > base]
+
+
+@given(range_ops, st.lists(small, max_size=40))
+def test_rangeset_insert_reports_duplicates(ops: list, numbers: list) -> None:
+    """``insert`` is ``add`` that says whether the int was new (a receiver's duplicate check)."""
+    rs, model = build(ops)
+    for n in numbers:
+        assert rs.insert(n) == (n not in model)
+        model.add(n)
+    assert list(rs) == runs(model)
+    assert rs.count() == len(model)
 
 
 @given(range_ops, small, small)
