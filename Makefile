@@ -32,6 +32,7 @@ interop: $(STAMP)
 	$(PY) -m interop.run
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench.run
 
 clean:

@@ -1,0 +1,183 @@
+"""The benchmark table: what is measured, against which baseline, and the DESIGN.md target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SMALL = 100
+BULK = 64 * 1024
+# Senders that never block on their own (datagrams) give the loop a turn this often.
+DATAGRAM_YIELD_EVERY = 16
+
+
+@dataclass(frozen=True)
+class Case:
+    """One contender: a worker role, and the result field (of ``side``) it is judged on.
+
+    A ``phased`` case measures all its repetitions inside one run (``phases``
+    in the result): the Spark cases, whose start-up costs over a minute.
+    """
+
+    label: str
+    role: str
+    metric: str
+    params: dict[str, Any] = field(default_factory=dict)
+    side: str = "server"
+    phased: bool = False
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """Our path, the baseline the target applies to, and further informative comparisons.
+
+    ``target`` is the minimum ratio ours/baseline. Without a baseline the
+    verdict comes from the ``verdict`` field of our results (memory: bounded).
+    ``extras`` are further fields of our results shown under the row
+    (median over repetitions), e.g. latency percentiles.
+    """
+
+    name: str
+    title: str
+    unit: str
+    ours: Case
+    baseline: Case | None
+    target: float | None
+    others: tuple[Case, ...] = ()
+    extras: tuple[tuple[str, str], ...] = ()
+    verdict: str | None = None
+    slow: bool = False  # starts Spark: skipped by --quick unless named in --only
+    max_repeat: int | None = None  # cap on repetitions (a Spark start per repetition)
+
+    @property
+    def cases(self) -> tuple[Case, ...]:
+        """Baselines first, ours last, in the order each repetition runs them."""
+        base = () if self.baseline is None else (self.baseline,)
+        return (*base, *self.others, self.ours)
+
+
+RAW_SMALL = Case("raw aioquic, length-prefixed, 1 stream", "raw.small", "msg_per_s", {"size": SMALL})
+# Durability arrives in group commits (a few per second when the disk is slow):
+# connector runs need more time than the others for a meaningful rate.
+CONNECTOR_PARAMS = {"size": SMALL, "min_seconds": 3.0, "min_warmup": 0.5}
+CONNECTOR_AQ = Case(
+    "connector over Aqueduct -> durable log", "connector.aqueduct", "msg_per_s", CONNECTOR_PARAMS
+)
+SPARK_PARAMS = {
+    "size": SMALL,
+    "transport": "aqueduct",
+    "trigger": 1.0,
+    "prime": 100,
+    "prime_timeout": 240.0,
+    "min_seconds": 8.0,
+    "min_warmup": 1.0,
+}
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark(
+        "ordered_bulk",
+        "ORDERED bulk, 64 KiB messages",
+        "MB/s",
+        ours=Case("aqueduct ORDERED", "ours.ordered", "mb_per_s", {"size": BULK}),
+        baseline=Case("raw aioquic, 1 unidirectional stream", "raw.bulk", "mb_per_s", {"size": BULK}),
+        target=0.90,
+    ),
+    Benchmark(
+        "ordered_small",
+        "ORDERED 100-byte messages",
+        "msg/s",
+        ours=Case("aqueduct ORDERED", "ours.ordered", "msg_per_s", {"size": SMALL}),
+        baseline=RAW_SMALL,
+        target=0.80,
+    ),
+    Benchmark(
+        "unordered_small",
+        "UNORDERED 100-byte messages",
+        "msg/s",
+        ours=Case("aqueduct UNORDERED", "ours.unordered", "msg_per_s", {"size": SMALL}),
+        baseline=Case(
+            "raw aioquic, stream per message", "raw.stream_per_message", "msg_per_s", {"size": SMALL}
+        ),
+        target=None,
+    ),
+    Benchmark(
+        "unreliable_small",
+        "UNRELIABLE 100-byte messages (arrived)",
+        "msg/s",
+        ours=Case(
+            "aqueduct UNRELIABLE",
+            "ours.unreliable",
+            "msg_per_s",
+            {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY},
+        ),
+        baseline=Case(
+            "raw aioquic datagrams",
+            "raw.datagram",
+            "msg_per_s",
+            {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY},
+        ),
+        target=0.80,
+    ),
+    Benchmark(
+        "connector_ingest",
+        "connector ingest into the durable log, 100-byte records",
+        "rec/s",
+        ours=CONNECTOR_AQ,
+        baseline=RAW_SMALL,
+        target=0.70,
+        others=(
+            Case("same connector frames over plain TCP", "connector.tcp", "msg_per_s", CONNECTOR_PARAMS),
+        ),
+    ),
+    Benchmark(
+        "spark_e2e",
+        "end to end into Spark (Parquet sink), records acked after the sink commit",
+        "rec/s",
+        ours=Case(
+            "connector -> bridge -> Spark -> sink",
+            "bridge.e2e",
+            "msg_per_s",
+            {**SPARK_PARAMS, "max_buffer": 100_000, "paced_rate": 1000},
+            side="client",
+            phased=True,
+        ),
+        baseline=CONNECTOR_AQ,
+        target=0.90,
+        extras=(
+            ("latency p50 ms, saturated", "p50_ms"),
+            ("latency p99 ms, saturated", "p99_ms"),
+            ("latency p50 ms at 1,000 rec/s", "paced_p50_ms"),
+            ("latency p99 ms at 1,000 rec/s", "paced_p99_ms"),
+            ("first micro-batch acked after s", "first_batch_s"),
+        ),
+        slow=True,
+        max_repeat=3,
+    ),
+    Benchmark(
+        "bridge_memory",
+        "bridge peak RSS, producer faster than Spark (Spark capped at 2,000 records/trigger)",
+        "MB",
+        ours=Case(
+            "bridge process RSS",
+            "bridge.memory",
+            "bridge_peak_mb",
+            {**SPARK_PARAMS, "max_per_trigger": 2000, "max_lag": 20_000, "max_buffer": 10**9,
+             "min_seconds": 15.0},
+        ),
+        baseline=None,
+        target=None,
+        extras=(
+            ("RSS peak, middle third MB", "bridge_middle_peak_mb"),
+            ("RSS peak, last third MB", "bridge_last_peak_mb"),
+            ("Spark JVM + workers peak MB", "jvm_peak_mb"),
+            ("records made durable", "durable_records"),
+            ("largest backlog, records", "max_backlog"),
+            ("most credits withheld", "max_withheld_credits"),
+        ),
+        verdict="bounded",
+        slow=True,
+        max_repeat=1,
+    ),
+)
+
+BY_NAME = {b.name: b for b in BENCHMARKS}

@@ -1,0 +1,69 @@
+"""Our paths: the same traffic through Aqueduct's public API (``aqueduct.serve/connect``).
+
+The client sends raw ``bytes`` on its entrypoint Sender (raw bytes pass the
+payload codec unchanged), in the mode the role names; the server iterates
+its entrypoint Receiver, as an application would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import aqueduct
+from aqueduct.proto.errors import AqueductError
+from bench.common import SERVER_NAME, Certs, Meter, payload, run_until_idle, send_for
+
+
+async def _serve(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
+    meter = Meter(params["warmup"])
+    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+    ready(server.port)
+
+    async def receive() -> None:
+        conn = await server.accept()
+        add = meter.add
+        async for value in conn.entrypoint:
+            add(1, len(value))
+
+    try:
+        ended = await run_until_idle(receive(), meter, params["idle"], params["limit"])
+    finally:
+        await server.close()
+    return {**meter.result(), "ended": ended}
+
+
+async def _send(params: dict[str, Any], certs: Certs, port: int, mode: str) -> dict[str, Any]:
+    tx = await aqueduct.connect("127.0.0.1", port, cafile=certs.ca, server_name=SERVER_NAME, timeout=20)
+    if mode == "unordered":
+        tx.unordered()
+    elif mode == "unreliable":
+        tx.unreliable()
+    body = payload(params["size"])
+    send = tx.send
+    try:
+        sent = await send_for(params["seconds"], lambda: send(body), params.get("yield_every", 0))
+        await tx.finish()
+    except AqueductError as exc:  # e.g. the server gave up waiting: its result still counts
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:  # the server closes once it has everything
+        await asyncio.wait_for(tx.connection.wait_closed(), params["limit"])
+    except TimeoutError:
+        await tx.connection.close()
+    return {"sent": sent}
+
+
+serve_ordered = serve_unordered = serve_unreliable = _serve
+
+
+async def send_ordered(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
+    return await _send(params, certs, port, "ordered")
+
+
+async def send_unordered(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
+    return await _send(params, certs, port, "unordered")
+
+
+async def send_unreliable(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
+    return await _send(params, certs, port, "unreliable")

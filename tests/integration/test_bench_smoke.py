@@ -1,0 +1,85 @@
+"""``python -m bench.run`` keeps working: one tiny benchmark, real processes, no speed checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def test_small_message_benchmark_runs_ours_and_baseline_and_reports_a_ratio(tmp_path):
+    proc, doc = run_bench(tmp_path, "--only", "ordered_small", "--repeat", "1", "--seconds", "0.3")
+    [row] = doc["benchmarks"]
+    assert row["name"] == "ordered_small"
+    assert row["errors"] == {}
+    # Both contenders ran once and something arrived after the warm-up.
+    assert len(row["ours"]["values"]) == len(row["baseline"]["values"]) == 1
+    assert row["ours"]["median"] > 0 and row["baseline"]["median"] > 0
+    assert row["ratio"] == row["ours"]["median"] / row["baseline"]["median"]
+    assert row["status"] in ("pass", "miss")
+    # The table names the benchmark, its target and the machine.
+    assert "ordered_small" in proc.stdout and ">=0.80" in proc.stdout
+    assert doc["machine"]["nproc"] >= 1 and doc["machine"]["aioquic"]
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    """Processes that inherited our marker variable (the run's workers, had they survived)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("AQUEDUCT_BENCH_SMOKE") == marker:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_bench_leaves_no_worker_processes_behind(tmp_path):
+    marker = uuid.uuid4().hex
+    _, doc = run_bench(
+        tmp_path,
+        "--only",
+        "unreliable_small",
+        "--repeat",
+        "1",
+        "--seconds",
+        "0.2",
+        env={"AQUEDUCT_BENCH_SMOKE": marker},
+    )
+    assert doc["benchmarks"][0]["baseline"]["median"] > 0  # the datagram baseline counted arrivals
+    assert _marked(marker) == []
+
+
+def test_unknown_benchmark_name_is_refused_with_the_known_names(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--only", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "unknown benchmark(s): nope" in proc.stderr and "ordered_small" in proc.stderr
