@@ -225,6 +225,8 @@ class Bridge:
             loop.call_soon_threadsafe(self._on_spark_commit, positions)
 
         self._listener = install_commit_listener(spark, committed, query_name=c.query_name)
+        for path in remove_torn_checkpoint_writes(c.checkpoint):
+            logger.warning("removed %s, a checkpoint write cut short by a crash", path)
         reader = spark.readStream.format("aqueduct").option("log", str(c.log_dir))
         if c.max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
@@ -356,3 +358,25 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
 def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:
     """Blocking entry point for ``aqueduct-bridge serve``."""
     return asyncio.run(serve(config, status_interval))
+
+
+def remove_torn_checkpoint_writes(checkpoint: Path) -> list[Path]:
+    """Delete the temporary files a crash leaves in Spark's checkpoint logs.
+
+    Spark writes each offsets/commits entry to a hidden ``.N.<uuid>.tmp``
+    file (plus its ``.crc``) and renames it into place. A SIGKILL between the
+    two leaves the temporary file behind, and Spark 4 then refuses to start
+    the query (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) although no batch
+    was recorded. Such files are never part of the log, so removing them
+    loses nothing; the entry they were about to become is simply re-planned.
+    """
+    removed: list[Path] = []
+    for log_dir in (checkpoint / "offsets", checkpoint / "commits"):
+        if not log_dir.is_dir():
+            continue
+        for path in log_dir.iterdir():
+            name = path.name
+            if name.startswith(".") and (name.endswith(".tmp") or name.endswith(".tmp.crc")):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
