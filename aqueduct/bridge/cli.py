@@ -97,6 +97,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="keep committed log segments this long for reprocessing (default: truncate at once)",
     )
     p.add_argument(
+        "--spark-log-level", default=d["spark_log_level"].default,
+        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+        help="log level of the Spark session (default: %(default)s)",
+    )
+    p.add_argument(
         "--status-interval", type=_positive_float, default=5.0, metavar="SECONDS",
         help="seconds between status lines on stderr (default: %(default)s)",
     )
@@ -195,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
         credits=args.credits,
         max_lag=args.max_lag,
         retention=args.retention,
+        spark_log_level=args.spark_log_level,
     )
     return run_forever(config, status_interval=args.status_interval)
 

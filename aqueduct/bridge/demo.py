@@ -115,6 +115,7 @@ async def demo(config: DemoConfig, work: Path, status: TextIO, spark: Any = None
             output_dir=output,
             checkpoint_dir=output / "_checkpoint",
             trigger_interval=config.trigger_interval,
+            spark_log_level="ERROR",  # the demo's own progress line is the story
         ),
         spark=spark,
     )

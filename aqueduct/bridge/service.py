@@ -70,6 +70,7 @@ class BridgeConfig:
     max_lag: int = IngestConfig().max_lag
     retention: float | None = None
     query_name: str = "aqueduct"
+    spark_log_level: str = "WARN"  # of a session the bridge creates itself
 
     @property
     def checkpoint(self) -> Path:
@@ -218,6 +219,7 @@ class Bridge:
             for key, value in defaults.items():
                 builder = builder.config(key, value)
             self._spark = builder.getOrCreate()
+            self._spark.sparkContext.setLogLevel(c.spark_log_level)
         spark = self._spark
         register(spark)
 
