@@ -33,7 +33,13 @@ class ProtoConfig:
     dequeued bytes wait for their DEQUEUED report (W0/4 bytes send at once).
     ``max_queued`` bounds each sender's local queue (messages the window did
     not admit yet): a reliable sender then reports "blocked", an unreliable
-    one evicts its oldest message.
+    one evicts its oldest message. ``max_queued_bytes`` bounds a reliable
+    sender's queue by payload bytes as well (a count alone let 1024 large
+    messages pile up); one message is always queued, however big.
+    ``max_open_streams`` caps the per-message streams (UNORDERED, and
+    UNRELIABLE's fallback) one sender has sent but not seen acked: QUIC
+    stacks scan every stream they hold per packet, so thousands at once
+    slow the whole connection down; the rest waits in the local queue.
     """
 
     headers: Headers = ()
@@ -45,6 +51,8 @@ class ProtoConfig:
     initial_receipt_deadline: float = 1.0
     max_datagram_size: int = 1200
     max_queued: int = 1024
+    max_queued_bytes: int = 4 << 20
+    max_open_streams: int = 512
     frame_log: FrameLog | None = None
 
     def __post_init__(self) -> None:
@@ -52,6 +60,14 @@ class ProtoConfig:
             raise ValueError(f"ProtoConfig: window must be > 0, got {self.window}")
         if self.max_queued <= 0:
             raise ValueError(f"ProtoConfig: max_queued must be > 0, got {self.max_queued}")
+        if self.max_queued_bytes <= 0:
+            raise ValueError(
+                f"ProtoConfig: max_queued_bytes must be > 0, got {self.max_queued_bytes}"
+            )
+        if self.max_open_streams <= 0:
+            raise ValueError(
+                f"ProtoConfig: max_open_streams must be > 0, got {self.max_open_streams}"
+            )
 
     def headers_to_send(self) -> Headers:
         """Our CONNECTION_HEADERS: the configured ones plus the window when not default."""

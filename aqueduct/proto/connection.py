@@ -174,6 +174,15 @@ class Connection:
             self._out.finish(self._out.open())
         return self._out.drain()
 
+    @property
+    def quiet(self) -> bool:
+        """No action for ``transmit`` and no event for ``next_event``: a driver may skip both.
+
+        A cheap check for the runtime, which flushes after every UDP datagram
+        even when that datagram (a bare QUIC ACK, say) changed nothing here.
+        """
+        return not (self._events or self._announce or self._out.pending or self._hs.owes_prefix)
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
@@ -611,6 +620,8 @@ class Connection:
                 chanid,
                 self._send_window,
                 cfg.max_queued,
+                cfg.max_queued_bytes,
+                cfg.max_open_streams,
                 self._out,
                 self._transit,
                 self._emit,

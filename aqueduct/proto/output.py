@@ -105,6 +105,11 @@ class Output:
     def close(self, code: int, reason: str) -> None:
         self._other.append(ConnectionCloseQueued(code, reason))
 
+    @property
+    def pending(self) -> bool:
+        """Something is queued for the next ``drain``."""
+        return bool(self._chunks or self._other)
+
     def drain(self) -> list[Action]:
         """Everything queued since the last call, one ``StreamDataQueued`` per stream."""
         if not self._chunks and not self._other:

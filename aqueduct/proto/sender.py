@@ -16,6 +16,11 @@ channel sends ``ROUTE_TO MESSAGE(0) FINISH_SENDER(1)`` on one stream.
 
 Numbers are assigned when a message actually leaves (not when it is queued),
 so an evicted unreliable message leaves no hole in the number space.
+
+Besides the window, two local bounds apply: at most ``max_open_streams``
+per-message streams may be sent and not yet acked (QUIC implementations scan
+every stream they hold per packet), and a reliable queue counts as full at
+``max_queued`` messages or ``max_queued_bytes`` payload bytes.
 """
 
 from __future__ import annotations
@@ -83,6 +88,8 @@ class SenderChannel:
         chanid: int,
         window: int,
         max_queued: int,
+        max_queued_bytes: int,
+        max_open_streams: int,
         out: Output,
         transit: TransitTracker,
         emit: Callable[[Event], None],
@@ -96,6 +103,8 @@ class SenderChannel:
         self.state = SenderState.OPEN
         self.window = SendWindow(window)
         self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
+        self.max_open_streams = max_open_streams
         self.max_datagram_size = 1200
         self.attached = False  # appeared in a MESSAGE we sent or received
         self.routed = False  # a ROUTE_TO for it went out or came in (FORGET rule)
@@ -114,6 +123,8 @@ class SenderChannel:
         self._u_cursor = 0  # end of what ACK_NACK_UNRELIABLE covered
         self._u_costs: deque[int] = deque()  # costs of unreliable numbers from the cursor
         self._queue: deque[_Queued] = deque()
+        self._queued_bytes = 0  # payload bytes in _queue
+        self._streams_unacked: set[int] = set()  # numbers sent on their own stream, not acked
         self._evicted_attachments: list[int] = []
         self._control: int | None = None
         self._ordered: int | None = None
@@ -163,18 +174,29 @@ class SenderChannel:
         self._cstats.window_stalls += 1
         if self.mode is Mode.UNRELIABLE and len(self._queue) >= self.max_queued:
             dropped = self._queue.popleft()
+            self._queued_bytes -= len(dropped.payload)
             self.stats.evicted += 1
             self._cstats.evicted += 1
             self._evicted_attachments.extend(a.chanid for a in dropped.attachments)
         self._queue.append(_Queued(headers, attachments, payload))
+        self._queued_bytes += len(payload)
         if self.oneshot:
             self.state = SenderState.FINISHING
         return False
 
     @property
     def blocked(self) -> bool:
-        """A reliable sender's queue is full: the runtime's ``send()`` should wait."""
-        return self.mode is not Mode.UNRELIABLE and len(self._queue) >= self.max_queued
+        """A reliable sender's queue is full: the runtime's ``send()`` should wait.
+
+        Full by count or by bytes; a queue holding one message is never full
+        by bytes, so a message bigger than the byte bound still gets through.
+        """
+        if self.mode is Mode.UNRELIABLE:
+            return False
+        queue = self._queue
+        return len(queue) >= self.max_queued or (
+            len(queue) > 1 and self._queued_bytes >= self.max_queued_bytes
+        )
 
     def take_evicted(self) -> list[int]:
         """Attachments of evicted messages (never sent, hence lost)."""
@@ -209,7 +231,7 @@ class SenderChannel:
     # ------------------------------------------------------------ transmission
 
     def _transmit(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> bool:
-        """Put one message on the wire if the window admits it."""
+        """Put one message on the wire if the window (and, for its own stream, the cap) admits it."""
         n = len(payload)
         mode = self.mode
         if mode is Mode.UNRELIABLE:
@@ -231,7 +253,6 @@ class SenderChannel:
                 if self._out.log is not None:
                     self._log_message("datagram", num, headers, attachments, n)
                 return True
-            self._cstats.fallback_streams += 1
         num = self.sent_reliable
         head = message_head(num, headers, attachments, n)
         cost = len(head) + n
@@ -244,6 +265,10 @@ class SenderChannel:
             if self.oneshot:
                 self._control = sid
         else:
+            unacked = self._streams_unacked
+            if len(unacked) >= self.max_open_streams:
+                return False  # waits for acks of earlier per-message streams
+            unacked.add(num)
             sid = self._open()
         if n > 4096:
             self._out.write(sid, head)
@@ -252,6 +277,8 @@ class SenderChannel:
             self._out.write(sid, head + payload)
         if mode is not Mode.ORDERED:
             self._out.finish(sid)
+            if mode is Mode.UNRELIABLE:  # counted once it leaves, not per attempt
+                self._cstats.fallback_streams += 1
         self.sent_reliable = num + 1
         self._sent(cost, attachments, num, False)
         if self._out.log is not None:
@@ -300,6 +327,7 @@ class SenderChannel:
             if not self._transmit(item.headers, item.attachments, item.payload):
                 break
             queue.popleft()
+            self._queued_bytes -= len(item.payload)
         if not queue:
             self._emit(SendWindowOpened(self.chanid))
             if self.state is SenderState.FINISHING:
@@ -331,6 +359,7 @@ class SenderChannel:
         for item in self._queue:
             lost.extend(a.chanid for a in item.attachments)
         self._queue.clear()
+        self._queued_bytes = 0
         return lost
 
     def _reset_message_streams(self, code: int) -> None:
@@ -368,6 +397,9 @@ class SenderChannel:
                 if not key & 1 and (key >> 1) in acked:
                     self._transit.acked(self.chanid, key)
         self._count_acks(count, 0)
+        if self._streams_unacked:
+            self._streams_unacked = {n for n in self._streams_unacked if n not in acked}
+            self.drain()  # room for queued per-message streams
 
     def on_ack_nack(self, ranges: tuple[int, ...]) -> list[int]:
         """ACK_NACK_UNRELIABLE: covers numbers from our copy of the receiver's cursor."""
