@@ -121,8 +121,26 @@ class Ingest:
             self._sessions[peer] = _Session(name)
             self._live[name] = peer
             self.counters.sessions = len(self._sessions)
+            self._ack_committed(peer, name)
         elif isinstance(event, SessionEnded):
             self._forget(peer)
+
+    def _ack_committed(self, peer: WorkerPeer, connector: str) -> None:
+        """Tell a new session what Spark already committed of its connector's streams.
+
+        OK's points only say what is durable; the connector keeps messages
+        until an ACK says they are committed. An ACK sent to a session that
+        has died since (or sent to none, while the connector was away) is
+        lost, so without this a connector with nothing new to send would
+        wait for a commit that already happened.
+        """
+        points = [
+            (sid, self.log.reference_at(sid, self._committed[sid]))
+            for sid, _, _ in self.log.references_of(connector)
+            if self._committed.get(sid)
+        ]
+        if points:
+            peer.ack(points)
 
     def _forget(self, peer: WorkerPeer) -> None:
         state = self._sessions.pop(peer, None)

@@ -29,9 +29,10 @@ from typing import Any
 import aqueduct.runtime as rt
 from aqueduct.connector.frames import ConnectorFrameError, Frame, FrameSplitter, Message, Notify
 from aqueduct.connector.outbound import Mode
-from aqueduct.connector.worker_server import WorkerPeer, WorkerServer, WorkerSink
+from aqueduct.connector.worker_server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome, LocalProtocolError
+from aqueduct.runtime.payload import PayloadError
 
 MODE_HEADER = "connector-mode"
 MAX_BATCH_BYTES = 64 * 1024
@@ -51,16 +52,38 @@ class AqueductLink:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, mode_of: Callable[[int], Mode], cafile: str | None = None
+        cls,
+        host: str,
+        port: int,
+        mode_of: Callable[[int], Mode],
+        cafile: str | None = None,
+        idle_timeout: float = 10.0,
     ) -> AqueductLink:
-        return cls(await rt.connect(host, port, cafile=cafile), mode_of)
+        """Connect with keep-alive, so a dead worker is noticed within ``idle_timeout``.
+
+        A failed attempt (nobody answers, TLS refused) is a ``ConnectionError``
+        like a refused TCP connect, so the client retries with backoff.
+        """
+        try:
+            entry = await rt.connect(
+                host, port, cafile=cafile, idle_timeout=idle_timeout, keepalive=True
+            )
+        except ChannelOutcome as exc:
+            raise ConnectionError(str(exc)) from exc
+        return cls(entry, mode_of)
 
     async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None:
-        """Route frames: HELLO / NOTIFY / ERROR on the entrypoint, MESSAGE on its stream channel."""
+        """Route frames: HELLO / NOTIFY / ERROR on the entrypoint, MESSAGE on its stream channel.
+
+        A lost connection is a ``ConnectionError``, as on TCP: the client reconnects.
+        """
         for route, batch in _batches(frames, self._mode_of):
             payload = b"".join(data for _, data in batch)
             if route is None:
-                await self._send_entry(batch, payload)
+                try:
+                    await self._send_entry(batch, payload)
+                except ChannelOutcome as exc:
+                    raise ConnectionError(str(exc)) from exc
             else:
                 await self._send_stream(route, payload)
 
@@ -148,13 +171,47 @@ def _delivers_in_order(rx: rt.Receiver) -> bool:
     return dict(rx.headers or ()).get(MODE_HEADER) == Mode.ORDERED.value.encode()
 
 
+class _NotRaw(Exception):  # noqa: N818 - a reason, not a failure of ours
+    """A connector payload that is not raw bytes; ``str()`` is the ERROR reason."""
+
+
+async def _next_message(rx: rt.Receiver) -> rt.Message:
+    """Next message on a connector channel; ``_NotRaw`` if its payload cannot be decoded.
+
+    The runtime decodes a payload without a raw content type as CBOR and
+    reports bad CBOR as ``PayloadError``: for a connector channel that is a
+    peer breaking the carrying rule, which ends the session like a bad frame.
+    """
+    try:
+        return await rx.recv_message()
+    except PayloadError as exc:
+        raise _NotRaw(f"connector payloads must be raw bytes: {exc}") from exc
+
+
+def _raw_payload(message: rt.Message) -> bytes:
+    """The payload's bytes; ``_NotRaw`` for any decoded value.
+
+    ``bytes()`` must never be applied to a decoded value: a CBOR integer n
+    would become n zero bytes (a tiny message allocating gigabytes).
+    """
+    value = message.value
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise _NotRaw(f"connector payloads must be raw bytes, got {type(value).__name__}")
+
+
 async def _serve_connection(
     server: WorkerServer, sink: WorkerSink, config: WorkerConfig, conn: Any
 ) -> None:
     entry: rt.Receiver = conn.entrypoint
     try:
-        first = await entry.recv_message()
+        first = await _next_message(entry)
     except (rt.Finished, ChannelOutcome):
+        return
+    except _NotRaw as exc:  # no control channel to carry an ERROR: say it in the close
+        await conn.close(str(exc))
         return
     control = first.attachments[0] if first.attachments else None
     if not isinstance(control, rt.Sender):
@@ -164,21 +221,30 @@ async def _serve_connection(
     async def send(data: bytes) -> None:
         await control.send(data)
 
-    peer = WorkerPeer(sink, config, send, lambda: asyncio.ensure_future(conn.close()))
+    def close_reason() -> str:  # peers without a control channel read it from the close
+        return peer.end_reason or "connector session ended"
+
+    peer = WorkerPeer(sink, config, send, lambda: asyncio.ensure_future(conn.close(close_reason())))
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
         ordered = _delivers_in_order(rx)
-        with contextlib.suppress(rt.Finished, ChannelOutcome):
-            async for message in rx.messages():
-                if peer.ended:
-                    return
-                await peer.receive_payload(
-                    bytes(message.value), ordered=ordered, channel_stream=stream_id
-                )
+        try:
+            while not peer.ended:
+                payload = _raw_payload(await _next_message(rx))
+                await peer.receive_payload(payload, ordered=ordered, channel_stream=stream_id)
+        except (rt.Finished, ChannelOutcome):
+            return
+        except _NotRaw as exc:
+            await peer.fail(str(exc))
+        # This stream ended the session while the entrypoint reader waits for
+        # input that may never come: close once the ERROR has left.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(peer.wait_flushed(), FLUSH_TIMEOUT)
+        peer.abort()
 
-    async def feed_entry(message: Any) -> None:
-        payload = bytes(message.value)
+    async def feed_entry(message: rt.Message) -> None:
+        payload = _raw_payload(message)
         handles = list(message.attachments)
         if message is first:
             handles = handles[1:]  # the control Sender
@@ -196,20 +262,24 @@ async def _serve_connection(
 
     async def read_loop() -> None:
         try:
-            await feed_entry(first)
+            message = first
             while not peer.ended:
+                await feed_entry(message)
+                if peer.ended:
+                    return
                 try:
-                    message = await entry.recv_message()
+                    message = await _next_message(entry)
                 except (rt.Finished, ChannelOutcome):
                     return
-                await feed_entry(message)
+        except _NotRaw as exc:
+            await peer.fail(str(exc))
         finally:
             for reader in readers:
                 reader.cancel()
 
     await server.run_peer(peer, read_loop())
     with contextlib.suppress(Exception):
-        await conn.close()
+        await conn.close(close_reason())
 
 
 def _notified_streams(payload: bytes) -> list[int]:

@@ -177,7 +177,12 @@ class Connector:
         connect_timeout: float = 30.0,
         backoff: tuple[float, float] = (0.05, 5.0),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        idle_timeout: float = 10.0,
     ) -> None:
+        """``idle_timeout`` (aqueduct:// only): seconds of silence after which the bridge
+        counts as dead and the client reconnects; keep-alive PINGs keep a healthy
+        idle connection up, so it only bounds how long a dead bridge goes unnoticed.
+        """
         self.url = url
         self.program = program
         self.instance = instance if instance is not None else socket.gethostname()
@@ -196,7 +201,8 @@ class Connector:
         self._progress = asyncio.Event()  # set (and replaced) on every state change
         self._kick = asyncio.Event()  # wakes the writer
         self._runner: asyncio.Task[None] | None = None
-        self._open_link = _link_opener(url, cafile, self._mode_of)
+        self.idle_timeout = idle_timeout
+        self._open_link = _link_opener(url, cafile, self._mode_of, idle_timeout)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -396,7 +402,7 @@ class Connector:
 
 
 def _link_opener(
-    url: str, cafile: str | None, mode_of: Callable[[int], Mode]
+    url: str, cafile: str | None, mode_of: Callable[[int], Mode], idle_timeout: float
 ) -> Callable[[], Awaitable[Link]]:
     parts = urlsplit(url)
     if parts.hostname is None or parts.port is None:
@@ -409,5 +415,5 @@ def _link_opener(
     if parts.scheme == "aqueduct":
         from aqueduct.connector.aqueduct_transport import AqueductLink
 
-        return lambda: AqueductLink.open(host, port, mode_of, cafile=cafile)
+        return lambda: AqueductLink.open(host, port, mode_of, cafile, idle_timeout)
     raise ValueError(f"unsupported connector URL scheme {parts.scheme!r} (tcp:// or aqueduct://)")

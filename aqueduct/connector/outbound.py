@@ -1,11 +1,15 @@
 """Connector-side stream bookkeeping that outlives connections (sans-IO).
 
 The client library keeps, per stream, every reliable message the worker has
-not yet acknowledged as committed. After RESTART or a lost connection, the
-new OK says where the worker's durable state ends (point of reference ``P``):
-buffered messages below ``P`` are dropped and the rest re-sent after a fresh
-NOTIFY, so the caller never re-sends anything itself. EPHEMERAL messages are
-at-most-once and are never buffered.
+not yet acknowledged as committed. Two points of reference play different
+roles (spec/connector-wire.md): OK's point ``P`` says where the worker's
+*durable* state ends, so after RESTART or a lost connection only buffered
+messages from ``P`` on are re-sent after a fresh NOTIFY; ACK's points say
+what is *committed downstream*, and only they release buffered messages and
+move ``acked``. A message below ``P`` is safe from loss but not yet
+committed, so it stays buffered (and counted as un-acked) until an ACK
+covers it. The caller never re-sends anything itself. EPHEMERAL messages
+are at-most-once and are never buffered.
 
 :class:`Outbox` orders the frames to send on the current connection; the
 driver takes as many as it has credits for.
@@ -115,19 +119,21 @@ class OutboundStream:
     def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
         """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
 
+        Messages below ``point`` are durable on the worker, so they are not
+        re-sent, but they stay buffered: only an ACK says they are committed.
         Returns None when there is nothing to do (stream finished with EOS
-        and everything acknowledged).
+        and everything up to it durable).
         """
         if point is not None:
             self.resume_from = point
-            self._drop_below(point)
             self.next_id = max(self.next_id, point)
         elif self.resume_from is None:
             self.resume_from = self.next_id
-        if self.closed and not self.unacked:
+        resend = [m for m in self.unacked if point is None or m.message_id >= point]  # type: ignore[operator]
+        if self.closed and not resend:
             return None
         notify_at = point if point is not None else self.notify_point()
-        return Notify(self.stream_id, self.stream_name, notify_at), list(self.unacked)
+        return Notify(self.stream_id, self.stream_name, notify_at), resend
 
     def _drop_below(self, point: int) -> None:
         while self.unacked and self.unacked[0].message_id < point:  # type: ignore[operator]

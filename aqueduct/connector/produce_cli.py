@@ -65,15 +65,26 @@ async def _lines(stream: ConnectorStream, files: list[TextIO]) -> AsyncIterator[
             mid += 1
 
 
+def _committed(streams: list[ConnectorStream], start: dict[int, int]) -> int:
+    """Messages of this run committed downstream (ACK), never negative.
+
+    Ids are positions, so the count is how far each stream's ACK point got
+    past where this run started (the first OK's point). Later OKs must not
+    enter it: their points say what is durable, not what is committed.
+    """
+    return sum(max(0, s.acked - start.get(s.stream_id, 0)) for s in streams)
+
+
 class _Progress:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.sent = 0
+        self.start: dict[int, int] = {}  # stream id -> resume point of the first OK
 
     async def report(self, conn: Connector, streams: list[ConnectorStream]) -> None:
         while not self.quiet:
             await asyncio.sleep(1.0)
-            acked = sum(s.acked - s.resume_from for s in streams)
+            acked = _committed(streams, self.start)
             print(
                 f"sent {self.sent} acked {acked} resent {conn.resent} "
                 f"connections {conn.stats.connections}",
@@ -97,7 +108,8 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
             n = args.streams if args.count is not None else 1
             for i in range(n):
                 streams.append(await conn.stream(i, f"{args.stream_name}/{i}", Mode(args.mode)))
-            summary["resume_from"] = {str(s.stream_id): s.resume_from for s in streams}
+            progress.start = {s.stream_id: s.resume_from for s in streams}
+            summary["resume_from"] = {str(sid): point for sid, point in progress.start.items()}
             sources = [
                 _generated(s, args.count, args.payload_size)
                 if args.count is not None
@@ -120,7 +132,7 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
     except (OSError, TimeoutError) as exc:
         summary["errors"].append(f"connection: {exc}")
     summary["sent"] = progress.sent
-    summary["acked"] = sum(s.acked - s.resume_from for s in streams)
+    summary["acked"] = _committed(streams, progress.start)
     summary["connections"] = conn.stats.connections
     return summary
 

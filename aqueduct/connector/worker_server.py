@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from aqueduct.connector.events import WorkerEvent
+from aqueduct.connector.events import SessionEnded, WorkerEvent
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
@@ -57,6 +57,8 @@ class WorkerPeer:
         self.session = WorkerSession(config, sink.durable_streams)
         self._send = send
         self.abort = abort  # close the transport now (the reader then reports the loss)
+        #: why the session ended (the SessionEnded reason), for the transport's close
+        self.end_reason: str | None = None
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
@@ -115,6 +117,8 @@ class WorkerPeer:
     async def _deliver(self, events: list[WorkerEvent]) -> None:
         self._wake.set()  # replies (OK, ERROR, credit ACKs) first: they do not depend on the sink
         for event in events:
+            if isinstance(event, SessionEnded) and self.end_reason is None:
+                self.end_reason = event.reason
             await self.sink.handle(self, event)
         self._wake.set()
 

@@ -71,6 +71,7 @@ class Driver(QuicConnectionProtocol):
         middleware: tuple[Middleware, ...] = (),
         frame_log: FrameLog | None = None,
         on_ready: Callable[[Driver], None] | None = None,
+        keepalive: bool = False,
     ) -> None:
         super().__init__(quic)
         self.core = core
@@ -89,6 +90,11 @@ class Driver(QuicConnectionProtocol):
         self._entry: _Handle | None = None  # kept alive for the connection's lifetime
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at: float | None = None
+        # QUIC PINGs keep an idle but healthy connection from hitting the idle
+        # timeout, which can then be short enough to notice a dead peer fast.
+        self.keepalive = keepalive
+        self._keepalive_timer: asyncio.TimerHandle | None = None
+        self._pings_sent = 0
         self._rtt = 0.0
         self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
         # Stream actions waiting for the datagrams handed to aioquic before them
@@ -127,6 +133,7 @@ class Driver(QuicConnectionProtocol):
         )
         if self.side is Side.CLIENT:
             self.core.initiate(now)  # the client speaks first (VERSION, CONNECTION_HEADERS)
+        self._arm_keepalive()
 
     # ------------------------------------------------------------ output
     def transmit(self) -> None:
@@ -152,6 +159,9 @@ class Driver(QuicConnectionProtocol):
         if loss._rtt_initialized and loss._rtt_smoothed != self._rtt:
             self._rtt = loss._rtt_smoothed
             core.set_rtt(self._rtt)
+        if core.quiet:  # e.g. a datagram that only carried QUIC ACKs: nothing to hand over
+            self._arm_core_timer()
+            return False
         quic = self._quic
         actions = core.transmit()
         if actions:
@@ -210,6 +220,21 @@ class Driver(QuicConnectionProtocol):
         self._core_timer_at = at
         if at is not None:
             self._core_timer = self._loop.call_at(at, self._on_core_timer)
+
+    def _arm_keepalive(self) -> None:
+        """PING at a third of the negotiated idle timeout: two may be lost before it expires."""
+        if self.keepalive and self.terminated is None:
+            interval = self._quic._idle_timeout() / 3
+            self._keepalive_timer = self._loop.call_later(interval, self._send_keepalive)
+
+    def _send_keepalive(self) -> None:
+        self._keepalive_timer = None
+        if self.terminated is not None:
+            return
+        self._pings_sent += 1
+        self._quic.send_ping(self._pings_sent)
+        self.transmit()
+        self._arm_keepalive()
 
     def _on_core_timer(self) -> None:
         self._core_timer = None
@@ -323,6 +348,9 @@ class Driver(QuicConnectionProtocol):
         if self._core_timer is not None:
             self._core_timer.cancel()
             self._core_timer = None
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
         if self.frame_log is not None:
             self.frame_log.event("connection_terminated", {"code": lost.code, "reason": lost.reason})
             self.frame_log.close()

@@ -128,12 +128,15 @@ def _make_driver(
     frame_log: PathLike | None,
     options: dict[str, Any],
     on_ready: Callable[[Driver], None] | None = None,
+    keepalive: bool = False,
 ) -> Driver:
     """A driver with its own core; ``options`` are ``ProtoConfig`` fields (window, limits ...)."""
     is_client = quic.configuration.is_client
     log = open_frame_log(frame_log, "client" if is_client else "server")
     core = CoreConnection(is_client, ProtoConfig(headers=headers, frame_log=log, **options))
-    return Driver(quic, core=core, middleware=middleware, frame_log=log, on_ready=on_ready)
+    return Driver(
+        quic, core=core, middleware=middleware, frame_log=log, on_ready=on_ready, keepalive=keepalive
+    )
 
 
 class Server:
@@ -212,6 +215,7 @@ async def serve(
     middleware: Iterable[Middleware] = (),
     frame_log: PathLike | None = None,
     idle_timeout: float = 60.0,
+    keepalive: bool = False,
     **options: Any,
 ) -> Server:
     """Listen for Aqueduct connections on ``host``:``port`` (0 = any free port).
@@ -219,7 +223,9 @@ async def serve(
     ``cafile`` turns on mutual TLS: clients must present a certificate signed
     by it. ``headers`` are this side's connection headers;
     ``middleware`` see/modify every message's headers; ``frame_log`` writes
-    a JSON-lines frame log; other ``options`` go to the core's ``ProtoConfig``.
+    a JSON-lines frame log; ``keepalive`` sends a QUIC PING every third of
+    the idle timeout so idle connections stay up (clients usually do that);
+    other ``options`` go to the core's ``ProtoConfig``.
     """
     config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
     conn_headers = _connection_headers(headers)
@@ -230,7 +236,7 @@ async def serve(
         # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
         if cafile is not None:
             require_client_certificate(quic, cafile)
-        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready)
+        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready, keepalive)
 
     server._quic_server = await quic_serve(host, port, configuration=config, create_protocol=create_protocol)
     return server
@@ -249,6 +255,7 @@ async def connect(
     middleware: Iterable[Middleware] = (),
     frame_log: PathLike | None = None,
     idle_timeout: float = 60.0,
+    keepalive: bool = True,
     timeout: float = 30.0,
     **options: Any,
 ) -> Sender:
@@ -258,6 +265,9 @@ async def connect(
     ``certfile``/``keyfile`` present a client certificate (mutual TLS).
     ``tx.connection`` gives headers, stats and ``close()``; using the Sender
     as an async context manager finishes it and closes the connection.
+    ``keepalive`` (on by default) sends a QUIC PING every third of the idle
+    timeout: an idle connection stays up, and a dead server is noticed
+    within ``idle_timeout`` seconds (ConnectionLost on every handle).
     Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
     peer without datagram support) or takes longer than ``timeout``.
     """
@@ -268,7 +278,9 @@ async def connect(
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     family, _, _, _, addr = infos[0]
     quic = QuicConnection(configuration=config)
-    driver = _make_driver(quic, _connection_headers(headers), tuple(middleware), frame_log, options)
+    driver = _make_driver(
+        quic, _connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive
+    )
     local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
     transport, _ = await loop.create_datagram_endpoint(lambda: driver, local_addr=local, family=family)
     driver.connect(addr)

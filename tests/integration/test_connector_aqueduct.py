@@ -101,22 +101,19 @@ async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs) -> Non
 
 
 async def test_message_on_another_streams_channel_is_refused(worker, certs) -> None:
-    """A raw Aqueduct client breaking section 3 gets the exact ERROR on its control channel."""
-    sink, _, server = await worker()
-    from aqueduct.connector.frames import PROTOCOL_VERSION, Error, FrameSplitter, Hello
-
-    async with await rt.connect("127.0.0.1", server.port, cafile=certs.ca) as entry:
-        control_tx, control_rx = rt.channel()
-        await entry.send(encode(Hello(PROTOCOL_VERSION, b"", "raw", "r")), attachments=[control_tx])
+    """A raw Aqueduct client breaking section 3 gets the exact ERROR, then the worker closes."""
+    _, _, server = await worker()
+    entry, control_rx = await _raw_session(server.port, certs.ca)
+    try:
         tx, rx = rt.channel()
         await entry.send(encode(Notify(1, "s", 0)), attachments=[rx])
         await tx.send(encode(Message(0, 2, 0, payload=b"")))
-        frames = []
-        while not any(isinstance(f, Error) for f in frames):
-            frames += FrameSplitter().feed(await asyncio.wait_for(control_rx.recv(), TIMEOUT))
-    assert frames[-1] == Error(
-        "MESSAGE frame on the channel of stream 1: only that stream's MESSAGE frames go there"
-    )
+        assert await _error_reason(control_rx) == (
+            "MESSAGE frame on the channel of stream 1: only that stream's MESSAGE frames go there"
+        )
+        await asyncio.wait_for(entry.connection.wait_closed(), TIMEOUT)
+    finally:
+        await entry.connection.close()
 
 
 async def test_eos_then_renotify_over_aqueduct(worker, certs) -> None:
@@ -128,3 +125,138 @@ async def test_eos_then_renotify_over_aqueduct(worker, certs) -> None:
         await stream.send(b"b", eos=True)
         await asyncio.wait_for(stream.wait_acked(2), TIMEOUT)
     assert sink.payloads("p", "x", 1) == [b"a", b"b"]
+
+
+async def _raw_session(port: int, cafile, headers=None):
+    """A hand-made connector: HELLO done, returns (entrypoint, control receiver)."""
+    from aqueduct.connector.frames import PROTOCOL_VERSION, Hello
+
+    entry = await rt.connect("127.0.0.1", port, cafile=cafile, headers=headers)
+    control_tx, control_rx = rt.channel()
+    await entry.send(encode(Hello(PROTOCOL_VERSION, b"", "raw", "r")), attachments=[control_tx])
+    return entry, control_rx
+
+
+async def _error_reason(control_rx: rt.Receiver) -> str:
+    from aqueduct.connector.frames import Error, FrameSplitter
+
+    frames: list = []
+    for _ in range(100):  # OK, then ACKs, then the ERROR
+        frames += FrameSplitter().feed(await asyncio.wait_for(control_rx.recv(), TIMEOUT))
+        if isinstance(frames[-1], Error):
+            return frames[-1].reason
+    raise AssertionError(f"no ERROR in {frames}")
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [(10**12, "int"), ("text", "str"), ({"a": 1}, "dict")]
+)
+async def test_stream_payload_that_is_not_raw_bytes_ends_only_that_session(
+    worker, certs, value, kind
+) -> None:
+    """A CBOR value on a stream channel: ERROR naming the type, connection closed, others fine.
+
+    (A CBOR integer n must never become n zero bytes.)
+    """
+    sink, url, server = await worker()
+    async with Connector(url, program="good", instance="g", cafile=str(certs.ca)) as conn:
+        good = await conn.stream(1, "good")
+        await good.send(b"before")
+        entry, control_rx = await _raw_session(server.port, certs.ca)
+        try:
+            tx, rx = rt.channel()
+            await entry.send(encode(Notify(1, "s", 0)), attachments=[rx])
+            await tx.send(value)
+            assert await _error_reason(control_rx) == (
+                f"connector payloads must be raw bytes, got {kind}"
+            )
+            await asyncio.wait_for(entry.connection.wait_closed(), TIMEOUT)
+        finally:
+            await entry.connection.close()
+        await good.send(b"after")
+        await good.wait_acked(2, TIMEOUT)
+    assert sink.payloads("good", "g", 1) == [b"before", b"after"]
+    assert sink.payloads("raw", "r", 1) == []
+
+
+async def test_entrypoint_payload_that_is_not_valid_cbor_ends_the_session(worker, certs) -> None:
+    """A payload the runtime cannot decode (labelled CBOR, not CBOR) is refused, not a crash."""
+    _, _, server = await worker()
+    octet_default = {"content-type": "application/octet-stream"}
+    entry, control_rx = await _raw_session(server.port, certs.ca, octet_default)
+    try:
+        await entry.send(b"\xff\xff", headers={"content-type": "application/cbor"})
+        reason = await _error_reason(control_rx)
+        assert reason.startswith("connector payloads must be raw bytes: ")
+        assert "not valid CBOR" in reason
+        await asyncio.wait_for(entry.connection.wait_closed(), TIMEOUT)
+    finally:
+        await entry.connection.close()
+    assert not server.peers
+
+
+WORKER_SCRIPT = """
+import asyncio, sys
+from aqueduct.connector.aqueduct_transport import serve_aqueduct
+from aqueduct.connector.memory_sink import MemorySink
+
+async def main():
+    server = await serve_aqueduct("127.0.0.1", int(sys.argv[3]), MemorySink(),
+                                  certfile=sys.argv[1], keyfile=sys.argv[2])
+    print(server.port, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def _worker_process(certs, port: int = 0) -> tuple[asyncio.subprocess.Process, int]:
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WORKER_SCRIPT, str(certs.server_cert), str(certs.server_key),
+        str(port), stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    return proc, int(await asyncio.wait_for(proc.stdout.readline(), TIMEOUT))
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_killed_bridge_is_noticed_within_the_idle_timeout_then_resumed(certs) -> None:
+    idle = 1.0
+    first, port = await _worker_process(certs)
+    second = None
+    try:
+        url = f"aqueduct://127.0.0.1:{port}"
+        async with Connector(
+            url, program="p", instance="k", cafile=str(certs.ca), idle_timeout=idle,
+            backoff=(0.05, 0.5),
+        ) as conn:
+            stream = await conn.stream(1, "s")
+            await stream.send(b"a")
+            await stream.wait_acked(1, TIMEOUT)
+            await asyncio.sleep(3 * idle)  # idle but healthy: keep-alive holds it up
+            assert conn.connected and conn.stats.connections == 1
+            await _kill(first)  # no close, no ERROR: only the silence tells
+            loop = asyncio.get_running_loop()
+            killed_at = loop.time()
+            for _ in range(int(TIMEOUT / 0.05)):  # bounded poll
+                if not conn.connected:
+                    break
+                await asyncio.sleep(0.05)
+            assert loop.time() - killed_at < 10 * idle  # not QUIC's 60 s default
+            await asyncio.sleep(3 * idle)  # attempts meanwhile find nobody: retried with backoff
+            assert any(e.startswith("connect: ") for e in conn.stats.errors)
+            second, _ = await _worker_process(certs, port)
+            await stream.send(b"b")
+            await stream.wait_acked(2, TIMEOUT)
+            assert conn.stats.connections == 2
+    finally:
+        await _kill(first)
+        if second is not None:
+            await _kill(second)

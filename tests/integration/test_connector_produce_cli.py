@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from aqueduct.connector.events import HelloAccepted, MessagesAccepted
 from aqueduct.connector.memory_sink import MemorySink
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
@@ -77,3 +78,46 @@ async def test_refused_connection_is_reported() -> None:
             f"tcp://127.0.0.1:{server.port}", "--count", "1", "--cookie", "y", "--json"
         )
     assert code == 1 and summary["errors"] == ["refused: bad cookie"]
+
+
+class CommitAfterRestartSink(MemorySink):
+    """Durable at once (credits back), but committed only once the connector reconnected.
+
+    After the last message it sends RESTART; the new session's OK then says
+    everything is durable while no ACK said anything is committed, until
+    the ACK that follows the new HELLO.
+    """
+
+    def __init__(self, total: int) -> None:
+        super().__init__(auto_ack=False)
+        self.total = total
+        self.restarted = False
+
+    async def handle(self, peer, event) -> None:
+        await super().handle(peer, event)
+        if isinstance(event, MessagesAccepted):
+            peer.grant_credits(len(event.messages))
+            if not self.restarted and len(self.messages("cli", "r1", 0)) == self.total:
+                self.restarted = True
+                await peer.restart()
+        elif isinstance(event, HelloAccepted) and self.restarted:
+            peer.ack([(0, self.total)])
+
+
+async def test_summary_counts_commits_not_durable_points_after_a_reconnect() -> None:
+    sink = CommitAfterRestartSink(100)
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        code, summary, err = await produce(
+            f"tcp://127.0.0.1:{server.port}", "--count", "100",
+            "--program", "cli", "--instance", "r1", "--json", "--quiet",
+        )
+        assert code == 0, err
+        assert sink.restarted
+        assert summary["resume_from"] == {"0": 0} and summary["connections"] == 2
+        assert summary["sent"] == 100 and summary["acked"] == 100 and summary["errors"] == []
+        code, summary, err = await produce(  # nothing new: nothing of this run to commit
+            f"tcp://127.0.0.1:{server.port}", "--count", "100",
+            "--program", "cli", "--instance", "r1", "--json", "--quiet",
+        )
+    assert code == 0, err
+    assert summary["resume_from"] == {"0": 100} and summary["sent"] == 0 and summary["acked"] == 0

@@ -289,3 +289,30 @@ async def test_unreachable_worker_is_reported_after_connect_timeout() -> None:
     with pytest.raises(ConnectionError, match=rf"no handshake with tcp://127.0.0.1:{port} within 0.5 s \(connect: "):
         async with Connector(f"tcp://127.0.0.1:{port}", connect_timeout=0.5, backoff=(0.01, 0.05)):
             pass
+
+
+async def test_ok_point_after_reconnect_is_durable_not_committed(worker) -> None:
+    """OK's point only spares re-sends; ``acked`` and ``wait_all_acked`` move on ACK alone."""
+    sink, url, _ = await worker(WorkerConfig(initial_credits=100), MemorySink(auto_ack=False))
+    async with Connector(url, program="p", instance="d", backoff=(0.01, 0.1)) as conn:
+        stream = await conn.stream(1, "s")
+        for i in range(10):
+            await stream.send(b"%d" % i)
+        await sink.wait_for(lambda: len(sink.messages("p", "d", 1)) == 10, TIMEOUT)
+        sink.peers[0].ack([(1, 4)])  # Spark committed ids 0..3; 4..9 are only durable
+        await asyncio.wait_for(stream.wait_acked(4), TIMEOUT)
+        await sink.peers[0].restart()
+        for _ in range(int(TIMEOUT / 0.01)):  # bounded poll for the second handshake
+            if conn.stats.connections == 2 and conn.connected:
+                break
+            await asyncio.sleep(0.01)
+        assert stream.resume_from == 10  # the worker holds everything durably
+        assert stream.acked == 4 and stream.unacked == 6  # ... but committed only up to 4
+        waiter = asyncio.ensure_future(conn.wait_all_acked(TIMEOUT))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiter.done()
+        sink.peers[-1].ack([(1, 10)])  # the commit reaches the live session
+        await waiter
+        assert stream.acked == 10 and stream.unacked == 0
+    assert [m.message_id for m in sink.messages("p", "d", 1)] == list(range(10))  # none re-sent

@@ -147,7 +147,8 @@ def test_unreliable_streams_carry_only_unbuffered_ephemeral_messages() -> None:
     assert m.flags == EPHEMERAL and m.message_id is None and not stream.unacked
 
 
-def test_resume_drops_covered_and_resends_the_rest() -> None:
+def test_resume_skips_durable_messages_but_keeps_them_until_acked() -> None:
+    """OK's point says what is durable (not re-sent); only ACK says what is committed."""
     stream = OutboundStream(1, "s")
     msgs = [stream.make_message(bytes([i])) for i in range(5)]
     stream.on_ack(1)
@@ -155,14 +156,19 @@ def test_resume_drops_covered_and_resends_the_rest() -> None:
     notify, resend = stream.resume(3)
     assert notify == Notify(1, "s", 3) and resend == msgs[3:]
     assert stream.resume_from == 3
+    assert stream.acked == 1 and list(stream.unacked) == msgs[1:]  # 1, 2: durable, not committed
+    stream.on_ack(4)
+    assert stream.acked == 4 and list(stream.unacked) == msgs[4:]
 
 
 def test_finished_stream_is_not_renotified() -> None:
     stream = OutboundStream(1, "s")
     stream.make_message(b"a", eos=True)
     assert stream.resume(None) is not None  # EOS not yet acked: re-send it
+    assert stream.resume(1) is None  # the EOS is durable: nothing to re-send
+    assert stream.unacked  # ... but kept until committed
     stream.on_ack(1)
-    assert stream.resume(1) is None
+    assert stream.resume(1) is None and not stream.unacked
 
 
 # ---------------------------------------------------------------- simulation

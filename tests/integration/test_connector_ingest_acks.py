@@ -1,0 +1,51 @@
+"""Connector + the bridge's ingest service: ACK (committed) versus OK (durable) across reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from aqueduct.bridge.ingest import Ingest
+from aqueduct.bridge.log import DurableLog
+from aqueduct.connector.client import Connector
+from aqueduct.connector.tcp import serve_tcp
+
+TIMEOUT = 30.0  # only turns a hang into a failure
+
+
+async def test_commit_while_the_connector_was_away_is_acked_on_reconnect(tmp_path: Path) -> None:
+    """Spark commits while no session is live: the next session still learns it.
+
+    OK only says the messages are durable, so the connector keeps them
+    until an ACK; without one on the new session it would wait forever.
+    """
+    log = DurableLog(tmp_path / "log")
+    ingest = Ingest(log)
+    commits = asyncio.create_task(ingest.run())
+    server = await serve_tcp("127.0.0.1", 0, ingest)
+    port = server.port
+    try:
+        async with Connector(
+            f"tcp://127.0.0.1:{port}", program="t", instance="away", backoff=(0.05, 0.2)
+        ) as conn:
+            stream = await conn.stream(1, "s")
+            for i in range(10):
+                await stream.send(b"m%d" % i)
+            await stream.send(None, boundary=True)  # a complete epoch, for Spark to commit
+            for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
+                if 1 in log.stream_ids() and log.complete_offset(1) > 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert stream.acked == 0 and stream.unacked == 11  # durable, not committed
+            await server.close()  # the bridge goes away ...
+            ingest.on_committed({1: log.complete_offset(1)})  # ... Spark commits meanwhile
+            server = await serve_tcp("127.0.0.1", port, ingest)  # and it comes back
+            await conn.wait_all_acked(TIMEOUT)
+            assert stream.acked == 11 and conn.stats.connections == 2
+    finally:
+        await server.close()
+        commits.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await commits
+        log.close()
