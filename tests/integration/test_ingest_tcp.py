@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from aqueduct.connector import frames as f
 from aqueduct.connector.client import Connector, ConnectorRefused
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from tests.waiting import wait_until
 
 TIMEOUT = 30.0  # generous: only there to turn a hang into a failure
 
@@ -81,12 +83,7 @@ async def spark_stand_in(worker: Worker, every: float = 0.05) -> None:
         worker.commit_all()
 
 
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    for _ in range(int(TIMEOUT / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+eventually = functools.partial(wait_until, timeout=TIMEOUT)
 
 
 async def produce(url: str, instance: str, stream_ids: list[int], n: int, epoch: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -34,6 +35,7 @@ import aqueduct
 from aqueduct.proto.config import ProtoConfig
 from interop.network import LinkConfig, NetworkConfig
 from interop.proxy import LossyProxy
+from tests.waiting import wait_until
 
 TIMEOUT = 20.0  # only turns a hang into a failure
 # Every third client->server UDP packet from the 12th on is dropped: the
@@ -52,14 +54,7 @@ LATE = NetworkConfig(
 SLOW_ACKS = {"ack_delay": 2.0}
 
 
-async def bounded(predicate: Any, what: str, timeout: float = TIMEOUT) -> None:
-    """Wait until ``predicate()`` holds, polling; fail naming ``what`` after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+bounded = functools.partial(wait_until, timeout=TIMEOUT)
 
 
 async def outcome(rx: aqueduct.Receiver) -> tuple[list[Any], type[BaseException]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,7 @@ from aqueduct.wire.frames import (
 )
 from aqueduct.wire.sequence import StreamSequenceDecoder, encode_sequence
 from aqueduct.wire.varint import encode_varbytes, encode_varint
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0  # only turns a hang into a failure
 PROTOCOL_VIOLATION = 1
@@ -66,14 +68,7 @@ def msg(num: int, attachments: Sequence[int] = (), payload: bytes = b"\xf6") -> 
     return Message(num, (), tuple(AttachmentRef(c, ()) for c in attachments), payload)
 
 
-async def bounded(predicate: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    """Wait until ``predicate()`` holds, polling; fail naming ``what`` after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+bounded = functools.partial(wait_until, timeout=TIMEOUT)
 
 
 # ---------------------------------------------------------------- the raw peer
