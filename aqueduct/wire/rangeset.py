@@ -31,22 +31,8 @@ class RangeSet:
         self._count = 0
 
     def add(self, n: int) -> None:
-        """Add one int; O(1) when ``n`` is at or past the end of the last range, or in it."""
-        stops = self._stops
-        if stops:
-            last = stops[-1]
-            if n == last:
-                stops[-1] = n + 1
-                self._count += 1
-                return
-            if n > last:
-                self._starts.append(n)
-                stops.append(n + 1)
-                self._count += 1
-                return
-            if self._starts[-1] <= n:
-                return
-        self.add_range(n, n + 1)
+        """Add one int; O(1) when ``n`` is at or past the end of the last range."""
+        self.insert(n)
 
     def insert(self, n: int) -> bool:
         """Add one int; False if it was already there (a duplicate), without changing anything.
