@@ -32,6 +32,7 @@ from aqueduct.proto.events import (
     Event,
     HandshakeCompleted,
     MessageReceived,
+    MessageRunReceived,
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
@@ -60,6 +61,7 @@ from aqueduct.wire.frames import (
     RouteTo,
     SentUnreliable,
     Version,
+    read_plain_messages,
 )
 from aqueduct.wire.rangeset import RangeSet
 from aqueduct.wire.sequence import StreamSequenceDecoder, decode_datagram
@@ -227,6 +229,10 @@ class Connection:
                 st = self._in[stream_id] = _InStream(
                     stream_id, StreamSequenceDecoder(self.config.limits)
                 )
+            elif st.route is not None and self._log is None:
+                joined = st.decoder.routed_input(data)
+                if joined is not None:
+                    data = self._receive_plain_run(st.route, joined, now)
             frames = st.decoder.feed(data) if data else ()
             if end_stream:
                 st.decoder.end()
@@ -554,6 +560,35 @@ class Connection:
             # deadline can move the channel's timer earlier; while one was
             # already set, its timer is armed (accept sets it, flush clears it).
             self._timers.schedule(ch.chanid, ch.next_deadline())
+
+    def _receive_plain_run(self, chanid: int, data: bytes | bytearray, now: float) -> bytes | bytearray:
+        """Take the plain MESSAGEs leading ``data`` in one step; return the rest for the decoder.
+
+        The per-message path builds a frame and an event per message; on an
+        ORDERED stream nearly every message is plain (see
+        ``read_plain_messages``), so a whole chunk becomes one
+        ``MessageRunReceived``. Oneshot channels and anything unusual take the
+        general path.
+        """
+        ch = self._channels.get(chanid)
+        if ch is None or ch.is_sender or ch.oneshot:
+            return data
+        first, payloads, costs, pos = read_plain_messages(data, 0, self.config.limits.max_payload_bytes)
+        if not payloads:
+            return data
+        fresh = ch.ack_due is None
+        ch.accept_run(first, len(payloads), now)
+        cost = sum(costs)
+        stats = self._stats
+        stats.messages_received += len(payloads)
+        stats.bytes_received += cost
+        ch.delivered_run(len(payloads), cost)
+        self._emit(MessageRunReceived(chanid, payloads, costs))
+        if ch.finish_total is not None:
+            self._after_receive(ch, now)
+        elif fresh:
+            self._timers.schedule(chanid, ch.next_deadline())
+        return data[pos:]
 
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
         if isinstance(frame, SentUnreliable):

@@ -8,7 +8,10 @@ the runtime after every call:
   connection (stream bytes, resets, datagrams, close).
 * ``Connection.next_event() -> Event | None``: what to tell the application.
 
-Names are past tense (aioquic style): they report what *happened*.
+Names are past tense (aioquic style): they report what *happened*. Like
+aioquic's, they are plain (not frozen) slotted dataclasses: several are
+built per message, and a frozen dataclass's ``__init__`` costs about four
+times as much. Nothing mutates one after it is built.
 Stream ids are QUIC stream ids chosen by the core itself (unidirectional
 streams only: client 2, 6, 10, ...; server 3, 7, 11, ...), so the runtime
 never allocates ids and tests are deterministic.
@@ -24,7 +27,7 @@ Headers = tuple[tuple[str, bytes], ...]
 # ---------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamDataQueued:
     """Bytes to write on a unidirectional stream; ``end_stream`` sends FIN."""
 
@@ -33,7 +36,7 @@ class StreamDataQueued:
     end_stream: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamResetQueued:
     """Reset a stream we opened (1 = cancelled, 2 = lost)."""
 
@@ -41,14 +44,14 @@ class StreamResetQueued:
     error_code: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DatagramQueued:
     """One QUIC datagram to send."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionCloseQueued:
     """Close the QUIC connection (1 = protocol violation, 2 = application close)."""
 
@@ -62,7 +65,7 @@ Action = StreamDataQueued | StreamResetQueued | DatagramQueued | ConnectionClose
 # ---------------------------------------------------------------- events
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Attachment:
     """A channel attached to a received message, as the receiving side sees it."""
 
@@ -70,14 +73,14 @@ class Attachment:
     headers: Headers = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HandshakeCompleted:
     """The peer's CONNECTION_HEADERS arrived; routed frames flow from now on."""
 
     peer_headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageReceived:
     """A message the application may dequeue from the receiver of ``chanid``.
 
@@ -93,7 +96,7 @@ class MessageReceived:
     cost: int = 0  # encoded frame length, for DEQUEUED accounting
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelFinished:
     """``chanid`` finished: as receiver, every message was delivered and the sender finished;
     as sender, the receiver confirmed our FINISH_SENDER (its CLOSE_RECEIVER arrived)."""
@@ -101,21 +104,21 @@ class ChannelFinished:
     chanid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelCancelled:
     """The remote sender cancelled ``chanid``; undelivered messages were dropped."""
 
     chanid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReceiverWasClosed:
     """The remote receiver of our sender ``chanid`` closed it."""
 
     chanid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelLost:
     """``chanid`` became lost in transit; every local handle must fail (LostInTransit).
 
@@ -126,14 +129,30 @@ class ChannelLost:
     chanid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class MessageRunReceived:
+    """Several plain messages, in order, for the receiver of ``chanid``.
+
+    The common case of an ORDERED stream, reported in one event: messages
+    without headers or attachments whose numbers follow each other in one
+    chunk of stream data. Each is exactly a ``MessageReceived(chanid, (), (),
+    payloads[i], costs[i])``, and the runtime reports each consumed one with
+    ``Connection.dequeued(chanid, costs[i])`` (summing is fine).
+    """
+
+    chanid: int
+    payloads: list[bytes]
+    costs: list[int]
+
+
+@dataclass(slots=True)
 class SendWindowOpened:
     """Queued messages of sender ``chanid`` drained; a blocked ``send()`` may continue."""
 
     chanid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessagesAcked:
     """The peer acked or nacked messages of sender ``chanid`` (for counters and waiters)."""
 
@@ -142,7 +161,7 @@ class MessagesAcked:
     nacked: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionTerminated:
     """The connection ended; ``error_code`` 1 = protocol violation, 2 = application close."""
 
@@ -154,6 +173,7 @@ class ConnectionTerminated:
 Event = (
     HandshakeCompleted
     | MessageReceived
+    | MessageRunReceived
     | ChannelFinished
     | ChannelCancelled
     | ReceiverWasClosed

@@ -19,6 +19,7 @@ from aqueduct.proto.events import (
     DatagramQueued,
     Event,
     MessageReceived,
+    MessageRunReceived,
     StreamDataQueued,
     StreamResetQueued,
 )
@@ -65,11 +66,24 @@ class Pair:
     # ------------------------------------------------------------ moving bytes
 
     def _collect(self, side: str) -> None:
+        """Record events; a ``MessageRunReceived`` is recorded as its ``MessageReceived`` events.
+
+        (Scripts then see one event per message, whichever path the core
+        took; ``tests/unit/test_proto_message_runs.py`` checks the runs.)
+        """
         conn = self.conn(side)
         while (ev := conn.next_event()) is not None:
-            self.events[side].append(ev)
-            if self.auto_dequeue and isinstance(ev, MessageReceived):
-                conn.dequeued(ev.chanid, ev.cost, self.now)
+            if isinstance(ev, MessageRunReceived):
+                messages = [
+                    MessageReceived(ev.chanid, (), (), payload, cost)
+                    for payload, cost in zip(ev.payloads, ev.costs, strict=True)
+                ]
+            else:
+                messages = [ev]
+            for msg in messages:
+                self.events[side].append(msg)
+                if self.auto_dequeue and isinstance(msg, MessageReceived):
+                    conn.dequeued(msg.chanid, msg.cost, self.now)
 
     def flush(self, max_rounds: int = 10_000) -> None:
         """Shuttle actions both ways until neither side has anything to send."""

@@ -142,21 +142,43 @@ class ReceiverChannel:
                 )
             self._u_received.add(num)
         else:
-            if self.oneshot and num != 0:
-                raise RemoteProtocolError(
-                    f"MESSAGE: oneshot channel {c} carries only message number 0, got {num}"
-                )
-            if not self._received.insert(num):
-                raise RemoteProtocolError(f"MESSAGE: duplicate message number {num} on channel {c}")
-            if self.finish_total is not None and num >= self.finish_total:
-                raise RemoteProtocolError(
-                    f"MESSAGE: message number {num} on channel {c} is at or past "
-                    f"SENT_RELIABLE {self.finish_total}"
-                )
-            self._unacked.add(num)
+            self._accept_reliable(num)
         if self.ack_due is None:
             self.ack_due = now + self._ack_delay
         return True
+
+    def _accept_reliable(self, num: int) -> None:
+        c = self.chanid
+        if self.oneshot and num != 0:
+            raise RemoteProtocolError(
+                f"MESSAGE: oneshot channel {c} carries only message number 0, got {num}"
+            )
+        if not self._received.insert(num):
+            raise RemoteProtocolError(f"MESSAGE: duplicate message number {num} on channel {c}")
+        if self.finish_total is not None and num >= self.finish_total:
+            raise RemoteProtocolError(
+                f"MESSAGE: message number {num} on channel {c} is at or past "
+                f"SENT_RELIABLE {self.finish_total}"
+            )
+        self._unacked.add(num)
+
+    def accept_run(self, first: int, count: int, now: float) -> None:
+        """Check and record stream MESSAGE numbers ``first .. first + count - 1``.
+
+        Numbers past everything received (the ORDERED case) are recorded as
+        one range; otherwise each is checked on its own, so a violation
+        raises exactly the error of a single MESSAGE.
+        """
+        stop = first + count
+        total = self.finish_total
+        if first >= self._received.top and not self.oneshot and (total is None or stop <= total):
+            self._received.add_range(first, stop)
+            self._unacked.add_range(first, stop)
+        else:
+            for num in range(first, stop):
+                self._accept_reliable(num)
+        if self.ack_due is None:
+            self.ack_due = now + self._ack_delay
 
     def delivered(self, msg: Message, unreliable: bool, cost: int, children: tuple[int, ...]) -> None:
         """The message goes to the application; remember its attachments until it is dequeued."""
@@ -165,6 +187,13 @@ class ReceiverChannel:
             self._undequeued.append((self._delivered, message_key(msg.num, unreliable), children))
         stats = self.stats
         stats.messages_received += 1
+        stats.bytes_received += cost
+
+    def delivered_run(self, count: int, cost: int) -> None:
+        """``count`` plain messages (no attachments) of ``cost`` bytes in all go to the application."""
+        self._delivered += cost
+        stats = self.stats
+        stats.messages_received += count
         stats.bytes_received += cost
 
     def on_sent_unreliable(self, count: int, now: float) -> None:
@@ -186,13 +215,13 @@ class ReceiverChannel:
                 f"FINISH_SENDER: oneshot channel {c} sends at most one message, "
                 f"got SENT_RELIABLE {total}"
             )
-        top = _top(self._received)
+        top = self._received.top
         if top > total:
             raise RemoteProtocolError(
                 f"FINISH_SENDER: SENT_RELIABLE {total} on channel {c}, but message "
                 f"{top - 1} was received (numbers must be below SENT_RELIABLE)"
             )
-        u_top = _top(self._u_received)
+        u_top = self._u_received.top
         if u_top > self._u_total:
             raise RemoteProtocolError(
                 f"FINISH_SENDER: unreliable message {u_top - 1} on channel {c} is at or past "
@@ -345,9 +374,3 @@ class ReceiverChannel:
         return acked_orphans, nacked_orphans
 
 
-def _top(rs: RangeSet) -> int:
-    """One past the largest int in ``rs`` (0 if empty)."""
-    top = 0
-    for _, stop in rs:
-        top = stop
-    return top

@@ -50,7 +50,7 @@ from aqueduct.runtime.handles import (
     _Handle,
 )
 from aqueduct.runtime.headers import Headers, Middleware, run_middleware
-from aqueduct.runtime.payload import CBOR, PayloadError, content_type, decode_value
+from aqueduct.runtime.payload import CBOR, PayloadError, content_type, decode_value, plain_decoder
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
 
 PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
@@ -247,7 +247,9 @@ class Driver(QuicConnectionProtocol):
         next_event = self.core.next_event
         event = next_event()
         while event is not None:
-            if isinstance(event, ev.MessageReceived):
+            if isinstance(event, ev.MessageRunReceived):
+                self._message_run_received(event)
+            elif isinstance(event, ev.MessageReceived):
                 self._message_received(event)
             elif isinstance(event, ev.SendWindowOpened):
                 handle = self._handles.get(event.chanid)
@@ -315,9 +317,34 @@ class Driver(QuicConnectionProtocol):
         try:
             value = decode_value(event.payload, headers, handles, self.peer_content_type)
         except PayloadError as exc:
-            receiver._push(exc, event.cost)
+            receiver._push_failure(exc, event.cost)
             return
         receiver._push(Message(value, headers, handles), event.cost)
+
+    def _message_run_received(self, event: ev.MessageRunReceived) -> None:
+        """Plain messages in bulk: decoded and queued without an event or Message each."""
+        if self.middleware:  # middleware may add headers: take the general path per message
+            for payload, cost in zip(event.payloads, event.costs, strict=True):
+                self._message_received(ev.MessageReceived(event.chanid, (), (), payload, cost))
+            return
+        receiver = self._handles.get(event.chanid)
+        if not isinstance(receiver, Receiver):
+            return
+        decode = plain_decoder(self.peer_content_type)
+        if decode is None:
+            receiver._push_values(event.payloads, event.costs)
+            return
+        values: list[Any] = []
+        costs = event.costs
+        start = 0
+        for i, payload in enumerate(event.payloads):
+            try:
+                values.append(decode(payload))
+            except PayloadError as exc:  # in order: the messages before it, then the error
+                receiver._push_values(values, costs[start:i])
+                receiver._push_failure(exc, costs[i])
+                values, start = [], i + 1
+        receiver._push_values(values, costs[start:])
 
     def _adopt(self, attachment: ev.Attachment) -> _Handle:
         """A handle for a channel the peer attached to a message."""

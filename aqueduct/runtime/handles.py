@@ -24,6 +24,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Protocol
 
 from aqueduct.proto.errors import (
@@ -37,6 +38,7 @@ from aqueduct.runtime.headers import Headers, HeadersLike, normalize_headers
 from aqueduct.runtime.payload import encode_value
 
 DEFAULT_CAPACITY = 128
+_FAILED = object()  # marks a queue entry whose value is the error to raise
 """Messages a local pair buffers before ``send()`` waits for the receiver."""
 
 
@@ -398,58 +400,65 @@ class Sender(_Handle):
 
 
 class Receiver(_Handle):
-    """The receiving half of a channel: ``async for value in rx`` or ``await rx.recv()``."""
+    """The receiving half of a channel: ``async for value in rx`` or ``await rx.recv()``.
+
+    Its queue holds ``(value, cost, full)`` entries: ``full`` is the whole
+    :class:`Message` when the message has headers or attachments, ``None``
+    for a plain value (no object beyond the value is built per message:
+    ``async for`` on a busy channel only needs values), and ``_FAILED`` when
+    ``value`` is the error to raise in its place. ``cost`` is what dequeuing
+    it returns to the sender's window; consumed costs are summed and handed
+    to the connection once per burst of reads.
+    """
 
     _kind = "Receiver"
 
     def __init__(self, pair: _Pair | None, headers: Headers = ()) -> None:
         super().__init__(pair, headers)
-        self._items: deque[tuple[Message | Exception, int]] = deque()
+        self._items: deque[tuple[Any, int, Message | object | None]] = deque()
         self._outcome: Exception | None = None
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
         self._received_count = 0
+        self._consumed = 0  # costs of dequeued messages not yet handed to the link
 
     # -- reading ----------------------------------------------------------------
     async def recv_message(self) -> Message:
         """The next :class:`Message`; raises :class:`Finished` or the channel's outcome at the end."""
-        while True:
-            self._check_usable()
-            if self._closed:
-                raise LocalProtocolError("recv() on a closed Receiver")
-            if self._items:
-                item, cost = self._items.popleft()
-                self._received_count += 1
-                if self._pair is not None:
-                    self._pair.space.set()
-                elif cost and self._link is not None:
-                    self._link.dequeued(self._chanid, cost)  # type: ignore[arg-type]
-                if isinstance(item, Exception):
-                    raise item
-                return item
-            if self._outcome is not None:
-                # Raised again on every later call: drop the old traceback each time.
-                raise self._outcome.with_traceback(None)
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+        value, _, full = await self._take()
+        return Message(value) if full is None else full  # type: ignore[return-value]
 
     async def recv(self) -> Any:
         """The next message's value (see :meth:`recv_message`)."""
-        return (await self.recv_message()).value
+        return (await self._take())[0]
+
+    async def _take(self) -> tuple[Any, int, Message | object | None]:
+        """The next entry, waiting for one; raises a failed message's error."""
+        while True:
+            entry = self._next()
+            if entry is None:
+                await self._wait()
+                continue
+            if entry[2] is _FAILED:
+                raise entry[0]
+            return entry
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._values()
 
     async def _values(self) -> AsyncIterator[Any]:
+        next_entry = self._next
         while True:
             try:
-                message = await self.recv_message()
+                entry = next_entry()
             except Finished:
                 return
-            yield message.value
+            if entry is None:
+                await self._wait()
+                continue
+            if entry[2] is _FAILED:
+                raise entry[0]
+            yield entry[0]
 
     async def messages(self) -> AsyncIterator[Message]:
         """Iterate :class:`Message` objects (value plus headers and attachments)."""
@@ -458,6 +467,40 @@ class Receiver(_Handle):
                 yield await self.recv_message()
             except Finished:
                 return
+
+    def _next(self) -> tuple[Any, int, Message | object | None] | None:
+        """Dequeue the next entry; None when the caller must wait; raises at the end."""
+        self._check_usable()
+        if self._closed:
+            raise LocalProtocolError("recv() on a closed Receiver")
+        items = self._items
+        if items:
+            entry = items.popleft()
+            self._received_count += 1
+            if self._pair is not None:
+                self._pair.space.set()
+            elif entry[1]:
+                if not self._consumed:
+                    asyncio.get_running_loop().call_soon(self._hand_over_consumed)
+                self._consumed += entry[1]
+            return entry
+        if self._outcome is not None:
+            # Raised again on every later call: drop the old traceback each time.
+            raise self._outcome.with_traceback(None)
+        return None
+
+    def _hand_over_consumed(self) -> None:
+        """Report this burst's dequeued bytes (DEQUEUED credit, attachment tracking)."""
+        consumed, self._consumed = self._consumed, 0
+        if consumed and self._link is not None:
+            self._link.dequeued(self._chanid, consumed)  # type: ignore[arg-type]
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     async def close(self) -> None:
         """Stop receiving: buffered messages are dropped and further sends fail with ReceiverClosed."""
@@ -475,10 +518,27 @@ class Receiver(_Handle):
         self._wake()
 
     # -- delivery (local sender or driver) ----------------------------------------
-    def _push(self, item: Message | Exception, cost: int) -> None:
+    def _push(self, message: Message, cost: int) -> None:
         if self._closed or self._outcome is not None:
             return
-        self._items.append((item, cost))
+        if message.headers or message.attachments:
+            self._items.append((message.value, cost, message))
+        else:
+            self._items.append((message.value, cost, None))
+        self._wake()
+
+    def _push_failure(self, error: Exception, cost: int) -> None:
+        """A message that could not be decoded: ``recv`` raises ``error`` in its place."""
+        if self._closed or self._outcome is not None:
+            return
+        self._items.append((error, cost, _FAILED))
+        self._wake()
+
+    def _push_values(self, values: list[Any], costs: list[int]) -> None:
+        """Plain messages (no headers, no attachments), in order."""
+        if self._closed or self._outcome is not None:
+            return
+        self._items.extend(zip(values, costs, repeat(None)))
         self._wake()
 
     def _end(self, outcome: Exception) -> None:
@@ -556,7 +616,7 @@ def _migrate(handle: _Handle, link: Link) -> tuple[int, Callable[[], None] | Non
     if not sending_receiver:
         receiver._networked(link, chanid, received=False)
         return chanid, None
-    queued = [item for item, _ in receiver._items]
+    queued = [full if isinstance(full, Message) else Message(value) for value, _, full in receiver._items]
     receiver._items.clear()
     sender._networked(link, chanid, received=False)
     if sender._mode is not Mode.ORDERED:
@@ -566,8 +626,7 @@ def _migrate(handle: _Handle, link: Link) -> tuple[int, Callable[[], None] | Non
 
     def move() -> None:
         for item in queued:
-            if isinstance(item, Message):
-                sender._send_networked(item.value, item.headers, item.attachments)
+            sender._send_networked(item.value, item.headers, item.attachments)
         if sender._finished:
             link.finish(chanid)
         elif sender._cancelled:

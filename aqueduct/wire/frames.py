@@ -1,7 +1,10 @@
 """The thirteen frames of spec section 3: dataclasses, encoder, decoder.
 
-Each frame is a frozen slotted dataclass carrying ``TAG`` (its first byte) and
-``NAME`` (used in every error message). Frames without a body are decoded to
+Each frame is a slotted dataclass carrying ``TAG`` (its first byte) and
+``NAME`` (used in every error message). Frames are values: nothing mutates
+one after it is built. They are not ``frozen`` because a frozen dataclass's
+``__init__`` costs about four times as much (one ``object.__setattr__`` per
+field), and a MESSAGE is built for every message received. Frames without a body are decoded to
 shared singletons, and the standard VERSION frame is precomputed, because
 these codecs run once per message on the hot path.
 
@@ -49,7 +52,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Version:
     """Prefix frame announcing the protocol version; the magic makes stray bytes fail fast."""
 
@@ -64,7 +67,7 @@ class Version:
         return _VERSION_HEAD + encode_varint(len(raw)) + raw
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AckVersion:
     """Prefix frame: the peer's VERSION was received, it may stop sending VERSION."""
 
@@ -75,7 +78,7 @@ class AckVersion:
         return b"\x01"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionHeaders:
     """Prefix frame carrying the connection's header multimap (sent once per side)."""
 
@@ -87,7 +90,7 @@ class ConnectionHeaders:
         return b"\x02" + encode_headers(self.headers)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RouteTo:
     """Opens the routed context: every later frame of the sequence concerns ``chanid``."""
 
@@ -99,7 +102,7 @@ class RouteTo:
         return b"\x03" + encode_varint(self.chanid)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AttachmentRef:
     """A channel half carried by a MESSAGE, with that channel's headers."""
 
@@ -107,7 +110,7 @@ class AttachmentRef:
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """One application message (s->r); ``num`` is per (channel, reliable/unreliable) space."""
 
@@ -139,7 +142,7 @@ class Message:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SentUnreliable:
     """s->r: ``count`` more unreliable messages were sent (> 0)."""
 
@@ -153,7 +156,7 @@ class SentUnreliable:
         return b"\x05" + encode_varint(self.count)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FinishSender:
     """s->r: no more messages; ``sent_reliable`` reliable messages were sent in total."""
 
@@ -165,7 +168,7 @@ class FinishSender:
         return b"\x06" + encode_varint(self.sent_reliable)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelSender:
     """s->r: the sender gave up; undelivered messages are dropped."""
 
@@ -176,7 +179,7 @@ class CancelSender:
         return b"\x07"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AckReliable:
     """r->s: (gap, ack-length) pairs relative to the receiver's ack cursor."""
 
@@ -189,7 +192,7 @@ class AckReliable:
         return _encode_varint_list(b"\x08", self.ranges)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AckNackUnreliable:
     """r->s: alternating ack, nack lengths from the unreliable cursor (a leading 0 = nack first)."""
 
@@ -202,7 +205,7 @@ class AckNackUnreliable:
         return _encode_varint_list(b"\x09", self.ranges)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CloseReceiver:
     """r->s: the receiver is gone; everything not acked is nacked."""
 
@@ -213,7 +216,7 @@ class CloseReceiver:
         return b"\x0a"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForgetChannel:
     """Routed, from the channel's creator: destroy all state of the channel."""
 
@@ -224,7 +227,7 @@ class ForgetChannel:
         return b"\x0b"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Dequeued:
     """r->s flow control: the application consumed ``num_bytes`` (> 0) more bytes."""
 
@@ -404,6 +407,60 @@ def _read_message(buf: Buffer, pos: int, limits: Limits) -> tuple[Message, int]:
     if end > len(buf):
         raise IncompleteData(f"payload length {n}, only {len(buf) - pos} bytes present", end)
     return Message(num, headers, atts, bytes(buf[pos:end])), end
+
+
+def read_plain_messages(
+    buf: Buffer, pos: int, max_payload: int
+) -> tuple[int, list[bytes], list[int], int]:
+    """A run of plain MESSAGE frames at ``pos``: ``(first num, payloads, frame lengths, end)``.
+
+    Plain: no headers, no attachments, minimal varints, each number one more
+    than the previous. That is what an ORDERED sender writes for
+    ``bytes``/CBOR values, so a receiver can take a whole chunk of stream
+    data in one call, without a frame object per message. The run stops,
+    leaving ``end`` at the start of that frame, at anything else (another
+    frame, a number out of sequence, an incomplete frame, a payload over
+    ``max_payload``): the general decoder reads or rejects it. A frame's
+    length equals ``message_cost`` because its varints are minimal (a
+    multi-byte varint is minimal when its last byte is not zero).
+    """
+    end = len(buf)
+    payloads: list[bytes] = []
+    costs: list[int] = []
+    first = expect = -1
+    try:
+        while pos + 5 <= end and buf[pos] == 0x04:
+            p = pos + 1
+            num = buf[p]
+            if num < 0x80:
+                p += 1
+            else:
+                num, p = read_varint(buf, p)
+                if not buf[p - 1]:
+                    break
+            if num != expect and expect >= 0:
+                break
+            if buf[p] or buf[p + 1]:  # headers or attachments
+                break
+            n = buf[p + 2]
+            if n < 0x80:
+                p += 3
+            else:
+                n, p = read_varint(buf, p + 2)
+                if not buf[p - 1]:
+                    break
+            stop = p + n
+            if stop > end or n > max_payload:
+                break
+            payloads.append(bytes(buf[p:stop]))
+            costs.append(stop - pos)
+            if expect < 0:
+                first = num
+            expect = num + 1
+            pos = stop
+    except (IncompleteData, IndexError):  # the last frame is cut short: the decoder keeps it
+        pass
+    return first, payloads, costs, pos
 
 
 def _read_attachments_field(

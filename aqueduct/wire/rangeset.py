@@ -110,6 +110,11 @@ class RangeSet:
             return self._stops[0]
         return 0
 
+    @property
+    def top(self) -> int:
+        """One past the largest int held (0 if empty): every int from here on is absent."""
+        return self._stops[-1] if self._stops else 0
+
     def above_base(self) -> list[tuple[int, int]]:
         """The ranges above ``base``: with it, the compact form of the set."""
         skip = 1 if self._starts and self._starts[0] == 0 else 0

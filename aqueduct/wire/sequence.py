@@ -83,6 +83,28 @@ class StreamSequenceDecoder:
         self._routed = False
         self._error: WireError | None = None
 
+    def routed_input(self, data: bytes) -> bytes | bytearray | None:
+        """Hand the caller the next routed bytes to read itself, or None to ``feed`` them.
+
+        For a reader of whole frames in place (``read_plain_messages``): inside
+        a ROUTE_TO context, the buffered tail of a frame joined with ``data``
+        (the decoder forgets it; what the reader leaves goes back through
+        ``feed``). None outside a ROUTE_TO context, after an error, or while
+        the buffered frame is still incomplete (joining then would copy a
+        large frame once per chunk).
+        """
+        if not self._routed or self._error is not None:
+            return None
+        buf = self._buf
+        if not buf:
+            return data
+        if len(buf) + len(data) < self._need:
+            return None
+        self._buf = bytearray()
+        self._need = 0
+        buf += data
+        return buf
+
     def feed(self, data: bytes) -> list[Frame]:
         """Add bytes; return every frame they complete, in order."""
         if self._error is not None:

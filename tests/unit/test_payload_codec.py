@@ -55,18 +55,38 @@ def test_cbor_values_round_trip(value):
     assert decode_value(payload, headers, []) == value
 
 
-@given(st.binary())
-def test_raw_bytes_pass_through_unchanged(data):
+@given(st.binary(max_size=70_000))
+def test_raw_bytes_are_a_cbor_byte_string_around_the_unchanged_bytes(data):
     payload, headers = encode_value(data, collecting_attach([]))
-    assert payload == data
-    assert dict(headers)["content-type"] == OCTET_STREAM
+    assert headers == ()  # no 39-byte per-message header under the CBOR default
+    assert payload.endswith(data) and len(payload) - len(data) <= 5
+    assert cbor2.loads(payload) == data  # any CBOR decoder reads it
     assert decode_value(payload, headers, []) == data
+
+
+@pytest.mark.parametrize("n", [0, 23, 24, 255, 256, 65_535, 65_536])
+def test_byte_string_heads_at_every_length_boundary(n):
+    data = bytes(range(256)) * (n // 256) + bytes(n % 256)
+    payload, _ = encode_value(data, collecting_attach([]))
+    assert payload == cbor2.dumps(data)  # the same (shortest) head cbor2 writes
+    assert decode_value(payload, (), []) == data
 
 
 def test_bytearray_and_memoryview_are_raw_too():
     for value in (bytearray(b"abc"), memoryview(b"abc")):
         payload, headers = encode_value(value, collecting_attach([]))
-        assert payload == b"abc" and headers[0][1] == OCTET_STREAM
+        assert (payload, headers) == (b"Cabc", ())
+        assert decode_value(payload, headers, []) == b"abc"
+
+
+def test_raw_bytes_under_another_default_carry_the_octet_stream_header():
+    payload, headers = encode_value(b"abc", collecting_attach([]), default_content_type=b"text/plain")
+    assert payload == b"abc" and dict(headers)["content-type"] == OCTET_STREAM
+
+
+def test_a_truncated_byte_string_is_a_payload_error():
+    with pytest.raises(PayloadError, match="not valid CBOR"):
+        decode_value(b"\x59\x01", (), [])
 
 
 @given(st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=10))
