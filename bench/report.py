@@ -51,6 +51,23 @@ def _cell(summary: dict[str, Any]) -> str:
     return f"{_num(summary['median'])} ±{summary['spread'] * 100:.0f}%"
 
 
+def _cpu_cells(row: dict[str, Any]) -> tuple[str, str, str] | None:
+    """("ours rx + tx", "baseline rx + tx", "baseline total / ours total") for a row with both.
+
+    The last cell reads like the ratio column: 1.00 means our path costs the
+    CPU of the baseline per message, 0.50 twice as much.
+    """
+    cpu = row.get("cpu_us_per_message") or {}
+    ours, base = cpu.get("ours") or {}, cpu.get("baseline") or {}
+    if not all(s in ours and s in base for s in ("server", "client")):
+        return None
+
+    def cell(d: dict[str, float]) -> str:  # the server process receives in every such benchmark
+        return f"{_num(d['server'])} + {_num(d['client'])}"
+
+    return cell(ours), cell(base), f"{(base['server'] + base['client']) / (ours['server'] + ours['client']):.2f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per benchmark (median ± spread over repetitions), indented lines for extras."""
     header = ("benchmark", "unit", "ours", "baseline", "ratio", "target", "result")
@@ -76,6 +93,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
         for key, value in row.get("extra", {}).items():
             lines.append((f"  {key}", "", _num(value), "", "", "", ""))
+        cpu = _cpu_cells(row)
+        if cpu is not None:
+            lines.append(("  CPU us/msg, receiver + sender", "", cpu[0], cpu[1], cpu[2], "", ""))
         for label, err in row.get("errors", {}).items():
             notes.append(f"{row['name']} / {label}: {err.splitlines()[0]}")
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -108,6 +128,9 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         for key, value in row.get("extra", {}).items():
             lines.append(f"| &nbsp;&nbsp;{key} | | {_num(value)} | | | | |")
+        cpu = _cpu_cells(row)
+        if cpu is not None:
+            lines.append(f"| &nbsp;&nbsp;CPU µs/msg, receiver + sender | | {cpu[0]} | {cpu[1]} | {cpu[2]} | | |")
     m = doc["machine"]
     lines += [
         "",

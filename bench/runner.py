@@ -104,7 +104,7 @@ def run_benchmark(
                     _log(f"  {bench.name} / {case.label}: {exc}")
                     continue
                 for r in _values(case, result):
-                    runs[case.label].append({**r, **_context(case, result)})
+                    runs[case.label].append({**r, **_context(case, result), **_cpu_per_message(case, result)})
                     _log(f"  {bench.name} rep {len(runs[case.label])}/{repeat} {case.label}: "
                          f"{float(r[case.metric]):,.1f} {bench.unit}")
     return judge(bench, runs, errors)
@@ -115,6 +115,32 @@ def _context(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     other = result["server" if case.side == "client" else "client"]
     keep = ("first_batch_s", "sink_rows", "sink_distinct", "batches", "durable_records", "ended")
     return {k: other[k] for k in keep if k in other}
+
+
+def _cpu_per_message(case: Case, result: dict[str, Any]) -> dict[str, float]:
+    """Each side's CPU microseconds per message that arrived (whole run, warm-up included).
+
+    A rate on a shared machine swings with the load; CPU time per message
+    swings far less, so it shows where a gap comes from (which side, how
+    much) even when the rates are noisy. Phased (Spark) runs share one
+    process run between phases and are left out.
+    """
+    if case.phased:
+        return {}
+    rx = result[case.side]
+    n = rx.get("messages", 0) + rx.get("warmup_messages", 0)
+    if not n:
+        return {}
+    return {f"{side}_cpu_us": result[side]["cpu_s"] / n * 1e6 for side in ("server", "client") if "cpu_s" in result[side]}
+
+
+def _cpu_medians(case_runs: list[dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    for side in ("server", "client"):
+        values = [r[f"{side}_cpu_us"] for r in case_runs if f"{side}_cpu_us" in r]
+        if values:
+            out[side] = statistics.median(values)
+    return out
 
 
 def judge(bench: Benchmark, runs: dict[str, list[dict[str, Any]]], errors: dict[str, str]) -> dict[str, Any]:
@@ -167,6 +193,10 @@ def judge(bench: Benchmark, runs: dict[str, list[dict[str, Any]]], errors: dict[
             for c in bench.others
         ],
         "extra": extras,
+        "cpu_us_per_message": {
+            "ours": _cpu_medians(our_runs),
+            "baseline": _cpu_medians(runs[bench.baseline.label]) if bench.baseline is not None else {},
+        },
         "runs": runs,
         "errors": errors,
     }

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -74,12 +75,16 @@ def run_command(side: str, certs: Certs, command: dict[str, Any]) -> dict[str, A
     else:
         main = fn(params, certs, command["port"])
     gc.collect()
+    cpu = time.process_time()
     if command.get("profile"):
         profiler = cProfile.Profile()
         result = profiler.runcall(asyncio.run, main)
         profiler.dump_stats(command["profile"])
-        return result
-    return asyncio.run(main)
+    else:
+        result = asyncio.run(main)
+    # CPU seconds of this side's whole run (all threads): a per-message cost
+    # that, unlike a rate, barely depends on what else the machine is doing.
+    return {**result, "cpu_s": time.process_time() - cpu}
 
 
 def main(argv: list[str] | None = None) -> int:

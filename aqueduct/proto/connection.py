@@ -258,6 +258,16 @@ class Connection:
         if self._terminated:
             return
         try:
+            if (
+                len(data) > 2
+                and data[0] == RouteTo.TAG
+                and data[1] < 0x80
+                and data[2] == Message.TAG
+                and self._hs.done
+                and self._log is None
+                and self._receive_plain_datagram(data, now)
+            ):
+                return
             frames = decode_datagram(data, self.config.limits)
             self._stats.datagrams_received += 1
             self._hs.sequence_started(frames[0])
@@ -578,17 +588,42 @@ class Connection:
             return data
         fresh = ch.ack_due is None
         ch.accept_run(first, len(payloads), now)
+        self._deliver_plain(ch, payloads, costs, fresh, now)
+        return data[pos:]
+
+    def _receive_plain_datagram(self, data: bytes, now: float) -> bool:
+        """A datagram holding just ROUTE_TO and a plain MESSAGE for a receiver we hold.
+
+        The common datagram, taken without frame objects (the general path
+        checks the same rules in ``decode_datagram`` / ``_routed``); False
+        for anything else, which then takes the general path.
+        """
+        ch = self._channels.get(data[1])
+        if ch is None or ch.is_sender or ch.oneshot or not ch.routed or not self._hs.got_version:
+            return False
+        first, payloads, costs, end = read_plain_messages(data, 2, self.config.limits.max_payload_bytes)
+        if end != len(data) or not payloads:
+            return False
+        self._stats.datagrams_received += 1
+        fresh = ch.ack_due is None
+        if ch.accept_unreliable(first, now):
+            self._deliver_plain(ch, payloads, costs, fresh, now)
+        return True
+
+    def _deliver_plain(
+        self, ch: ReceiverChannel, payloads: list[bytes], costs: list[int], fresh: bool, now: float
+    ) -> None:
+        """Accepted plain messages go to the application as one ``MessageRunReceived``."""
         cost = sum(costs)
         stats = self._stats
         stats.messages_received += len(payloads)
         stats.bytes_received += cost
         ch.delivered_run(len(payloads), cost)
-        self._emit(MessageRunReceived(chanid, payloads, costs))
+        self._emit(MessageRunReceived(ch.chanid, payloads, costs))
         if ch.finish_total is not None:
             self._after_receive(ch, now)
         elif fresh:
-            self._timers.schedule(chanid, ch.next_deadline())
-        return data[pos:]
+            self._timers.schedule(ch.chanid, ch.next_deadline())
 
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
         if isinstance(frame, SentUnreliable):

@@ -120,29 +120,32 @@ class ReceiverChannel:
 
     def accept(self, msg: Message, unreliable: bool, now: float) -> bool:
         """Check and record a MESSAGE number; False for a late datagram we already nacked."""
-        num = msg.num
-        c = self.chanid
         if unreliable:
-            if self.oneshot:
-                raise RemoteProtocolError(
-                    f"MESSAGE: oneshot channel {c} got a datagram (its one message goes on a stream)"
-                )
-            if num in self._u_received:
-                raise RemoteProtocolError(
-                    f"MESSAGE: duplicate unreliable message number {num} on channel {c}"
-                )
-            if num < self._u_cursor:
-                self.stats.late_dropped += 1
-                self._cstats.late_dropped += 1
-                return False
-            if self.finish_total is not None and num >= self._u_total:
-                raise RemoteProtocolError(
-                    f"MESSAGE: unreliable message number {num} on channel {c} is at or past "
-                    f"the SENT_UNRELIABLE total {self._u_total} after FINISH_SENDER"
-                )
-            self._u_received.add(num)
-        else:
-            self._accept_reliable(num)
+            return self.accept_unreliable(msg.num, now)
+        self._accept_reliable(msg.num)
+        if self.ack_due is None:
+            self.ack_due = now + self._ack_delay
+        return True
+
+    def accept_unreliable(self, num: int, now: float) -> bool:
+        """Check and record a datagram's number; False when it is late (already nacked)."""
+        c = self.chanid
+        if self.oneshot:
+            raise RemoteProtocolError(
+                f"MESSAGE: oneshot channel {c} got a datagram (its one message goes on a stream)"
+            )
+        received = self._u_received
+        if num < self._u_cursor and num not in received:
+            self.stats.late_dropped += 1
+            self._cstats.late_dropped += 1
+            return False
+        if not received.insert(num):
+            raise RemoteProtocolError(f"MESSAGE: duplicate unreliable message number {num} on channel {c}")
+        if self.finish_total is not None and num >= self._u_total:
+            raise RemoteProtocolError(
+                f"MESSAGE: unreliable message number {num} on channel {c} is at or past "
+                f"the SENT_UNRELIABLE total {self._u_total} after FINISH_SENDER"
+            )
         if self.ack_due is None:
             self.ack_due = now + self._ack_delay
         return True

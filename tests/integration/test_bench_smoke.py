@@ -42,6 +42,10 @@ def test_small_message_benchmark_runs_ours_and_baseline_and_reports_a_ratio(tmp_
     assert row["status"] in ("pass", "miss")
     # The table names the benchmark, its target and the machine.
     assert "ordered_small" in proc.stdout and ">=0.80" in proc.stdout
+    # Each side's CPU per message, for both contenders, next to the rates.
+    cpu = row["cpu_us_per_message"]
+    assert all(cpu[who][side] > 0 for who in ("ours", "baseline") for side in ("server", "client"))
+    assert "CPU us/msg, receiver + sender" in proc.stdout
     assert doc["machine"]["nproc"] >= 1 and doc["machine"]["aioquic"]
 
 

@@ -6,15 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import Connection
 from aqueduct.proto.events import (
     ConnectionTerminated,
+    DatagramQueued,
     MessageReceived,
     MessageRunReceived,
     StreamDataQueued,
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.pair import Pair
+from aqueduct.proto.sender import Mode
 from aqueduct.wire.chanid import ENTRYPOINT
 from aqueduct.wire.frames import (
     AttachmentRef,
@@ -135,3 +138,21 @@ def test_after_the_route_a_chunk_of_plain_messages_is_one_run_event():
     server.receive_stream_data(sid, data[300:], False, 1.0)
     (run,) = list(iter(server.next_event, None))
     assert isinstance(run, MessageRunReceived) and len(run.payloads) + len(first) == 50
+
+
+def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path():
+    for logged in (False, True):
+        log: list[dict] = []
+        pair = Pair(server=ProtoConfig(frame_log=log.append) if logged else None)
+        pair.handshake()
+        pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
+        pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
+        pair.flush()
+        pair.client.send_message(ENTRYPOINT, b"second")
+        (datagram,) = [a for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+        pair.server.receive_datagram(datagram.data, 1.0)
+        (event,) = list(iter(pair.server.next_event, None))
+        expected = MessageReceived if logged else MessageRunReceived
+        assert isinstance(event, expected), logged
+        assert (event.payloads if not logged else [event.payload]) == [b"second"]
+        assert any(r.get("frame") == "MESSAGE" for r in log) == logged
