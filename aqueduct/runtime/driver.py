@@ -51,6 +51,7 @@ from aqueduct.runtime.handles import (
 )
 from aqueduct.runtime.headers import Headers, Middleware, run_middleware
 from aqueduct.runtime.payload import CBOR, PayloadError, content_type, decode_value, plain_decoder
+from aqueduct.runtime.udp import ReadBatch
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
 
 PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
@@ -72,9 +73,11 @@ class Driver(QuicConnectionProtocol):
         frame_log: FrameLog | None = None,
         on_ready: Callable[[Driver], None] | None = None,
         keepalive: bool = False,
+        batch: ReadBatch | None = None,
     ) -> None:
         super().__init__(quic)
         self.core = core
+        self._batch = batch  # flush after the socket's whole batch of datagrams, not after each
         self.side = Side.CLIENT if quic.configuration.is_client else Side.SERVER
         self.middleware = middleware
         self.frame_log = frame_log
@@ -137,7 +140,16 @@ class Driver(QuicConnectionProtocol):
 
     # ------------------------------------------------------------ output
     def transmit(self) -> None:
-        """Apply the core's pending actions to aioquic, then send packets (one flush)."""
+        """Apply the core's pending actions to aioquic, then send packets (one flush).
+
+        aioquic calls this after every datagram it was given; while the
+        socket's reader is still reading a batch, the flush waits for the
+        batch's end (see ``aqueduct.runtime.udp``).
+        """
+        batch = self._batch
+        if batch is not None and batch.active:
+            batch.defer(self)
+            return
         self._flush_core()
         self._send_packets()
 

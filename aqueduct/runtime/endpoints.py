@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aioquic.asyncio.server import QuicServer
-from aioquic.asyncio.server import serve as quic_serve
 from aioquic.quic.connection import QuicConnection
 
 from aqueduct.proto.config import ProtoConfig
@@ -34,6 +33,7 @@ from aqueduct.runtime.tls import (
     require_client_certificate,
     server_configuration,
 )
+from aqueduct.runtime.udp import ReadBatch, open_udp
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
@@ -129,13 +129,20 @@ def _make_driver(
     options: dict[str, Any],
     on_ready: Callable[[Driver], None] | None = None,
     keepalive: bool = False,
+    batch: ReadBatch | None = None,
 ) -> Driver:
     """A driver with its own core; ``options`` are ``ProtoConfig`` fields (window, limits ...)."""
     is_client = quic.configuration.is_client
     log = open_frame_log(frame_log, "client" if is_client else "server")
     core = CoreConnection(is_client, ProtoConfig(headers=headers, frame_log=log, **options))
     return Driver(
-        quic, core=core, middleware=middleware, frame_log=log, on_ready=on_ready, keepalive=keepalive
+        quic,
+        core=core,
+        middleware=middleware,
+        frame_log=log,
+        on_ready=on_ready,
+        keepalive=keepalive,
+        batch=batch,
     )
 
 
@@ -231,14 +238,21 @@ async def serve(
     conn_headers = _connection_headers(headers)
     mw = tuple(middleware)
     server = Server()
+    batch = ReadBatch()
 
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> Driver:
         # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
         if cafile is not None:
             require_client_certificate(quic, cafile)
-        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready, keepalive)
+        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready, keepalive, batch)
 
-    server._quic_server = await quic_serve(host, port, configuration=config, create_protocol=create_protocol)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    # aioquic's serve(), on a socket whose reader reads whole batches (runtime.udp)
+    _, server._quic_server = await open_udp(
+        lambda: QuicServer(configuration=config, create_protocol=create_protocol), addr, family, batch
+    )
     return server
 
 
@@ -278,11 +292,12 @@ async def connect(
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     family, _, _, _, addr = infos[0]
     quic = QuicConnection(configuration=config)
+    batch = ReadBatch()
     driver = _make_driver(
-        quic, _connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive
+        quic, _connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive, batch=batch
     )
     local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
-    transport, _ = await loop.create_datagram_endpoint(lambda: driver, local_addr=local, family=family)
+    transport, _ = await open_udp(lambda: driver, local, family, batch)
     driver.connect(addr)
     try:
         await asyncio.wait_for(asyncio.shield(driver.ready), timeout)

@@ -1,0 +1,75 @@
+"""The UDP reader: every waiting datagram per wake-up, one flush per connection after them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from aqueduct.runtime.udp import MAX_BATCH, ReadBatch, open_udp
+from tests.waiting import wait_until
+
+
+class Recorder(asyncio.DatagramProtocol):
+    """Records what arrived, and each flush with how many datagrams it followed."""
+
+    def __init__(self, batch: ReadBatch) -> None:
+        self.batch = batch
+        self.received: list[bytes] = []
+        self.flushes: list[int] = []
+        self.errors: list[OSError] = []
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self.received.append(data)
+        self.transmit()  # what aioquic's protocol does after every datagram
+
+    def transmit(self) -> None:
+        if self.batch.active:
+            self.batch.defer(self)
+            return
+        self.flushes.append(len(self.received))
+
+    def error_received(self, exc: OSError) -> None:
+        self.errors.append(exc)
+
+
+async def test_waiting_datagrams_are_read_together_and_flushed_once():
+    batch = ReadBatch()
+    transport, proto = await open_udp(lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch)
+    port = transport.get_extra_info("sockname")[1]
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for i in range(10):  # all sent before the loop gets a turn to read
+            sender.sendto(b"d%d" % i, ("127.0.0.1", port))
+        await wait_until(lambda: len(proto.received) == 10, "10 datagrams", timeout=10)
+        assert proto.received == [b"d%d" % i for i in range(10)]
+        assert proto.flushes == [10]  # one flush, after the whole batch
+    finally:
+        sender.close()
+        transport.close()
+
+
+async def test_a_batch_is_bounded_so_the_loop_keeps_turning():
+    batch = ReadBatch()
+    transport, proto = await open_udp(lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch)
+    port = transport.get_extra_info("sockname")[1]
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    n = MAX_BATCH * 3
+    try:
+        for _ in range(n):
+            sender.sendto(b"x", ("127.0.0.1", port))
+        await wait_until(lambda: len(proto.received) == n, f"{n} datagrams", timeout=10)
+        assert len(proto.flushes) >= 3 and all(
+            b - a <= MAX_BATCH for a, b in zip([0, *proto.flushes], proto.flushes, strict=False)
+        )
+    finally:
+        sender.close()
+        transport.close()
+
+
+async def test_closing_the_transport_stops_reading_and_closes_the_socket():
+    batch = ReadBatch()
+    transport, proto = await open_udp(lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch)
+    sock = transport.get_extra_info("socket")
+    transport.close()
+    await asyncio.sleep(0.05)
+    assert sock.fileno() == -1  # the transport closed our socket, reader and all
