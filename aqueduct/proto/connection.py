@@ -613,13 +613,25 @@ class Connection:
     def _deliver_plain(
         self, ch: ReceiverChannel, payloads: list[bytes], costs: list[int], fresh: bool, now: float
     ) -> None:
-        """Accepted plain messages go to the application as one ``MessageRunReceived``."""
+        """Accepted plain messages go to the application as one ``MessageRunReceived``.
+
+        If the newest queued event is already a run of this channel (the
+        previous datagram or chunk of the same read batch), they join it:
+        one event per channel per flush, however many datagrams it took.
+        (A channel whose events reach the queue is not parked.)
+        """
         cost = sum(costs)
         stats = self._stats
         stats.messages_received += len(payloads)
         stats.bytes_received += cost
         ch.delivered_run(len(payloads), cost)
-        self._emit(MessageRunReceived(ch.chanid, payloads, costs))
+        events = self._events
+        last = events[-1] if events else None
+        if type(last) is MessageRunReceived and last.chanid == ch.chanid:
+            last.payloads.extend(payloads)
+            last.costs.extend(costs)
+        else:
+            self._emit(MessageRunReceived(ch.chanid, payloads, costs))
         if ch.finish_total is not None:
             self._after_receive(ch, now)
         elif fresh:

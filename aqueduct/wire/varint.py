@@ -47,6 +47,10 @@ def encode_varint(n: int) -> bytes:
         return _SMALL[n]
     if 0 < n < 16384:  # lengths and message numbers: the next most common case
         return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if 0 < n < 0x10000000:  # message numbers of a long-lived channel: 3 or 4 bytes
+        if n < 0x200000:
+            return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, ((n >> 14) & 0x7F) | 0x80, n >> 21))
     if n < 0 or n > MAX_VARINT:
         raise WireError(f"varint: {n} is outside 0..2^64-1")
     out = bytearray()

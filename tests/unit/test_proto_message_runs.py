@@ -156,3 +156,19 @@ def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path
         assert isinstance(event, expected), logged
         assert (event.payloads if not logged else [event.payload]) == [b"second"]
         assert any(r.get("frame") == "MESSAGE" for r in log) == logged
+
+
+def test_plain_datagrams_read_in_one_batch_join_one_run_event():
+    pair = Pair()
+    pair.handshake()
+    pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
+    pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
+    pair.flush()
+    for value in (b"a", b"b", b"c"):
+        pair.client.send_message(ENTRYPOINT, value)
+    datagrams = [a for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+    for datagram in datagrams:  # read back to back, no event taken in between
+        pair.server.receive_datagram(datagram.data, 1.0)
+    (event,) = list(iter(pair.server.next_event, None))
+    assert isinstance(event, MessageRunReceived) and event.payloads == [b"a", b"b", b"c"]
+    assert len(event.costs) == 3
