@@ -38,20 +38,23 @@ class MeteredIngest(Ingest):
         self._durable = 0
         self.group_commits = 0  # commits that made records durable
 
-    def commit(self) -> None:
-        super().commit()
-        fresh = self.counters.messages - self._durable
+    async def commit(self) -> None:
+        await super().commit()
+        # The log's durable ends, not the ingest's counters: records that
+        # arrived while this group was being written wait for the next one.
+        # (The producer sends no BOUNDARY markers, so every record is data.)
+        positions = {sid: self.log.durable_end(sid) for sid in self.log.stream_ids()}
+        fresh = sum(positions.values()) - self._durable
         if fresh:
             self.group_commits += 1
             self._durable += fresh
             self.meter.add(fresh, fresh * self.size)
-        positions = {sid: self.log.durable_end(sid) for sid in self.log.stream_ids()}
         self.on_committed(positions)
 
     async def handle(self, peer: WorkerPeer, event: WorkerEvent) -> None:
         await super().handle(peer, event)
         if isinstance(event, SessionEnded) and not self.ended.done():
-            self.commit()
+            await self.commit()
             self.ended.set_result(None)
 
 

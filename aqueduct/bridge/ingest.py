@@ -27,8 +27,10 @@ when producers may send more and what they may forget:
   covering those offsets, and the log drops segments below them (unless
   retention keeps them).
 
-Everything here runs on the bridge's event loop thread; the log is not
-thread-safe and needs no lock because of that. The transports call
+Everything here runs on the bridge's event loop thread, except the group
+commit's file work: the log writes and fsyncs each group on its own I/O
+thread while the loop keeps reading and the next group accumulates; the
+credits a group earned go out when its commit is done. The transports call
 :meth:`Ingest.durable_streams` and :meth:`Ingest.handle` (the
 ``WorkerSink`` protocol of :mod:`aqueduct.connector.worker_server`).
 """
@@ -37,10 +39,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 from aqueduct.bridge.commits import acks_for
-from aqueduct.bridge.log import DurableLog, LogError
+from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
     HelloAccepted,
     MessagesAccepted,
@@ -48,7 +52,7 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.frames import BOUNDARY, UNSTABLE_REFERENCE, Message
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
 
@@ -66,11 +70,35 @@ class IngestConfig:
     commit_delay: float = 0.002  # seconds to gather a group before committing
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class _Session:
     connector: str
-    unsynced: int = 0  # credits spent on records not yet durable
+    unsynced: int = 0  # credits spent on records not yet in a group commit
+    committing: int = 0  # credits spent on records of a group commit in flight
     withheld: int = 0  # credits earned but held back by the backlog bound
+
+
+async def _outlast_cancel(job: Future[T]) -> tuple[T, bool]:
+    """Wait for a job of the log's I/O thread even if cancelled meanwhile.
+
+    A thread cannot be stopped halfway: abandoning the job would leave a
+    group durable and visible whose credits never go out, or let the log be
+    closed under it. Returns the result and whether a cancellation arrived
+    (the caller finishes its bookkeeping, then re-raises it). The loop runs
+    once per cancellation request and ends when the job does (one group's
+    writes and fsyncs).
+    """
+    waiter = asyncio.wrap_future(job)
+    cancelled = False
+    while not waiter.done():
+        try:
+            await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            cancelled = True
+    return waiter.result(), cancelled
 
 
 @dataclass
@@ -173,52 +201,74 @@ class Ingest:
         state.unsynced += len(event.messages)
         self._dirty.set()
         try:
-            for m in event.messages:
-                self._append(event.stream_id, m)
+            self._append(event.stream_id, event.messages)
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, m: Message) -> None:
-        stable = not m.flags & (EPHEMERAL | UNSTABLE_REFERENCE)
-        if m.message_id is not None and stable and self.log.is_duplicate(sid, m.message_id):
-            self.counters.duplicates += 1
-            return
-        boundary = bool(m.flags & BOUNDARY)
-        self.log.append(
-            sid,
-            m.payload or b"",
-            message_id=m.message_id,
-            event_time=m.event_time,
-            key=m.key,
-            boundary=boundary,
-            stable=not m.flags & UNSTABLE_REFERENCE,
-        )
-        if not boundary:
-            self.counters.messages += 1
+    def _append(self, sid: int, messages: tuple[Message, ...]) -> None:
+        """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
+        append = self.log.appender(sid)
+        data = duplicates = 0
+        try:
+            for m in messages:
+                flags = m.flags
+                boundary = bool(flags & BOUNDARY)
+                try:
+                    append(
+                        b"" if m.payload is None else m.payload,
+                        m.message_id,
+                        m.event_time,
+                        m.key,
+                        boundary,
+                        not flags & UNSTABLE_REFERENCE,
+                    )
+                except DuplicateMessage:
+                    duplicates += 1
+                    continue
+                if not boundary:
+                    data += 1
+        finally:  # a LogError ends the batch: count what was appended before it
+            self.counters.messages += data
+            self.counters.duplicates += duplicates
 
     # ------------------------------------------------------------ group commit
 
     async def run(self) -> None:
-        """Group-commit loop: runs until cancelled."""
+        """Group-commit loop: runs until cancelled (a commit in flight is finished first)."""
         while True:
             await self._dirty.wait()
             await asyncio.sleep(self.config.commit_delay)
             self._dirty.clear()
-            self.commit()
+            await self.commit()
 
-    def commit(self) -> None:
-        """Make everything buffered durable, then return the credits it earned."""
-        for sid in self.log.commit():
+    async def commit(self) -> None:
+        """Make everything buffered durable, then return the credits it earned.
+
+        The writes and fsyncs run on the log's I/O thread; records arriving
+        meanwhile join the next group. Cancelled while the thread works, it
+        still waits for it and hands out the credits before re-raising.
+        """
+        earned = {peer: state.unsynced for peer, state in self._sessions.items() if state.unsynced}
+        for peer, n in earned.items():
+            state = self._sessions[peer]
+            state.unsynced -= n
+            state.committing += n
+        ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        for sid in ends:
             self._complete[sid] = self.log.complete_offset(sid)
-        for state in self._sessions.values():
-            state.withheld += state.unsynced
-            state.unsynced = 0
+        for peer, n in earned.items():
+            state = self._sessions.get(peer)  # None: the session ended meanwhile
+            if state is not None:
+                state.committing -= n
+                state.withheld += n
         self._release_credits()
+        if cancelled:
+            raise asyncio.CancelledError
 
     @property
     def buffered(self) -> int:
-        """Records in memory waiting for the next group commit (bounded by the sessions' credits)."""
-        return sum(s.unsynced for s in self._sessions.values())
+        """Records in memory not yet durable (bounded by the sessions' credits)."""
+        return sum(s.unsynced + s.committing for s in self._sessions.values())
 
     @property
     def lag(self) -> int:

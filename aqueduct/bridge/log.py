@@ -11,14 +11,24 @@ Layout of a log directory::
         <base offset>.arrow     Arrow IPC segments
     commits/<consumer>.json     offsets the Spark source committed
 
-Appends accumulate in memory, column by column. :meth:`DurableLog.commit`
-(group commit) turns each stream's pending records into one Arrow record
-batch, writes it to the stream's segment, fsyncs every touched segment,
-then appends and fsyncs one index entry per stream. Only then are the
-records visible (to readers, to :meth:`durable_reference`, and as credits
-for producers). A crash at any point leaves a log whose index describes
-exactly the batches that were fully written; on open, the writer cuts off
-whatever lies beyond (torn batches, unindexed batches, orphan segments).
+Appends accumulate in memory, column by column. A group commit
+(:meth:`DurableLog.start_commit`, or the blocking :meth:`DurableLog.commit`)
+seals each stream's pending records on the caller's thread, then, on the
+log's own I/O thread, turns them into one Arrow record batch per stream,
+writes it to the stream's segment, fsyncs every touched segment, then
+appends and fsyncs one index entry per stream. Only then are the records
+visible (to readers, to :meth:`durable_reference`, and as credits for
+producers). A crash at any point leaves a log whose index describes exactly
+the batches that were fully written; on open, the writer cuts off whatever
+lies beyond (torn batches, unindexed batches, orphan segments).
+
+Threads: appends and questions come from one thread (the bridge's event
+loop); every file write (group commits, truncation, close) runs in order on
+the single I/O thread, so a truncation never interleaves with a commit and
+the loop never blocks in fsync while the next group accumulates. The I/O
+thread only adds index entries to a stream after their fsync (a record the
+loop can see is always durable); it never touches the pending buffers, the
+dedup sets or the points of reference of records not yet committed.
 
 Each stream tracks, per record: its offset (record count), its epoch, and
 the stream's point of reference after it; per stream: the received-id
@@ -32,7 +42,8 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +74,9 @@ from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
+#: ``(payload, message_id, event_time, key, boundary, stable) -> offset``: see :meth:`DurableLog.appender`.
+Appender = Callable[[bytes, int | None, int | None, bytes | None, bool, bool], int]
+
 #: Received-id ranges carried over from truncated segments (unordered streams).
 CARRIED_FILE = "received.json"
 
@@ -81,7 +95,11 @@ class DuplicateMessage(LogError):
 
 def _check_int64(what: str, value: int) -> None:
     if not 0 <= value <= MAX_INT64:
-        raise LogError(f"{what} {value} is outside 0..2**63-1 (Spark long)")
+        raise _out_of_range(what, value)
+
+
+def _out_of_range(what: str, value: int) -> LogError:
+    return LogError(f"{what} {value} is outside 0..2**63-1 (Spark long)")
 
 
 @dataclass
@@ -116,6 +134,25 @@ class _Pending:
             pa.array(self.reference, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=STORED_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sealed:
+    """One stream's share of a group commit, taken on the appending thread.
+
+    The I/O thread needs the stream state *after* these records for the
+    index entry; by the time it writes, the appending thread may have moved
+    the live state on, so it is copied here.
+    """
+
+    pending: _Pending
+    meta: StreamMeta  # as when sealed: a re-NOTIFY may rename the stream meanwhile
+    first_offset: int
+    reference_after: int
+    complete_after: int
+    next_epoch: int
+    uses_boundaries: bool
+    written_at_us: int
 
 
 class _StreamWriter:
@@ -180,29 +217,30 @@ class _StreamWriter:
         boundary: bool,
         stable: bool,
     ) -> int:
+        """Buffer one record (see :meth:`DurableLog.append`); runs once per record received."""
         if message_id is None:
             if boundary:
                 raise LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
             stable = False
-        else:
-            _check_int64("message id", message_id)
-        if event_time is not None:
-            _check_int64("event time", event_time)
-        if not self.pending.payload:
-            self.pending.reference_before = self.reference
+        elif not 0 <= message_id <= MAX_INT64:
+            raise _out_of_range("message id", message_id)
+        if event_time is not None and not 0 <= event_time <= MAX_INT64:
+            raise _out_of_range("event time", event_time)
+        p = self.pending
+        if not p.payload:
+            p.reference_before = self.reference
         if stable:
             assert message_id is not None
-            if self.is_duplicate(message_id):
+            # insert() is the membership test and the add in one, O(1) for the next id.
+            if message_id < self.reference or not self.received.insert(message_id):
                 raise DuplicateMessage(
                     f"stream {self.meta.stream_id}: message id {message_id} was already "
                     f"received (point of reference {self.reference})"
                 )
-            self.received.add(message_id)
             if self.meta.ordered:
                 self.reference = message_id + 1
             else:
                 self.reference = self.received.min_missing_from(self.reference)
-        p = self.pending
         p.message_id.append(message_id)
         p.event_time.append(event_time)
         p.key.append(key)
@@ -220,42 +258,63 @@ class _StreamWriter:
             self.complete = self.end
         return offset
 
-    def write_pending(self, segment_bytes: int, now_us: int) -> IndexEntry | None:
-        """Write the pending batch to the segment (not yet synced); return its entry."""
-        n = len(self.pending.payload)
+    def seal(self, now_us: int) -> _Sealed | None:
+        """Take the pending records and the stream state after them (caller's thread).
+
+        Appends after this go to the next group; the sealed part is only
+        read from here on, by the I/O thread.
+        """
+        p = self.pending
+        n = len(p.payload)
         if n == 0:
             return None
-        first = self.end - n
-        if self.segment is None or self.segment.size >= segment_bytes:
-            if self.segment is not None:
-                self.segment.sync()
-                self.segment.close()
-            self.segment = SegmentWriter(self.directory, first, None)
-        batch = self.pending.to_batch(self.meta)
-        position, length = self.segment.append(batch)
-        entry = IndexEntry(
-            segment=self.segment.base,
-            position=position,
-            length=length,
-            first_offset=first,
-            count=n,
-            reference_before=self.pending.reference_before,
+        self.pending = _Pending()
+        return _Sealed(
+            pending=p,
+            meta=self.meta,
+            first_offset=self.end - n,
             reference_after=self.reference,
             complete_after=self.complete,
-            first_epoch=self.pending.epoch[0],
-            last_epoch=self.pending.epoch[-1],
             next_epoch=self.next_epoch,
             uses_boundaries=self.uses_boundaries,
             written_at_us=now_us,
         )
-        self.pending = _Pending()
-        return entry
+
+    def write(self, sealed: _Sealed, segment_bytes: int) -> IndexEntry:
+        """Write a sealed batch to the segment, not yet synced (I/O thread); return its entry."""
+        if self.segment is None or self.segment.size >= segment_bytes:
+            if self.segment is not None:
+                self.segment.sync()
+                self.segment.close()
+            self.segment = SegmentWriter(self.directory, sealed.first_offset, None)
+        p = sealed.pending
+        position, length = self.segment.append(p.to_batch(sealed.meta))
+        return IndexEntry(
+            segment=self.segment.base,
+            position=position,
+            length=length,
+            first_offset=sealed.first_offset,
+            count=len(p.payload),
+            reference_before=p.reference_before,
+            reference_after=sealed.reference_after,
+            complete_after=sealed.complete_after,
+            first_epoch=p.epoch[0],
+            last_epoch=p.epoch[-1],
+            next_epoch=sealed.next_epoch,
+            uses_boundaries=sealed.uses_boundaries,
+            written_at_us=sealed.written_at_us,
+        )
 
     def publish(self, entry: IndexEntry) -> None:
-        """Append and fsync the index entry: the batch becomes visible."""
+        """Append and fsync the index entry (I/O thread): the batch becomes visible."""
         write_all(self._index_fd, encode_entry(entry))
         os.fsync(self._index_fd)
         self.entries.append(entry)
+
+    def has_closed_segments(self) -> bool:
+        """True if some entry lies in a segment no longer appended to (truncation could drop it)."""
+        entries = self.entries
+        return bool(entries) and entries[0].segment != entries[-1].segment
 
     def drop_segments_below(self, below_offset: int, keep_after_us: int) -> int:
         """Drop whole segments ending at or below ``below_offset``; return the new earliest."""
@@ -365,6 +424,8 @@ class DurableLog:
             os.close(self._lock_fd)
             raise LogLocked(f"log {str(self.path)!r} is already open for writing") from None
         (self.path / STREAMS_DIR).mkdir(exist_ok=True)
+        #: Every file write after opening runs here, one job at a time, in submission order.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aqueduct-log-io")
         self._streams: dict[int, _StreamWriter] = {}
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
@@ -464,24 +525,44 @@ class DurableLog:
             payload, message_id, event_time, key, boundary, stable
         )
 
-    def commit(self, now: float | None = None) -> dict[int, int]:
-        """Group commit: make every buffered record durable and visible.
+    def appender(self, stream_id: int) -> Appender:
+        """:meth:`append` of one stream with positional arguments, for appending a batch.
 
-        Returns the new durable end offset of each stream that had
-        records. ``now`` (seconds) stamps the batches for retention.
+        ``appender(s)(payload, message_id, event_time, key, boundary,
+        stable)`` skips the per-record stream lookup and keyword handling.
+        """
+        return self._stream(stream_id).append
+
+    def start_commit(self, now: float | None = None) -> Future[dict[int, int]]:
+        """Group commit in the background: make every buffered record durable and visible.
+
+        Seals the buffers now (later appends go to the next group) and
+        writes them on the log's I/O thread. The future's result is the new
+        durable end offset of each stream that had records; once it is
+        done the records are fsynced, indexed and visible. ``now``
+        (seconds) stamps the batches for retention.
         """
         now_us = int((time.time() if now is None else now) * 1_000_000)
-        written: list[tuple[_StreamWriter, IndexEntry]] = []
-        for s in self._streams.values():
-            entry = s.write_pending(self.segment_bytes, now_us)
-            if entry is not None:
-                written.append((s, entry))
+        sealed = [(s, part) for s in self._streams.values() if (part := s.seal(now_us)) is not None]
+        if not sealed:
+            nothing: Future[dict[int, int]] = Future()
+            nothing.set_result({})
+            return nothing
+        return self._io.submit(self._write_group, sealed)
+
+    def _write_group(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
+        """Write, fsync, then index and fsync each sealed batch (I/O thread)."""
+        written = [(s, s.write(part, self.segment_bytes)) for s, part in sealed]
         for s, _ in written:
             assert s.segment is not None
             s.segment.sync()
         for s, entry in written:
             s.publish(entry)
         return {s.meta.stream_id: entry.end_offset for s, entry in written}
+
+    def commit(self, now: float | None = None) -> dict[int, int]:
+        """Group commit, waiting for it: :meth:`start_commit` and its result."""
+        return self.start_commit(now).result()
 
     flush = commit
 
@@ -505,7 +586,10 @@ class DurableLog:
 
     def reference_at(self, stream_id: int, offset: int) -> int:
         """Point of reference covering every record of the stream below ``offset``."""
-        return self._stream(stream_id).view().reference_at(offset)
+        view = self._stream(stream_id).view()
+        if offset == view.end:  # e.g. Spark caught up: the index knows it, no segment read
+            return view.reference
+        return view.reference_at(offset)
 
     # -- trimming ----------------------------------------------------------
 
@@ -524,16 +608,24 @@ class DurableLog:
                 f"cannot truncate stream {stream_id} below {below_offset}: "
                 f"only {end} records are committed"
             )
+        if not s.has_closed_segments():
+            return s.view().earliest  # nothing droppable: no need to wait for the I/O thread
         now_s = time.time() if now is None else now
         keep_after_us = int((now_s - self.retention_seconds) * 1_000_000)
-        return s.drop_segments_below(below_offset, keep_after_us)
+        # On the I/O thread, after any commit in flight: its index entry must
+        # be in the list the truncation rewrites the index from.
+        return self._io.submit(s.drop_segments_below, below_offset, keep_after_us).result()
 
     def close(self) -> None:
-        """Release files and the writer lock (buffered records are discarded)."""
+        """Release files and the writer lock once a commit in flight is done (buffered records are discarded)."""
+        self._io.submit(self._close_streams).result()
+        self._io.shutdown()
+        os.close(self._lock_fd)
+
+    def _close_streams(self) -> None:
         for s in self._streams.values():
             s.close()
         self._streams.clear()
-        os.close(self._lock_fd)
 
     def __enter__(self) -> DurableLog:
         return self

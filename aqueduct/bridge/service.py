@@ -166,7 +166,7 @@ class Bridge:
             await asyncio.to_thread(self._stop_spark)
         if self.ingest is not None:
             self._poll_commit_file()
-            self.ingest.commit()
+            await self.ingest.commit()
         if self.log is not None:
             self.log.close()
             self.log = None

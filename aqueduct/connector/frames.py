@@ -76,7 +76,7 @@ class ConnectorFrameError(ValueError):
     """A frame broke the wire format; ``str()`` is the exact ERROR reason to send."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hello:
     """First frame of a session (connector -> worker)."""
 
@@ -86,7 +86,7 @@ class Hello:
     instance_name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamRef:
     """One stream's durable point of reference as listed in OK."""
 
@@ -95,7 +95,7 @@ class StreamRef:
     point_of_reference: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ok:
     """Handshake accepted: initial credits and the points of reference to resume from."""
 
@@ -103,14 +103,14 @@ class Ok:
     refs: tuple[StreamRef, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Error:
     """Either side gives up; ``reason`` is for the operator."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Notify:
     """Opens (or re-opens) a stream from a point of reference; costs one credit."""
 
@@ -119,7 +119,7 @@ class Notify:
     point_of_reference: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """One application message; costs one credit.
 
@@ -136,7 +136,7 @@ class Message:
     payload: bytes | None = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ack:
     """Worker replenishes credits and reports committed points of reference."""
 
@@ -144,7 +144,7 @@ class Ack:
     refs: tuple[tuple[int, int], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Restart:
     """Worker asks the connector to reconnect and resume from OK's points."""
 
@@ -259,6 +259,11 @@ def _check_optional(name: str, present: bool, value: object, flag: str) -> None:
 _HEAD = struct.Struct(">HQ")  # flags, stream id
 _HEAD_ID = struct.Struct(">HQQ")  # flags, stream id, message id
 _U64 = struct.Struct(">Q")
+# Whole MESSAGE frame heads: length, tag, flags, stream id, message id (, event time).
+_MESSAGE_HEAD = struct.Struct(">IBHQQ")
+_MESSAGE_HEAD_TIME = struct.Struct(">IBHQQQ")
+#: Flags of the MESSAGEs the fast paths handle: an id and a payload, no key.
+_PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
 
 
 def _message_body(m: Message) -> bytes:
@@ -348,8 +353,41 @@ def _body(frame: Frame) -> tuple[int, bytes]:
 
 def encode(frame: Frame) -> bytes:
     """Encode one frame, length prefix included."""
+    if type(frame) is Message:
+        plain = _encode_plain_message(frame)
+        if plain is not None:
+            return plain
     tag, body = _body(frame)
     return struct.pack(">IB", len(body) + 1, tag) + body
+
+
+def _encode_plain_message(m: Message) -> bytes | None:
+    """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
+
+    Every other case, and any value out of range, goes the general way,
+    which validates and explains.
+    """
+    flags, event_time, payload = m.flags, m.event_time, m.payload
+    if (
+        flags & ~_PLAIN_FLAGS
+        or m.message_id is None
+        or m.key is not None
+        or type(payload) is not bytes
+        or (event_time is None) == bool(flags & EVENT_TIME)
+    ):
+        return None
+    try:
+        if event_time is None:
+            size = _MESSAGE_HEAD.size - 4 + len(payload)
+            head = _MESSAGE_HEAD.pack(size, MESSAGE_TAG, flags, m.stream_id, m.message_id)
+        else:
+            size = _MESSAGE_HEAD_TIME.size - 4 + len(payload)
+            head = _MESSAGE_HEAD_TIME.pack(
+                size, MESSAGE_TAG, flags, m.stream_id, m.message_id, event_time
+            )
+    except struct.error:
+        return None
+    return head + payload
 
 
 # ---------------------------------------------------------------- decoding
@@ -408,20 +446,35 @@ class _Reader:
             )
 
 
-_PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
+def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Message, int] | None:
+    """Decode the frame at ``pos`` if it is a whole, plain MESSAGE; else None.
+
+    The hot path of :meth:`FrameSplitter.drain`: one unpack for the length
+    prefix, tag and fixed fields, one copy for the payload. Anything
+    unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a short or
+    incomplete frame, a bad length) is left to the general decoder, which
+    also names the error.
+    """
+    n = len(view)
+    if n - pos < _MESSAGE_HEAD.size:
+        return None
+    length, tag, flags, stream_id, message_id = _MESSAGE_HEAD.unpack_from(view, pos)
+    end = pos + 4 + length
+    if tag != MESSAGE_TAG or flags & ~_PLAIN_FLAGS or length > limit or end > n:
+        return None
+    start = pos + _MESSAGE_HEAD.size
+    event_time = None
+    if flags & EVENT_TIME:
+        start += 8
+        if start > end:
+            return None
+        (event_time,) = _U64.unpack_from(view, start - 8)
+    elif start > end:
+        return None
+    return Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()), end
 
 
 def _decode_message(body: bytes) -> Message:
-    """Fast path for the common MESSAGE (id, optional event time, payload)."""
-    n = len(body)
-    if n >= 18:
-        flags, stream_id, message_id = _HEAD_ID.unpack_from(body)
-        if not flags & ~_PLAIN_FLAGS:
-            if not flags & EVENT_TIME:
-                return Message(flags, stream_id, message_id, None, None, body[18:])
-            if n >= 26:
-                (event_time,) = _U64.unpack_from(body, 18)
-                return Message(flags, stream_id, message_id, event_time, None, body[26:])
     r = _Reader("MESSAGE", body)
     message = _read_message(r)
     r.end()
@@ -441,6 +494,11 @@ def _read_message(r: _Reader) -> Message:
     else:
         payload = r.rest()
     return Message(flags, stream_id, message_id, event_time, key, payload)
+
+
+def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
+    """Decode the whole frame ``buf[pos:end]`` (length prefix included, already checked)."""
+    return _decode_body(buf[pos + 4], bytes(buf[pos + 5 : end]))
 
 
 def _decode_body(tag: int, body: bytes) -> Frame:
@@ -498,6 +556,26 @@ def decode(frame_bytes: bytes) -> Frame:
     return _decode_body(frame_bytes[4], bytes(frame_bytes[5:]))
 
 
+_LENGTH = struct.Struct(">I")
+
+
+def _frame_end(buf: bytes | bytearray | memoryview, pos: int, max_frame_size: int) -> int:
+    """End of the frame starting at ``pos``, or -1 while its bytes are not all there.
+
+    The length prefix is checked as soon as its 4 bytes are here, before
+    the body arrives.
+    """
+    if len(buf) - pos < 4:
+        return -1
+    (length,) = _LENGTH.unpack_from(buf, pos)
+    if length > max_frame_size:
+        raise ConnectorFrameError(f"frame too large: {length} > {max_frame_size}")
+    if length == 0:
+        raise ConnectorFrameError("zero-length frame: no tag")
+    end = pos + 4 + length
+    return end if end <= len(buf) else -1
+
+
 class FrameSplitter:
     """Incremental decoder for a byte stream of back-to-back frames.
 
@@ -514,7 +592,7 @@ class FrameSplitter:
         self._failed: ConnectorFrameError | None = None
 
     def push(self, data: bytes) -> None:
-        """Append received bytes; frames come out of :meth:`next_frame`."""
+        """Append received bytes; frames come out of :meth:`next_frame` or :meth:`drain`."""
         if self._failed is None:
             del self._buf[: self._pos]
             self._pos = 0
@@ -524,33 +602,64 @@ class FrameSplitter:
         """Return the next whole frame, ``None`` if more bytes are needed, or raise."""
         if self._failed is not None:
             raise self._failed
-        pos = self._pos
-        if len(self._buf) - pos < 4:
-            return None
-        (length,) = struct.unpack_from(">I", self._buf, pos)
         try:
-            if length > self.max_frame_size:
-                raise ConnectorFrameError(f"frame too large: {length} > {self.max_frame_size}")
-            if length == 0:
-                raise ConnectorFrameError("zero-length frame: no tag")
-            end = pos + 4 + length
-            if len(self._buf) < end:
+            end = _frame_end(self._buf, self._pos, self.max_frame_size)
+            if end < 0:
                 return None
-            tag, body = self._buf[pos + 4], bytes(self._buf[pos + 5 : end])
+            with memoryview(self._buf) as view:
+                frame = _decode_frame(view, self._pos, end)
             self._pos = end
-            return _decode_body(tag, body)
+            return frame
         except ConnectorFrameError as exc:
-            self._failed = exc
-            self._buf.clear()
-            self._pos = 0
-            raise
+            raise self._die(exc) from None
+
+    def drain(self) -> tuple[list[Frame], ConnectorFrameError | None]:
+        """Every frame now whole, decoded in one pass over the buffer (no per-frame copy).
+
+        Also returns the error of a bad frame after them, if any (the
+        splitter is dead then): the caller still handles the good frames
+        first, as the spec wants everything before the bad frame processed.
+        """
+        if self._failed is not None:
+            return [], self._failed
+        frames: list[Frame] = []
+        buf, pos, limit = self._buf, self._pos, self.max_frame_size
+        with memoryview(buf) as view:
+            try:
+                # Bounded: every round consumes one whole frame of the buffer.
+                while True:
+                    plain = _plain_message(view, pos, limit)
+                    if plain is not None:
+                        frame, pos = plain
+                        frames.append(frame)
+                        continue
+                    end = _frame_end(buf, pos, limit)
+                    if end < 0:
+                        break
+                    frames.append(_decode_frame(view, pos, end))
+                    pos = end
+            except ConnectorFrameError as exc:
+                failed: ConnectorFrameError | None = exc
+            else:
+                failed = None
+        if failed is not None:
+            return frames, self._die(failed)
+        self._pos = pos
+        return frames, None
+
+    def _die(self, exc: ConnectorFrameError) -> ConnectorFrameError:
+        """Remember the first error: the stream is unusable from here on."""
+        self._failed = exc
+        self._buf.clear()
+        self._pos = 0
+        return exc
 
     def feed(self, data: bytes) -> list[Frame]:
         """Push ``data`` and return every frame now complete (raises on the first bad one)."""
         self.push(data)
-        frames = []
-        while (frame := self.next_frame()) is not None:
-            frames.append(frame)
+        frames, error = self.drain()
+        if error is not None:
+            raise error
         return frames
 
     @property

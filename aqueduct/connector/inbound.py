@@ -116,23 +116,29 @@ class InboundStream:
 
         The caller has checked :meth:`accepts`.
         """
-        if message.flags & EOS and self.state is StreamState.OPEN:
+        flags = message.flags
+        if flags & EOS and self.state is StreamState.OPEN:
             self.state = step(STREAM_TRANSITIONS, self.state, "eos")
             self.eos_id = message.message_id
-        if message.flags & EPHEMERAL:
+        if flags & EPHEMERAL:
             return True
         mid = message.message_id
         assert mid is not None  # guaranteed by the codec when not EPHEMERAL
+        received = self.received
         if ordered:
             self.last_id = mid
-        if mid in self.received:
-            return False
-        first_new = self.received.base if ordered else mid
-        if ordered and mid != first_new:
-            self.received.add_range(0, mid + 1)
+            first_new = received.base
+            if mid == first_new:
+                received.add(mid)  # the usual next consecutive id: O(1), never held yet
+            elif mid in received:
+                return False
+            else:
+                received.add_range(0, mid + 1)
+        elif received.insert(mid):
+            first_new = mid
         else:
-            self.received.add(mid)  # O(1) for the usual next consecutive id
-        if message.flags & UNSTABLE_REFERENCE:
+            return False
+        if flags & UNSTABLE_REFERENCE:
             # A filled gap has no stable message to anchor it either.
             self.unstable.add_range(min(first_new, mid), mid + 1)
         return True

@@ -28,7 +28,6 @@ from aqueduct.connector.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
     Ack,
-    ConnectorFrameError,
     Error,
     Frame,
     FrameSplitter,
@@ -97,6 +96,12 @@ class WorkerSession:
         self._batch: list[Message] = []
         self._batch_stream = -1
         self._unordered: set[int] = set()  # streams whose channel may reorder messages
+        #: RECEIVE_TABLE as dispatch uses it once per record: bound handlers, and the
+        #: states as a tuple (membership by identity; a frozenset hashes the enum in Python).
+        self._handlers = {
+            kind: (tuple(states), getattr(self, name))
+            for kind, (states, name) in self.RECEIVE_TABLE.items()
+        }
 
     # ------------------------------------------------------------ inputs
 
@@ -187,9 +192,13 @@ class WorkerSession:
         if self.ended:
             return []  # the spec: anything after ERROR / RESTART is discarded
         self._splitter.push(data)
+        frames, bad_frame = self._splitter.drain()
         try:
-            while (frame := self._next_frame()) is not None:
-                self._dispatch(frame, ordered, channel_stream)
+            dispatch = self._dispatch
+            for frame in frames:  # those before a bad frame are handled first
+                dispatch(frame, ordered, channel_stream)
+            if bad_frame is not None:
+                raise self._fail(str(bad_frame))
             if whole and self._splitter.buffered:
                 raise self._fail(f"payload ends inside a frame ({self._splitter.buffered} bytes left)")
             self._return_unpersisted_credits()
@@ -197,27 +206,21 @@ class WorkerSession:
             pass
         return self._take_events()
 
-    def _next_frame(self) -> Frame | None:
-        try:
-            return self._splitter.next_frame()
-        except ConnectorFrameError as exc:
-            raise self._fail(str(exc)) from None
-
     def _dispatch(self, frame: Frame, ordered: bool, channel_stream: int | None) -> None:
-        entry = self.RECEIVE_TABLE.get(type(frame))
+        entry = self._handlers.get(type(frame))
         if entry is None:
             raise self._fail(f"{frame_name(frame)} frame may not be sent to a worker")
         states, handler = entry
         if self.state not in states:
             raise self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
         if channel_stream is not None and not (
-            isinstance(frame, Message) and frame.stream_id == channel_stream
+            type(frame) is Message and frame.stream_id == channel_stream
         ):
             raise self._fail(
                 f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                 "only that stream's MESSAGE frames go there"
             )
-        getattr(self, handler)(frame, ordered)
+        handler(frame, ordered)
 
     def _on_hello(self, hello: Hello, ordered: bool) -> None:
         if hello.version != PROTOCOL_VERSION:

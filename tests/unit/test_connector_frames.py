@@ -223,3 +223,28 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
             decoder(bytes(raw))
         except ConnectorFrameError:
             pass
+
+
+@settings(deadline=None)
+@given(messages(), st.data())
+def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
+    message: Message, data: st.DataObject
+) -> None:
+    """The splitter decodes plain MESSAGEs on its own fast path: it must give what decode gives.
+
+    Bytes after the length prefix are flipped, so the input stays one whole
+    frame (possibly no longer plain, or no longer valid): same frame, or the
+    same ERROR reason.
+    """
+    raw = bytearray(encode(message))
+    for _ in range(data.draw(st.integers(0, 3))):
+        i = data.draw(st.integers(4, len(raw) - 1))
+        raw[i] ^= data.draw(st.integers(1, 255))
+    try:
+        expected = decode(bytes(raw))
+    except ConnectorFrameError as exc:
+        with pytest.raises(ConnectorFrameError) as info:
+            FrameSplitter().feed(bytes(raw))
+        assert str(info.value) == str(exc)
+    else:
+        assert FrameSplitter().feed(bytes(raw)) == [expected]

@@ -116,7 +116,9 @@ def test_batch_written_but_not_indexed_is_invisible_and_harmless(tmp_path: Path)
         # in the segment, its index entry is not.
         lg.append(1, b"ghost", message_id=2)
         stream = lg._streams[1]
-        stream.write_pending(lg.segment_bytes, 0)
+        sealed = stream.seal(0)
+        assert sealed is not None
+        stream.write(sealed, lg.segment_bytes)
         stream.segment.sync()
     assert [r["payload"] for r in rows(path, 1)] == [b"one"]
     with DurableLog(path) as lg:
