@@ -59,7 +59,7 @@ class WorkerConfig:
     """Worker policy. ``cookie=b""`` means no cookie is expected (and none accepted)."""
 
     cookie: bytes = b""
-    initial_credits: int = 1024
+    initial_credits: int = 4096
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
 

@@ -82,7 +82,8 @@ async def test_restarting_the_query_from_its_checkpoint_is_exactly_once(
     spark: Any, tmp_path: Path
 ) -> None:
     workload = Workload(producers=2, streams=2, events=3000, epoch=50)
-    cfg = config(tmp_path, port=free_port(), max_lag=500)  # paces producers: the stop is mid-stream
+    # Few credits and a small lag bound pace the producers: the stop is mid-stream.
+    cfg = config(tmp_path, port=free_port(), max_lag=500, credits=256)
     first = Bridge(cfg, spark=spark)
     await first.start()
     producers = asyncio.create_task(produce_all(url(first), workload))

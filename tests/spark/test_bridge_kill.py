@@ -40,7 +40,7 @@ def _bridge_command(port: int, tmp: Path) -> list[str]:
     return [
         *program, "serve", "--tcp", f"127.0.0.1:{port}", "--log", str(tmp / "log"),
         "--output", str(tmp / "out"), "--master", "local[1]", "--trigger-interval", "0.5",
-        "--max-lag", "200", "--status-interval", "1",
+        "--max-lag", "200", "--credits", "256", "--status-interval", "1",
     ]  # fmt: skip
 
 
