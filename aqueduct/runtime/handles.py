@@ -253,6 +253,12 @@ class Sender(_Handle):
         channel's outcome (``LostInTransit``, ``ConnectionLost``) if it failed.
         """
         self._check_sendable()
+        if self._room and headers is None and not attachments and type(value) is bytes:
+            # The bulk case, on a networked channel whose last send left room.
+            self._room = self._send_networked(value, ())
+            if not self._room and self._mode is not Mode.UNRELIABLE:
+                await self._wait_window()
+            return
         hdrs = normalize_headers(headers)
         extra = tuple(attachments)
         for handle in extra:
