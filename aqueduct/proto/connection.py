@@ -563,6 +563,10 @@ class Connection:
         else:
             ch.delivered(frame, unreliable, cost, ())
             self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
+        self._after_delivery(ch, fresh, now)
+
+    def _after_delivery(self, ch: ReceiverChannel, fresh: bool, now: float) -> None:
+        """After accepted messages: finish the channel or arm its timer (``fresh``: no ack was due)."""
         if ch.finish_total is not None:
             self._after_receive(ch, now)
         elif fresh:
@@ -632,10 +636,7 @@ class Connection:
             last.costs.extend(costs)
         else:
             self._emit(MessageRunReceived(ch.chanid, payloads, costs))
-        if ch.finish_total is not None:
-            self._after_receive(ch, now)
-        elif fresh:
-            self._timers.schedule(ch.chanid, ch.next_deadline())
+        self._after_delivery(ch, fresh, now)
 
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
         if isinstance(frame, SentUnreliable):

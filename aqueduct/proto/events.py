@@ -133,11 +133,12 @@ class ChannelLost:
 class MessageRunReceived:
     """Several plain messages, in order, for the receiver of ``chanid``.
 
-    The common case of an ORDERED stream, reported in one event: messages
-    without headers or attachments whose numbers follow each other in one
-    chunk of stream data. Each is exactly a ``MessageReceived(chanid, (), (),
-    payloads[i], costs[i])``, and the runtime reports each consumed one with
-    ``Connection.dequeued(chanid, costs[i])`` (summing is fine).
+    The common case reported in one event: messages without headers or
+    attachments, either consecutive numbers of an ORDERED stream's chunks or
+    datagrams received back to back. Each is exactly a
+    ``MessageReceived(chanid, (), (), payloads[i], costs[i])``, and the
+    runtime reports each consumed one with ``Connection.dequeued(chanid,
+    costs[i])`` (summing is fine).
     """
 
     chanid: int

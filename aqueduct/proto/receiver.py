@@ -185,12 +185,9 @@ class ReceiverChannel:
 
     def delivered(self, msg: Message, unreliable: bool, cost: int, children: tuple[int, ...]) -> None:
         """The message goes to the application; remember its attachments until it is dequeued."""
-        self._delivered += cost
+        self.delivered_run(1, cost)
         if children:
             self._undequeued.append((self._delivered, message_key(msg.num, unreliable), children))
-        stats = self.stats
-        stats.messages_received += 1
-        stats.bytes_received += cost
 
     def delivered_run(self, count: int, cost: int) -> None:
         """``count`` plain messages (no attachments) of ``cost`` bytes in all go to the application."""

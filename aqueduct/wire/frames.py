@@ -4,9 +4,9 @@ Each frame is a slotted dataclass carrying ``TAG`` (its first byte) and
 ``NAME`` (used in every error message). Frames are values: nothing mutates
 one after it is built. They are not ``frozen`` because a frozen dataclass's
 ``__init__`` costs about four times as much (one ``object.__setattr__`` per
-field), and a MESSAGE is built for every message received. Frames without a body are decoded to
-shared singletons, and the standard VERSION frame is precomputed, because
-these codecs run once per message on the hot path.
+field), and a MESSAGE is built for every message received. Frames without a
+body are decoded to shared singletons, and the standard VERSION frame is
+precomputed, because these codecs run once per message on the hot path.
 
 Decoding is split the same way as in ``varint``: ``read_frame`` raises
 ``IncompleteData`` when the buffer ends inside a frame (the stream decoder
