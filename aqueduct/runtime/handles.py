@@ -38,8 +38,8 @@ from aqueduct.runtime.headers import Headers, HeadersLike, normalize_headers
 from aqueduct.runtime.payload import encode_value
 
 DEFAULT_CAPACITY = 128
-_FAILED = object()  # marks a queue entry whose value is the error to raise
 """Messages a local pair buffers before ``send()`` waits for the receiver."""
+_FAILED = object()  # marks a queue entry whose value is the error to raise
 
 
 class Finished(Exception):  # noqa: N818 - the protocol's name for the normal end
@@ -253,12 +253,6 @@ class Sender(_Handle):
         channel's outcome (``LostInTransit``, ``ConnectionLost``) if it failed.
         """
         self._check_sendable()
-        if self._room and headers is None and not attachments and type(value) is bytes:
-            # The bulk case, on a networked channel whose last send left room.
-            self._room = self._send_networked(value, ())
-            if not self._room and self._mode is not Mode.UNRELIABLE:
-                await self._wait_window()
-            return
         hdrs = normalize_headers(headers)
         extra = tuple(attachments)
         for handle in extra:
@@ -464,6 +458,8 @@ class Receiver(_Handle):
         return self._values()
 
     async def _values(self) -> AsyncIterator[Any]:
+        # _take's loop, inline: awaiting _take() would build a coroutine per
+        # message, a visible share of a busy receiver's time.
         next_entry = self._next
         while True:
             try:
