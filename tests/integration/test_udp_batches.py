@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator, Callable
 
 from aqueduct.runtime.udp import MAX_BATCH, ReadBatch, open_udp
 from tests.waiting import wait_until
@@ -32,38 +34,38 @@ class Recorder(asyncio.DatagramProtocol):
         self.errors.append(exc)
 
 
-async def test_waiting_datagrams_are_read_together_and_flushed_once():
+@contextlib.asynccontextmanager
+async def recorded_socket() -> AsyncIterator[tuple[Recorder, Callable[[bytes], None]]]:
+    """A batched UDP endpoint on loopback with a Recorder, and a way to send it datagrams."""
     batch = ReadBatch()
     transport, proto = await open_udp(lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch)
     port = transport.get_extra_info("sockname")[1]
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        for i in range(10):  # all sent before the loop gets a turn to read
-            sender.sendto(b"d%d" % i, ("127.0.0.1", port))
-        await wait_until(lambda: len(proto.received) == 10, "10 datagrams", timeout=10)
-        assert proto.received == [b"d%d" % i for i in range(10)]
-        assert proto.flushes == [10]  # one flush, after the whole batch
+        yield proto, lambda data: sender.sendto(data, ("127.0.0.1", port))
     finally:
         sender.close()
         transport.close()
 
 
+async def test_waiting_datagrams_are_read_together_and_flushed_once():
+    async with recorded_socket() as (proto, send):
+        for i in range(10):  # all sent before the loop gets a turn to read
+            send(b"d%d" % i)
+        await wait_until(lambda: len(proto.received) == 10, "10 datagrams", timeout=10)
+        assert proto.received == [b"d%d" % i for i in range(10)]
+        assert proto.flushes == [10]  # one flush, after the whole batch
+
+
 async def test_a_batch_is_bounded_so_the_loop_keeps_turning():
-    batch = ReadBatch()
-    transport, proto = await open_udp(lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch)
-    port = transport.get_extra_info("sockname")[1]
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     n = MAX_BATCH * 3
-    try:
+    async with recorded_socket() as (proto, send):
         for _ in range(n):
-            sender.sendto(b"x", ("127.0.0.1", port))
+            send(b"x")
         await wait_until(lambda: len(proto.received) == n, f"{n} datagrams", timeout=10)
         assert len(proto.flushes) >= 3 and all(
             b - a <= MAX_BATCH for a, b in zip([0, *proto.flushes], proto.flushes, strict=False)
         )
-    finally:
-        sender.close()
-        transport.close()
 
 
 async def test_closing_the_transport_stops_reading_and_closes_the_socket():
