@@ -136,3 +136,10 @@ class Certs:
 
 SERVER_NAME = "localhost"
 """Name the client verifies in the server certificate (generate_certs lists it)."""
+
+
+def sending_bound(params: dict[str, Any]) -> float:
+    """Seconds the producer's phases may take (sending plus draining), warm-up phase included."""
+    runs = params.get("phases", 1) + (1 if params.get("paced_rate") else 0)
+    warm = params.get("warm_seconds", 0.0)
+    return runs * (params["seconds"] + params["limit"]) + (warm + params["limit"] if warm else 0.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.benchmarks import Benchmark, Case
+from bench.common import sending_bound
 from bench.harness import BenchError, WorkerPair
 from bench.stats import Summary, ratio
 from bench.worker import ROLES
@@ -51,8 +52,7 @@ class Settings:
     def timeout(self, case: Case, repeat: int) -> float:
         """Bound on one client/server run: sending, draining, and Spark's start for Spark cases."""
         p = self.params(case, repeat)
-        runs = p.get("phases", 1) + (1 if p.get("paced_rate") else 0)
-        return runs * (p["seconds"] + p["limit"]) + 2 * p.get("prime_timeout", 0.0) + 120.0
+        return sending_bound(p) + 2 * p.get("prime_timeout", 0.0) + 120.0
 
 
 def role_available(role: str) -> bool:

@@ -1,0 +1,148 @@
+"""``python -m bench.spark_overhead``: the CPU Spark spends per micro-batch, without the bridge.
+
+``spark_e2e`` runs the bridge and Spark on one core, so every core-second
+a micro-batch costs is taken from ingest. This measures that cost alone:
+a streaming query (``local[1]``, pinned to CPU 0 like the benchmark
+server, 1 s trigger, Parquet file sink) fed by Spark's built-in ``rate``
+source, and the same query fed by the ``aqueduct`` source from a log that
+a thread of this process fills at the same rate. The cores used (this
+process plus its children: the JVM and Python workers) over a measured
+window after a warm-up, and the median ``addBatch`` time, say how much of
+a core Spark needs per trigger whatever the record rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+SOURCES = ("rate", "aqueduct")
+
+
+def _cpu_seconds(me: psutil.Process) -> float:
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
+    """Append ``rate`` 100-byte records per second in 10 ms-spaced group commits."""
+    from aqueduct.bridge.log import DurableLog
+
+    with DurableLog(path) as log:
+        log.open_stream(1, "bench", "overhead/1")
+        per_tick, next_id, tick = max(1, rate // 10), 0, time.monotonic()
+        while not stop.is_set():
+            for _ in range(per_tick):
+                log.append(1, b"x" * 100, message_id=next_id)
+                next_id += 1
+            log.commit()
+            tick += 0.1
+            stop.wait(max(0.0, tick - time.monotonic()))
+
+
+def measure(spark: Any, source: str, rate: int, warmup: float, seconds: float) -> dict[str, Any]:
+    """One query: cores used and median addBatch over ``seconds`` after ``warmup``."""
+    stop = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="aqueduct-spark-overhead-") as tmp:
+        work = Path(tmp)
+        filler = None
+        if source == "rate":
+            frame = spark.readStream.format("rate").option("rowsPerSecond", rate).load()
+        else:
+            filler = threading.Thread(target=_fill_log, args=(work / "log", rate, stop), daemon=True)
+            filler.start()
+            while not (work / "log" / "streams").exists():
+                time.sleep(0.05)
+            frame = spark.readStream.format("aqueduct").option("log", str(work / "log")).load()
+        query = (
+            frame.writeStream.format("parquet")
+            .option("path", str(work / "out"))
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        try:
+            me = psutil.Process()
+            time.sleep(warmup)
+            first, cpu0, t0 = len(query.recentProgress), _cpu_seconds(me), time.monotonic()
+            time.sleep(seconds)
+            cpu1, t1 = _cpu_seconds(me), time.monotonic()
+            progress = query.recentProgress[first:]
+        finally:
+            query.stop()
+            stop.set()
+            if filler is not None:
+                filler.join(10)
+    add_batch = [p["durationMs"].get("addBatch", 0) for p in progress]
+    return {
+        "source": source,
+        "rate": rate,
+        "batches": len(progress),
+        "rows": sum(p["numInputRows"] for p in progress),
+        "cores": (cpu1 - cpu0) / (t1 - t0),
+        "add_batch_ms_p50": statistics.median(add_batch) if add_batch else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_overhead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="10,20000", help="records per second to try (default: %(default)s)")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds before measuring (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured (default: %(default)s)")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
+    args = parser.parse_args(argv)
+    rates = [int(r) for r in args.rates.split(",")]
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})  # the benchmark server's core; the JVM inherits it
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from aqueduct.bridge.source import register
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("aqueduct-spark-overhead")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    results = []
+    try:
+        print(f"{'source':<10} {'rec/s':>7} {'batches':>7} {'rows':>9} {'cores':>6} {'addBatch p50 ms':>16}")
+        for rate in rates:
+            for source in SOURCES:
+                print(f"measuring {source} source at {rate} rec/s ...", file=sys.stderr, flush=True)
+                r = measure(spark, source, rate, args.warmup, args.seconds)
+                results.append(r)
+                print(
+                    f"{r['source']:<10} {r['rate']:>7} {r['batches']:>7} {r['rows']:>9} "
+                    f"{r['cores']:>6.2f} {r['add_batch_ms_p50'] or 0:>16.0f}",
+                    flush=True,
+                )
+    finally:
+        spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
