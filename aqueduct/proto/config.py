@@ -36,6 +36,11 @@ class ProtoConfig:
     one evicts its oldest message. ``max_queued_bytes`` bounds a reliable
     sender's queue by payload bytes as well (a count alone let 1024 large
     messages pile up); one message is always queued, however big.
+    ``announce_delay`` is how long a sender's SENT_UNRELIABLE report waits
+    after the first datagram it covers: one report per connection and delay,
+    not one per flush, whose small stream packet cost a busy UNRELIABLE
+    sender a third of its packets (the receipt deadline, at least 100 ms,
+    runs from the report, so a few ms only delay acks and nacks).
     ``max_open_streams`` caps the per-message streams (UNORDERED, and
     UNRELIABLE's fallback) one sender has sent but not seen acked: QUIC
     stacks scan every stream they hold per packet, so thousands at once
@@ -48,6 +53,7 @@ class ProtoConfig:
     ack_delay: float = 0.1
     dequeued_delay: float = 0.05
     min_receipt_deadline: float = 0.1
+    announce_delay: float = 0.005
     initial_receipt_deadline: float = 1.0
     max_datagram_size: int = 1200
     max_queued: int = 1024
@@ -64,6 +70,8 @@ class ProtoConfig:
             raise ValueError(
                 f"ProtoConfig: max_queued_bytes must be > 0, got {self.max_queued_bytes}"
             )
+        if self.announce_delay < 0:
+            raise ValueError(f"ProtoConfig: announce_delay must be >= 0, got {self.announce_delay}")
         if self.max_open_streams <= 0:
             raise ValueError(
                 f"ProtoConfig: max_open_streams must be > 0, got {self.max_open_streams}"

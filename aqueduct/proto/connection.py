@@ -80,6 +80,7 @@ _SIDE_RULE: dict[type, str] = {
     ForgetChannel: _FROM_CREATOR,
 }
 _MAX_HELD_DATAGRAMS = 1024
+_ANNOUNCE_TIMER = -1  # the timer key of the SENT_UNRELIABLE reports (chanids are >= 0)
 
 
 class _InStream:
@@ -119,6 +120,8 @@ class Connection:
         self._held: list[_InStream] = []
         self._held_datagrams: list[list[Frame]] = []
         self._announce: set[int] = set()  # senders with unreported datagrams
+        self._announce_armed = False  # the report timer runs for them
+        self._announce_due = False  # it fired: the next transmit() reports
         self._destroyed: dict[int, RangeSet] = {}  # remote-created, by low 3 bits
         self._closed_local: dict[int, RangeSet] = {}  # locally created, ended normally
         self._sender_ended: dict[int, RangeSet] = {}  # FINISH or CANCEL received, by low 3 bits
@@ -166,12 +169,13 @@ class Connection:
 
     def transmit(self) -> list[Action]:
         """Actions to perform on QUIC, one ``StreamDataQueued`` per stream."""
-        if self._announce:
+        if self._announce_due:
             for chanid in self._announce:
                 ch = self._channels.get(chanid)
                 if ch is not None and ch.is_sender:
                     ch.flush_announce()
             self._announce.clear()
+            self._announce_due = self._announce_armed = False
         if self._hs.owes_prefix and not self._terminated:
             self._out.finish(self._out.open())
         return self._out.drain()
@@ -183,7 +187,7 @@ class Connection:
         A cheap check for the runtime, which flushes after every UDP datagram
         even when that datagram (a bare QUIC ACK, say) changed nothing here.
         """
-        return not (self._events or self._announce or self._out.pending or self._hs.owes_prefix)
+        return not (self._events or self._announce_due or self._out.pending or self._hs.owes_prefix)
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -255,37 +259,113 @@ class Connection:
         self._in.pop(stream_id, None)
 
     def receive_datagram(self, data: bytes, now: float) -> None:
+        """One QUIC DATAGRAM: a batch of one (see ``receive_datagrams``)."""
+        self.receive_datagrams((data,), now)
+
+    def receive_datagrams(self, datas: Iterable[bytes], now: float) -> None:
+        """QUIC DATAGRAMs read together, in order, exactly as ``receive_datagram`` on each.
+
+        A UDP packet carries several datagrams and the runtime hands a whole
+        read batch over in one call, because the per-datagram chain of calls
+        cost more than the rest of the receive path. Consecutive plain
+        datagrams of one channel (``_plain_receiver``: ROUTE_TO and one plain
+        MESSAGE) are checked one by one (numbers, late drops, counters) but
+        delivered as one run, one ``_deliver_plain``: what it would have
+        joined into one ``MessageRunReceived`` anyway. Anything else first
+        delivers the run gathered so far, then takes the general path, so
+        events keep their order. A violation delivers the run accepted before
+        the violating datagram, then closes and ignores the rest.
+
+        Delivering once per run instead of once per datagram changes nothing
+        else: ``fresh`` is decided before the run's first accepted datagram
+        (accepting sets ``ack_due``, only a flush clears it), the deadline
+        ``_after_delivery`` schedules does not depend on unreliable numbers,
+        and a channel that got FINISH_SENDER cannot complete through a
+        datagram (completion waits for a flush to move the nack cursor), so
+        delivering cannot end the run's channel midway.
+        """
         if self._terminated:
             return
+        route_tag, message_tag = RouteTo.TAG, Message.TAG
+        max_payload = self.config.limits.max_payload_bytes
+        stats = self._stats
+        run: ReceiverChannel | None = None  # the channel of the plain run being gathered
+        run_id = -1  # its chanid (-1: no run)
+        payloads: list[bytes] = []
+        costs: list[int] = []
+        fresh = False  # no ack was due on ``run`` before the run (see _after_delivery)
         try:
-            if (
-                len(data) > 2
-                and data[0] == RouteTo.TAG
-                and data[1] < 0x80
-                and data[2] == Message.TAG
-                and self._hs.done
-                and self._log is None
-                and self._receive_plain_datagram(data, now)
-            ):
-                return
-            frames = decode_datagram(data, self.config.limits)
-            self._stats.datagrams_received += 1
-            self._hs.sequence_started(frames[0])
-            if isinstance(frames[0], Version):
-                self._hs.version_received()
-            if not self._hs.done:
-                if len(self._held_datagrams) < _MAX_HELD_DATAGRAMS:
-                    self._held_datagrams.append(frames)
-                return
-            self._datagram_frames(frames, now)
+            for data in datas:
+                if len(data) > 2 and data[0] == route_tag and data[2] == message_tag:
+                    chanid = data[1]
+                    ch = run if chanid == run_id else self._plain_receiver(chanid)
+                    if ch is not None:
+                        first, more, more_costs, end = read_plain_messages(data, 2, max_payload)
+                        # (one MESSAGE: a second one is the general path's violation)
+                        if end == len(data) and len(more) == 1:
+                            if ch is not run:
+                                if run is not None and payloads:
+                                    done, run = run, None
+                                    self._deliver_plain(done, payloads, costs, fresh, now)
+                                run, run_id, payloads, costs = ch, chanid, [], []
+                                fresh = ch.ack_due is None
+                            stats.datagrams_received += 1
+                            if ch.accept_unreliable(first, now):
+                                payloads += more
+                                costs += more_costs
+                            continue
+                if run is not None:
+                    done, run, run_id = run, None, -1
+                    if payloads:
+                        self._deliver_plain(done, payloads, costs, fresh, now)
+                self._receive_general_datagram(data, now)
         except (RemoteProtocolError, WireError) as e:
+            if run is not None and payloads:
+                self._deliver_plain(run, payloads, costs, fresh, now)
             self._violation(str(e))
+            return
+        if run is not None and payloads:
+            self._deliver_plain(run, payloads, costs, fresh, now)
+
+    def _plain_receiver(self, chanid: int) -> ReceiverChannel | None:
+        """The receiver a plain datagram ROUTE_TO ``chanid`` may go to without frame objects.
+
+        The general path checks the same rules in ``decode_datagram`` /
+        ``_routed``; this one needs none of them: the handshake is done, no
+        frame log wants records, a VERSION arrived (so none is required),
+        and the channel is a receiver we hold, not oneshot (whose message
+        may not be a datagram), already routed (``_route`` has nothing to
+        do). None sends the datagram down the general path.
+        """
+        hs = self._hs
+        if chanid >= 0x80 or self._log is not None or not hs.done or not hs.got_version:
+            return None
+        ch = self._channels.get(chanid)
+        if ch is None or ch.is_sender or ch.oneshot or not ch.routed:
+            return None
+        return ch
+
+    def _receive_general_datagram(self, data: bytes, now: float) -> None:
+        """Any datagram, decoded into frames (raises on a violation)."""
+        frames = decode_datagram(data, self.config.limits)
+        self._stats.datagrams_received += 1
+        self._hs.sequence_started(frames[0])
+        if isinstance(frames[0], Version):
+            self._hs.version_received()
+        if not self._hs.done:
+            if len(self._held_datagrams) < _MAX_HELD_DATAGRAMS:
+                self._held_datagrams.append(frames)
+            return
+        self._datagram_frames(frames, now)
 
     def handle_timer(self, now: float) -> None:
         if self._terminated:
             return
         try:
             for chanid in self._timers.pop_due(now):
+                if chanid == _ANNOUNCE_TIMER:
+                    self._announce_due = True
+                    continue
                 ch = self._channels.get(chanid)
                 if ch is None or ch.is_sender:
                     continue
@@ -327,7 +407,31 @@ class Connection:
             lost = ch.take_evicted()
             if lost:
                 self._lose(lost)
+        if self._announce and not self._announce_armed:
+            self._arm_announce(now)
         return ok
+
+    def _note_unannounced(self, chanid: int, urgent: bool) -> None:
+        """A sender has datagrams to report; ``urgent`` ones carry attachments.
+
+        A datagram carrying a handle is reported at the next transmit, as
+        before coalescing: the receiver can ack a datagram only once it is
+        reported, and a receiver closing right after reading it would
+        otherwise leave it nacked, its handle reported lost while the
+        application holds it.
+        """
+        self._announce.add(chanid)
+        if urgent:
+            self._announce_due = True
+
+    def _arm_announce(self, now: float) -> None:
+        """Start the SENT_UNRELIABLE report timer for datagrams just sent (see ``announce_delay``)."""
+        self._announce_armed = True
+        delay = self.config.announce_delay
+        if delay:
+            self._timers.schedule(_ANNOUNCE_TIMER, now + delay)
+        else:
+            self._announce_due = True
 
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: ``send()`` should wait for ``SendWindowOpened``."""
@@ -543,6 +647,8 @@ class Connection:
             self._free(ch.chanid)
             if lost:
                 self._lose(lost)
+        if self._announce and not self._announce_armed:  # queued datagrams left
+            self._arm_announce(now)
 
     def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
         fresh = ch.ack_due is None
@@ -594,25 +700,6 @@ class Connection:
         ch.accept_run(first, len(payloads), now)
         self._deliver_plain(ch, payloads, costs, fresh, now)
         return data[pos:]
-
-    def _receive_plain_datagram(self, data: bytes, now: float) -> bool:
-        """A datagram holding just ROUTE_TO and a plain MESSAGE for a receiver we hold.
-
-        The common datagram, taken without frame objects (the general path
-        checks the same rules in ``decode_datagram`` / ``_routed``); False
-        for anything else, which then takes the general path.
-        """
-        ch = self._channels.get(data[1])
-        if ch is None or ch.is_sender or ch.oneshot or not ch.routed or not self._hs.got_version:
-            return False
-        first, payloads, costs, end = read_plain_messages(data, 2, self.config.limits.max_payload_bytes)
-        if end != len(data) or not payloads:
-            return False
-        self._stats.datagrams_received += 1
-        fresh = ch.ack_due is None
-        if ch.accept_unreliable(first, now):
-            self._deliver_plain(ch, payloads, costs, fresh, now)
-        return True
 
     def _deliver_plain(
         self, ch: ReceiverChannel, payloads: list[bytes], costs: list[int], fresh: bool, now: float
@@ -710,7 +797,7 @@ class Connection:
                 self._emit,
                 self._stats,
                 self._hs.datagram_prefix,
-                self._announce.add,
+                self._note_unannounced,
             )
             ch.max_datagram_size = self._max_datagram
             return ch

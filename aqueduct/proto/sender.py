@@ -95,7 +95,7 @@ class SenderChannel:
         emit: Callable[[Event], None],
         conn_stats: ConnectionStats,
         datagram_prefix: Callable[[], bytes],
-        announce: Callable[[int], None],
+        announce: Callable[[int, bool], None],
     ) -> None:
         self.chanid = chanid
         self.oneshot = bool(chanid & 4)
@@ -114,7 +114,8 @@ class SenderChannel:
         self._emit = emit
         self._cstats = conn_stats
         self._dgram_prefix = datagram_prefix
-        self._announce = announce  # asks for flush_announce() at the next transmit()
+        # Asks for flush_announce() soon, or at the next transmit() if urgent.
+        self._announce = announce
         self._route = route_to(chanid)
         self.sent_reliable = 0
         self.sent_unreliable = 0
@@ -245,8 +246,8 @@ class SenderChannel:
                 self._out.datagram(b"".join((prefix, head, payload)))
                 self._cstats.datagrams_sent += 1
                 self.sent_unreliable = num + 1
-                if not self._unannounced:
-                    self._announce(self.chanid)
+                if not self._unannounced or attachments:
+                    self._announce(self.chanid, bool(attachments))
                 self._unannounced += 1
                 self._u_costs.append(cost)
                 self._sent(cost, attachments, num, True)

@@ -3,7 +3,9 @@
 One :class:`Driver` per QUIC connection (an aioquic protocol object, so one
 asyncio "task" per connection, no thread or task per channel):
 
-* aioquic events are fed into the core as they are parsed;
+* aioquic events are fed into the core as they are parsed, except QUIC
+  datagrams, which wait to be handed over in one call (a whole read batch),
+  before the next other event or flush;
 * the core's actions are applied to aioquic in :meth:`Driver.transmit`, which
   aioquic calls once after each received UDP datagram and each timer; calls
   from the application (``send``, ``finish`` ...) only schedule one such
@@ -50,7 +52,14 @@ from aqueduct.runtime.handles import (
     _Handle,
 )
 from aqueduct.runtime.headers import Headers, Middleware, run_middleware
-from aqueduct.runtime.payload import CBOR, PayloadError, content_type, decode_value, plain_decoder
+from aqueduct.runtime.payload import (
+    CBOR,
+    PayloadError,
+    content_type,
+    decode_value,
+    encode_bytes,
+    plain_decoder,
+)
 from aqueduct.runtime.udp import ReadBatch
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
 
@@ -59,6 +68,7 @@ PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
 # header inside one UDP payload; a datagram larger than what fits would stall
 # aioquic's datagram queue, so the core is told a safe bound.
 DATAGRAM_OVERHEAD = 64
+_DatagramFrameReceived = quic_events.DatagramFrameReceived  # (a global, for the hot path)
 
 
 class Driver(QuicConnectionProtocol):
@@ -100,6 +110,8 @@ class Driver(QuicConnectionProtocol):
         self._pings_sent = 0
         self._rtt = 0.0
         self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
+        # QUIC datagrams received, not yet handed to the core (see _hand_over_datagrams).
+        self._datagrams: list[bytes] = []
         # Stream actions waiting for the datagrams handed to aioquic before them
         # to leave (see _release_held): (datagrams that must have left, actions).
         self._held: deque[tuple[int, list[Any]]] = deque()
@@ -107,11 +119,16 @@ class Driver(QuicConnectionProtocol):
 
     # ------------------------------------------------------------ aioquic input
     def quic_event_received(self, event: quic_events.QuicEvent) -> None:
+        if type(event) is _DatagramFrameReceived:  # the hot path: one per UNRELIABLE message
+            self._datagrams.append(event.data)
+            return
+        if self._datagrams:  # they came first: the core sees them first
+            self._hand_over_datagrams()
         now = self._loop.time()
         core = self.core
         if isinstance(event, quic_events.StreamDataReceived):
             core.receive_stream_data(event.stream_id, event.data, event.end_stream, now)
-        elif isinstance(event, quic_events.DatagramFrameReceived):
+        elif isinstance(event, quic_events.DatagramFrameReceived):  # (a subclass, should one exist)
             core.receive_datagram(event.data, now)
         elif isinstance(event, quic_events.StreamReset):
             core.receive_stream_reset(event.stream_id, event.error_code, now)
@@ -121,6 +138,23 @@ class Driver(QuicConnectionProtocol):
             self._terminate(ConnectionLost(_describe_close(event), event.error_code))
         # The core's events are dispatched in transmit(), which aioquic calls
         # right after the whole batch of events of one UDP datagram.
+
+    def _hand_over_datagrams(self) -> None:
+        """Hand the QUIC datagrams received so far to the core, in one call.
+
+        aioquic reports each DATAGRAM frame as its own event, several per UDP
+        packet and a read batch of packets before ``transmit``; a core call
+        each cost several microseconds per UNRELIABLE message, while one call
+        for all of them delivers a channel's run at once. Nothing may see the
+        core with datagrams still waiting here, so they go over before any
+        other QUIC event, at the start of every flush and before the core's
+        timer. Application calls (stats, send ...) cannot come in between:
+        the events that queued them are always followed by ``transmit`` (at
+        the latest when the read batch ends), before the loop runs anything
+        else.
+        """
+        datagrams, self._datagrams = self._datagrams, []
+        self.core.receive_datagrams(datagrams, self._loop.time())
 
     def _quic_handshake_completed(self, event: quic_events.HandshakeCompleted, now: float) -> None:
         remote_max = self._quic._remote_max_datagram_frame_size
@@ -161,6 +195,8 @@ class Driver(QuicConnectionProtocol):
 
     def _flush_core(self) -> bool:
         """Hand the core's actions to aioquic; True if there were any (packets to send)."""
+        if self._datagrams:  # the read batch's datagrams, before anything else
+            self._hand_over_datagrams()
         core = self.core
         if self._dequeued:
             now = self._loop.time()
@@ -251,6 +287,8 @@ class Driver(QuicConnectionProtocol):
     def _on_core_timer(self) -> None:
         self._core_timer = None
         self._core_timer_at = None
+        if self._datagrams:  # (none are ever waiting here: transmit took them; cheap insurance)
+            self._hand_over_datagrams()
         self.core.handle_timer(self._loop.time())
         self.transmit()
 
@@ -432,20 +470,35 @@ class Driver(QuicConnectionProtocol):
         self._check_open()
         if self.middleware:
             headers = run_middleware(self.middleware, "outgoing", chanid, headers, self.peer_headers)
-        core = self.core
-        ok = core.send_message(
+        ok = self.core.send_message(
             chanid,
             payload,
-            headers=headers,
-            attachments=tuple([ev.Attachment(a.chanid, a.headers) for a in attachments])
-            if attachments
-            else (),
-            now=self._loop.time(),
+            headers,
+            tuple([ev.Attachment(a.chanid, a.headers) for a in attachments]) if attachments else (),
+            self._loop.time(),
         )
+        return self._handed(chanid, ok)
+
+    def send_bytes(self, chanid: int, value: bytes) -> bool:
+        """``send_message`` of raw bytes with no headers and no attachments, in one step.
+
+        The bulk case of ``Sender.send``: it skips the handle's attachment
+        machinery and the general codec, a visible share of a busy sender's
+        time per small message. Anything that needs headers (a content-type
+        header, middleware) or an error (a closed connection) takes
+        ``send_message``.
+        """
+        payload, headers = encode_bytes(value, self.content_type)
+        if headers or self.middleware or self.terminated is not None:
+            return self.send_message(chanid, payload, headers, ())
+        return self._handed(chanid, self.core.send_message(chanid, payload, (), (), self._loop.time()))
+
+    def _handed(self, chanid: int, ok: bool) -> bool:
+        """After the core took a message: flush soon; False if the sender must wait for room."""
         self._transmit_soon()
         if not ok:
             self._dispatch_events()  # an evicted message may have lost attached channels
-            return not core.send_blocked(chanid)
+            return not self.core.send_blocked(chanid)
         return True
 
     def send_blocked(self, chanid: int) -> bool:

@@ -81,6 +81,8 @@ class Link(Protocol):
         self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
     ) -> bool:
         """Hand a message to the core; False means the sender's queue is full (wait)."""
+    def send_bytes(self, chanid: int, value: bytes) -> bool:
+        """``send_message`` of raw bytes without headers or attachments (the bulk case)."""
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: a send() must wait before adding to it."""
     def set_mode(self, chanid: int, mode: Mode) -> None: ...
@@ -211,7 +213,9 @@ class Sender(_Handle):
         self._window_waiters: list[asyncio.Future[None]] = []
         self._finish_done: asyncio.Future[None] | None = None
         self._sent = 0
-        self._room = False  # the last networked send left the core's queue not full
+        # The last networked send left the core's queue not full, and nothing
+        # ended the channel since (finish, cancel and failures clear it).
+        self._room = False
         self._owns_connection: Any = None  # set on the entrypoint Sender that connect() returns
 
     # -- mode ---------------------------------------------------------------
@@ -252,6 +256,16 @@ class Sender(_Handle):
         Raises :class:`ReceiverClosed` once the receiver closed, and the
         channel's outcome (``LostInTransit``, ``ConnectionLost``) if it failed.
         """
+        if self._room and headers is None and not attachments and type(value) is bytes:
+            # The bulk case, in one call to the driver: raw bytes with nothing
+            # attached on a networked channel that is open and has room.
+            link = self._link
+            assert link is not None and self._chanid is not None
+            self._sent += 1
+            self._room = link.send_bytes(self._chanid, value)
+            if not self._room and self._mode is not Mode.UNRELIABLE:
+                await self._wait_window()
+            return
         self._check_sendable()
         hdrs = normalize_headers(headers)
         extra = tuple(attachments)
@@ -296,10 +310,6 @@ class Sender(_Handle):
         """Encode and hand to the core; False if the core's queue is full (wait)."""
         link = self._link
         assert link is not None and self._chanid is not None
-        if not extra and type(value) is bytes:  # the bulk case: no handles can be inside
-            payload, codec_headers = encode_value(value, _no_handles, link.content_type)
-            self._sent += 1
-            return link.send_message(self._chanid, payload, codec_headers + headers, ())
         attached: list[_Handle] = []
 
         def attach(obj: object) -> int:
@@ -346,6 +356,7 @@ class Sender(_Handle):
         """
         self._check_sendable()
         self._finished = True
+        self._room = False
         if self._pair is not None:
             self._pair.receiver._end(Finished())
             return
@@ -360,6 +371,7 @@ class Sender(_Handle):
         if self._finished or self._cancelled or self._failure is not None:
             return
         self._cancelled = True
+        self._room = False
         if self._pair is not None:
             self._pair.receiver._cancel()
         else:
@@ -382,6 +394,7 @@ class Sender(_Handle):
         """The channel ended under us (receiver closed, lost, connection gone)."""
         if self._failure is None:
             self._failure = outcome
+        self._room = False
         self._wake(outcome)
 
     def _wake(self, exc: Exception) -> None:

@@ -68,12 +68,7 @@ def encode_value(
     connection headers: messages of that type need no per-message header.
     """
     if isinstance(value, bytes | bytearray | memoryview):
-        raw = value if isinstance(value, bytes) else bytes(value)
-        if default_content_type == OCTET_STREAM:
-            return raw, ()
-        if default_content_type == CBOR:
-            return _bstr_head(len(raw)) + raw, ()
-        return raw, RAW_HEADERS
+        return encode_bytes(value if isinstance(value, bytes) else bytes(value), default_content_type)
 
     def default(encoder: cbor2.CBOREncoder, obj: object) -> None:
         encoder.encode(cbor2.CBORTag(ATTACHMENT_TAG, attach(obj)))
@@ -84,6 +79,20 @@ def encode_value(
         # cbor2 wraps our TypeError; give the user the plain reason.
         cause = exc.__cause__ or exc
         raise TypeError(f"cannot encode message value: {cause}") from exc
+
+
+def encode_bytes(raw: bytes, default_content_type: bytes = CBOR) -> tuple[bytes, Headers]:
+    """Raw bytes as a payload: a CBOR byte string under the CBOR default, else bare.
+
+    Bare raw bytes under another default carry ``RAW_HEADERS`` (the
+    receiver must not decode them as that type); under octet-stream they
+    need no header at all.
+    """
+    if default_content_type == CBOR:
+        return _bstr_head(len(raw)) + raw, ()
+    if default_content_type == OCTET_STREAM:
+        return raw, ()
+    return raw, RAW_HEADERS
 
 
 def _bstr_head(n: int) -> bytes:

@@ -94,6 +94,31 @@ async def test_receiver_close_surfaces_receiver_closed_on_the_sender(linked):
                 await asyncio.sleep(0.01)
 
 
+@pytest.mark.parametrize("end", ["finish", "cancel", "receiver close", "connection close"])
+async def test_raw_bytes_sends_fail_like_any_send_once_the_channel_ended(linked, end):
+    """``bytes`` sends take a shorter path once a send left room; it must end like any send."""
+    tx, conn = linked
+    for i in range(3):  # the first send takes the general path, the others the short one
+        await tx.send(b"%d" % i)
+    assert [await asyncio.wait_for(conn.entrypoint.recv(), TIMEOUT) for _ in range(3)] == [b"0", b"1", b"2"]
+    expected: tuple[type[Exception], str | None] = (aqueduct.LocalProtocolError, f"after {end}")
+    if end == "finish":
+        await asyncio.wait_for(tx.finish(), TIMEOUT)
+    elif end == "cancel":
+        tx.cancel()
+    elif end == "receiver close":
+        await conn.entrypoint.close()
+        expected = (aqueduct.ReceiverClosed, None)
+    else:
+        await tx.connection.close("bye")
+        expected = (aqueduct.ConnectionLost, None)
+    with pytest.raises(expected[0], match=expected[1]):
+        async with asyncio.timeout(TIMEOUT):
+            for _ in range(10_000):  # a receiver's close takes a round trip to arrive
+                await tx.send(b"more")
+                await asyncio.sleep(0.01)
+
+
 async def test_connection_close_surfaces_connection_lost(linked):
     tx, conn = linked
     await tx.send(1)
