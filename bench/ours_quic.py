@@ -44,6 +44,7 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, mode: str) -> d
     send = tx.send
     try:
         sent = await send_for(params["seconds"], lambda: send(body), params.get("yield_every", 0))
+        stats = tx.stats()
         await tx.finish()
     except AqueductError as exc:  # e.g. the server gave up waiting: its result still counts
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -51,7 +52,9 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, mode: str) -> d
         await asyncio.wait_for(tx.connection.wait_closed(), params["limit"])
     except TimeoutError:
         await tx.connection.close()
-    return {"sent": sent}
+    # Messages that waited for the send window, and unreliable ones evicted from
+    # a full queue: both cost sender CPU without (or before) arriving.
+    return {"sent": sent, "window_stalls": stats.get("window_stalls"), "evicted": stats.get("evicted")}
 
 
 serve_ordered = serve_unordered = serve_unreliable = _serve

@@ -113,7 +113,10 @@ def run_benchmark(
 def _context(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     """Fields of the other side worth keeping next to a case's numbers (Spark/memory facts)."""
     other = result["server" if case.side == "client" else "client"]
-    keep = ("first_batch_s", "sink_rows", "sink_distinct", "batches", "durable_records", "ended", "sent")
+    keep = (
+        "first_batch_s", "sink_rows", "sink_distinct", "batches", "durable_records", "ended", "sent",
+        "window_stalls", "evicted",
+    )
     return {k: other[k] for k in keep if k in other}
 
 

@@ -434,10 +434,18 @@ def read_plain_messages(
             num = buf[p]
             if num < 0x80:
                 p += 1
-            else:
-                num, p = read_varint(buf, p)
-                if not buf[p - 1]:
-                    break
+            else:  # 2 and 3 bytes inline: numbers up to 2^21 (read_varint beyond)
+                b1 = buf[p + 1]
+                if 0 < b1 < 0x80:
+                    num = (num & 0x7F) | (b1 << 7)
+                    p += 2
+                elif b1 >= 0x80 and 0 < buf[p + 2] < 0x80:
+                    num = (num & 0x7F) | ((b1 & 0x7F) << 7) | (buf[p + 2] << 14)
+                    p += 3
+                else:
+                    num, p = read_varint(buf, p)
+                    if not buf[p - 1]:
+                        break
             if num != expect and expect >= 0:
                 break
             if buf[p] or buf[p + 1]:  # headers or attachments

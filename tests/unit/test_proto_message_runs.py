@@ -44,6 +44,8 @@ def test_a_run_reads_consecutive_plain_messages_with_their_costs():
     assert costs == [message_cost(Message(n, (), (), b"p")) for n in nums[:5]]
     first, payloads, _, end = read_plain_messages(data, end, MAX)  # the next run: 16382..
     assert (first, len(payloads), end) == (16_382, 4, len(data))
+    wide = list(range((1 << 21) - 2, (1 << 21) + 2))  # 3-byte numbers, then 4-byte ones
+    assert read_plain_messages(_frames(wide), 0, MAX)[:2] == (wide[0], [b"p"] * 4)
 
 
 @pytest.mark.parametrize(
@@ -53,6 +55,7 @@ def test_a_run_reads_consecutive_plain_messages_with_their_costs():
         (encode_frame(Message(3, (), (AttachmentRef(9, ()),), b"p")), "attachments"),
         (_frames([4]), "number out of sequence"),
         (b"\x04\x83\x00\x00\x00\x01p", "non-minimal number"),
+        (b"\x04\x83\x80\x00\x00\x00\x01p", "non-minimal 3-byte number"),
         (b"\x04\x03\x00\x00\x81\x00p", "non-minimal length"),
         (_frames([3])[:-1], "cut short"),
         (encode_frame(FinishSender(3)), "another frame"),
