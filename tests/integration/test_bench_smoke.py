@@ -73,8 +73,24 @@ def test_bench_leaves_no_worker_processes_behind(tmp_path):
         "0.2",
         env={"AQUEDUCT_BENCH_SMOKE": marker},
     )
-    assert doc["benchmarks"][0]["baseline"]["median"] > 0  # the datagram baseline counted arrivals
+    [row] = doc["benchmarks"]
+    assert row["baseline"]["median"] > 0  # the datagram baseline counted arrivals
+    # Our sender says how often the window held it back and what it evicted.
+    [ours] = row["runs"]["aqueduct UNRELIABLE"]
+    assert ours["window_stalls"] >= 0 and ours["evicted"] >= 0
     assert _marked(marker) == []
+
+
+def test_spark_overhead_script_explains_itself():
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.spark_overhead", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert "--rates" in proc.stdout and "--json" in proc.stdout
 
 
 def test_unknown_benchmark_name_is_refused_with_the_known_names(tmp_path):
