@@ -45,8 +45,11 @@ CONNECT_ATTEMPTS = 3
 _spark_session: Any = None
 
 
-def _spark() -> Any:
-    """The process's SparkSession (created on first use, blocking: call it in a thread)."""
+def spark_session() -> Any:
+    """The process's SparkSession (created on first use, blocking: call it in a thread).
+
+    ``local[1]``: Spark inherits the process's pinning to one core.
+    """
     global _spark_session
     if _spark_session is None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -56,6 +59,7 @@ def _spark() -> Any:
             SparkSession.builder.master("local[1]")
             .appName("aqueduct-bench")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "1")
             .getOrCreate()
         )
@@ -113,7 +117,7 @@ async def _serve(
     from aqueduct.bridge.service import Bridge, BridgeConfig
     from aqueduct.bridge.sinkfiles import read_committed
 
-    spark = await asyncio.to_thread(_spark)
+    spark = await asyncio.to_thread(spark_session)
     tcp = params["transport"] == "tcp"
     with tempfile.TemporaryDirectory(prefix="aqueduct-bench-bridge-") as tmp:
         work = Path(tmp)

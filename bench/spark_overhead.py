@@ -109,19 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",")]
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # the benchmark server's core; the JVM inherits it
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     from aqueduct.bridge.source import register
+    from bench.bridge_bench import spark_session
 
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("aqueduct-spark-overhead")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
+    spark = spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     results = []

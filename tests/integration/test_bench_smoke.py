@@ -81,25 +81,19 @@ def test_bench_leaves_no_worker_processes_behind(tmp_path):
     assert _marked(marker) == []
 
 
-def test_spark_overhead_script_explains_itself():
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.spark_overhead", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
+
+
+def test_spark_overhead_script_explains_itself():
+    proc = run_module("bench.spark_overhead", "--help")
     assert proc.returncode == 0
     assert "--rates" in proc.stdout and "--json" in proc.stdout
 
 
 def test_unknown_benchmark_name_is_refused_with_the_known_names(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--only", "nope"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_module("bench.run", "--only", "nope")
     assert proc.returncode == 2
     assert "unknown benchmark(s): nope" in proc.stderr and "ordered_small" in proc.stderr
