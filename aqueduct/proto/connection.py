@@ -291,41 +291,40 @@ class Connection:
         stats = self._stats
         run: ReceiverChannel | None = None  # the channel of the plain run being gathered
         run_id = -1  # its chanid (-1: no run)
-        payloads: list[bytes] = []
+        payloads: list[bytes] = []  # accepted in the run, not yet delivered
         costs: list[int] = []
         fresh = False  # no ack was due on ``run`` before the run (see _after_delivery)
+        violation: str | None = None
         try:
             for data in datas:
+                ch: ReceiverChannel | None = None  # where this datagram goes plain, if it does
                 if len(data) > 2 and data[0] == route_tag and data[2] == message_tag:
                     chanid = data[1]
                     ch = run if chanid == run_id else self._plain_receiver(chanid)
                     if ch is not None:
                         first, more, more_costs, end = read_plain_messages(data, 2, max_payload)
                         # (one MESSAGE: a second one is the general path's violation)
-                        if end == len(data) and len(more) == 1:
-                            if ch is not run:
-                                if run is not None and payloads:
-                                    done, run = run, None
-                                    self._deliver_plain(done, payloads, costs, fresh, now)
-                                run, run_id, payloads, costs = ch, chanid, [], []
-                                fresh = ch.ack_due is None
-                            stats.datagrams_received += 1
-                            if ch.accept_unreliable(first, now):
-                                payloads += more
-                                costs += more_costs
-                            continue
-                if run is not None:
-                    done, run, run_id = run, None, -1
-                    if payloads:
-                        self._deliver_plain(done, payloads, costs, fresh, now)
-                self._receive_general_datagram(data, now)
+                        if end != len(data) or len(more) != 1:
+                            ch = None
+                if ch is not run:  # the run ends here
+                    if payloads and run is not None:
+                        self._deliver_plain(run, payloads, costs, fresh, now)
+                        payloads, costs = [], []  # (the event keeps the delivered lists)
+                    run, run_id = ch, -1 if ch is None else data[1]
+                    fresh = ch is not None and ch.ack_due is None
+                if ch is None:
+                    self._receive_general_datagram(data, now)
+                    continue
+                stats.datagrams_received += 1
+                if ch.accept_unreliable(first, now):
+                    payloads += more
+                    costs += more_costs
         except (RemoteProtocolError, WireError) as e:
-            if run is not None and payloads:
-                self._deliver_plain(run, payloads, costs, fresh, now)
-            self._violation(str(e))
-            return
-        if run is not None and payloads:
+            violation = str(e)
+        if payloads and run is not None:  # accepted before the end (or before a violation)
             self._deliver_plain(run, payloads, costs, fresh, now)
+        if violation is not None:
+            self._violation(violation)
 
     def _plain_receiver(self, chanid: int) -> ReceiverChannel | None:
         """The receiver a plain datagram ROUTE_TO ``chanid`` may go to without frame objects.

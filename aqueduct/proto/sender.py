@@ -245,9 +245,8 @@ class SenderChannel:
             num = self.sent_unreliable
             head = message_head(num, headers, attachments, n)
             cost = len(head) + n
-            window = self.window
-            if window.outstanding and window.outstanding + cost > window.limit:
-                return False  # (SendWindow.admits, inline on the hot path)
+            if not self.window.admits(cost):
+                return False
             prefix = self._dgram_head
             if prefix is None:
                 version = self._dgram_prefix()

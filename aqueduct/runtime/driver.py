@@ -119,7 +119,7 @@ class Driver(QuicConnectionProtocol):
 
     # ------------------------------------------------------------ aioquic input
     def quic_event_received(self, event: quic_events.QuicEvent) -> None:
-        if type(event) is _DatagramFrameReceived:  # the hot path: one per UNRELIABLE message
+        if isinstance(event, _DatagramFrameReceived):  # the hot path: one per UNRELIABLE message
             self._datagrams.append(event.data)
             return
         if self._datagrams:  # they came first: the core sees them first
@@ -128,8 +128,6 @@ class Driver(QuicConnectionProtocol):
         core = self.core
         if isinstance(event, quic_events.StreamDataReceived):
             core.receive_stream_data(event.stream_id, event.data, event.end_stream, now)
-        elif isinstance(event, quic_events.DatagramFrameReceived):  # (a subclass, should one exist)
-            core.receive_datagram(event.data, now)
         elif isinstance(event, quic_events.StreamReset):
             core.receive_stream_reset(event.stream_id, event.error_code, now)
         elif isinstance(event, quic_events.HandshakeCompleted):

@@ -192,10 +192,6 @@ class _Handle:
         return {"networked": False}
 
 
-def _no_handles(obj: object) -> int:
-    raise TypeError(f"{type(obj).__name__} is neither CBOR-encodable nor a channel handle")
-
-
 class Sender(_Handle):
     """The sending half of a channel."""
 
@@ -314,7 +310,7 @@ class Sender(_Handle):
 
         def attach(obj: object) -> int:
             if not isinstance(obj, _Handle):
-                return _no_handles(obj)
+                raise TypeError(f"{type(obj).__name__} is neither CBOR-encodable nor a channel handle")
             for i, seen in enumerate(attached):
                 if seen is obj:
                     return i
