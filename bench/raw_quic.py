@@ -270,11 +270,12 @@ async def send_datagram(params: dict[str, Any], certs: Certs, port: int) -> dict
         proto._transmit_soon()
 
     sent = await send_for(params["seconds"], send_one, params["yield_every"])
+    packets = quic._packet_number
     await asyncio.sleep(0.05)  # let the queue drain before announcing the end
     quic.send_stream_data(quic.get_next_available_stream_id(is_unidirectional=True), b"", True)
     proto.transmit()
     await _finish(proto, transport, params["limit"])
-    return {"sent": sent, "dropped_locally": dropped}
+    return {"sent": sent, "packets": packets, "dropped_locally": dropped}
 
 
 async def serve_bulk(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:

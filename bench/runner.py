@@ -115,7 +115,7 @@ def _context(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     other = result["server" if case.side == "client" else "client"]
     keep = (
         "first_batch_s", "sink_rows", "sink_distinct", "batches", "durable_records", "ended", "sent",
-        "window_stalls", "evicted",
+        "window_stalls", "evicted", "packets",
     )
     return {k: other[k] for k in keep if k in other}
 

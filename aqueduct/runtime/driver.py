@@ -8,8 +8,9 @@ asyncio "task" per connection, no thread or task per channel):
   before the next other event or flush;
 * the core's actions are applied to aioquic in :meth:`Driver.transmit`, which
   aioquic calls once after each received UDP datagram and each timer; calls
-  from the application (``send``, ``finish`` ...) only schedule one such
-  transmit with ``call_soon``, so a burst of sends becomes one flush;
+  from the application only schedule one: ``finish``, ``cancel`` ... with
+  ``call_soon``, sends through a :class:`~aqueduct.runtime.coalesce.SendCoalescer`,
+  so a burst of sends becomes one flush even when it spans turns of the loop;
 * the core's timer is armed with ``loop.call_at``;
 * core events are dispatched to the handles registered per chanid.
 
@@ -39,6 +40,7 @@ from aqueduct.proto.errors import (
     ReceiverClosed,
     RemoteProtocolError,
 )
+from aqueduct.runtime.coalesce import SendCoalescer
 from aqueduct.runtime.framelog import FrameLog
 from aqueduct.runtime.handles import (
     AttachmentOut,
@@ -116,6 +118,8 @@ class Driver(QuicConnectionProtocol):
         # to leave (see _release_held): (datagrams that must have left, actions).
         self._held: deque[tuple[int, list[Any]]] = deque()
         self._datagrams_handed = 0
+        # Application sends wait for a flush while the application keeps sending.
+        self._coalescer = SendCoalescer(self._loop, self.transmit)
 
     # ------------------------------------------------------------ aioquic input
     def quic_event_received(self, event: quic_events.QuicEvent) -> None:
@@ -182,6 +186,7 @@ class Driver(QuicConnectionProtocol):
         if batch is not None and batch.active:
             batch.defer(self)
             return
+        self._coalescer.flushed()
         self._flush_core()
         self._send_packets()
 
@@ -426,6 +431,7 @@ class Driver(QuicConnectionProtocol):
         if self._keepalive_timer is not None:
             self._keepalive_timer.cancel()
             self._keepalive_timer = None
+        self._coalescer.cancel()
         if self.frame_log is not None:
             self.frame_log.event("connection_terminated", {"code": lost.code, "reason": lost.reason})
             self.frame_log.close()
@@ -475,7 +481,7 @@ class Driver(QuicConnectionProtocol):
             tuple([ev.Attachment(a.chanid, a.headers) for a in attachments]) if attachments else (),
             self._loop.time(),
         )
-        return self._handed(chanid, ok)
+        return self._handed(chanid, ok, len(payload))
 
     def send_bytes(self, chanid: int, value: bytes) -> bool:
         """``send_message`` of raw bytes with no headers and no attachments, in one step.
@@ -489,11 +495,12 @@ class Driver(QuicConnectionProtocol):
         payload, headers = encode_bytes(value, self.content_type)
         if headers or self.middleware or self.terminated is not None:
             return self.send_message(chanid, payload, headers, ())
-        return self._handed(chanid, self.core.send_message(chanid, payload, (), (), self._loop.time()))
+        ok = self.core.send_message(chanid, payload, (), (), self._loop.time())
+        return self._handed(chanid, ok, len(payload))
 
-    def _handed(self, chanid: int, ok: bool) -> bool:
+    def _handed(self, chanid: int, ok: bool, nbytes: int) -> bool:
         """After the core took a message: flush soon; False if the sender must wait for room."""
-        self._transmit_soon()
+        self._coalescer.sent(nbytes)
         if not ok:
             self._dispatch_events()  # an evicted message may have lost attached channels
             return not self.core.send_blocked(chanid)

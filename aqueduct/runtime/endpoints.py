@@ -81,6 +81,7 @@ class Connection:
                 "smoothed_rtt": loss._rtt_smoothed if loss._rtt_initialized else None,
                 "bytes_in_flight": loss.bytes_in_flight,
                 "congestion_window": loss.congestion_window,
+                "packets_sent": quic._packet_number,  # (numbers are never reused: one per packet)
             },
         }
 
