@@ -27,6 +27,7 @@ _RUNTIME_NAMES = {
     "OneshotSender",
     "OneshotReceiver",
     "Connection",
+    "PayloadError",
 }
 _ERROR_NAMES = {
     "AqueductError",

@@ -21,6 +21,7 @@ from aqueduct.runtime.handles import (
     oneshot,
 )
 from aqueduct.runtime.headers import HeaderContext
+from aqueduct.runtime.payload import PayloadError
 
 _ENDPOINT_NAMES = {"serve", "connect", "Server", "ServerConnection", "Connection"}
 
@@ -32,6 +33,7 @@ __all__ = [
     "Mode",
     "OneshotReceiver",
     "OneshotSender",
+    "PayloadError",
     "Receiver",
     "Sender",
     "Server",

@@ -387,8 +387,13 @@ class Driver(QuicConnectionProtocol):
         if decode is None:
             receiver._push_values(event.payloads, event.costs)
             return
-        values: list[Any] = []
         costs = event.costs
+        try:
+            receiver._push_values([decode(payload) for payload in event.payloads], costs)
+            return
+        except PayloadError:
+            pass  # decode again one by one: the messages before the bad one, then its error
+        values: list[Any] = []
         start = 0
         for i, payload in enumerate(event.payloads):
             try:

@@ -132,6 +132,10 @@ def plain_decoder(default_content_type: bytes) -> Callable[[bytes], Any] | None:
 
 
 def _decode_plain_cbor(payload: bytes) -> Any:
+    # Raw bytes of 24-255 bytes (the head 0x58, n) inline: the bulk case of
+    # small messages, without _decode_cbor's and _bstr_body's calls.
+    if len(payload) > 1 and payload[0] == 0x58 and len(payload) == payload[1] + 2:
+        return payload[2:]
     return _decode_cbor(payload, ())
 
 

@@ -70,6 +70,22 @@ async def test_raw_bytes_and_large_values(linked):
     assert got[0] == blob and got[1] == {"blob": blob[:1000]}
 
 
+async def test_a_bad_payload_inside_a_run_fails_only_its_own_message(linked):
+    """Messages read in one run are decoded together; one bad payload fails
+    exactly its own recv(), in order, and its neighbours still arrive."""
+    tx, conn = linked
+    await tx.send(b"before")  # networked and open: its raw path is set up
+    link = tx._link  # the runtime's own send path, to put a payload no encoder would write
+    link.send_message(tx._chanid, b"\xff\xff", (), ())  # (0xff: a CBOR "break" out of place)
+    await tx.send(b"after")
+    await tx.finish()
+    rx = conn.entrypoint
+    assert await asyncio.wait_for(rx.recv(), TIMEOUT) == b"before"
+    with pytest.raises(aqueduct.PayloadError, match="not valid CBOR"):
+        await asyncio.wait_for(rx.recv(), TIMEOUT)
+    assert await collect(rx) == [b"after"]
+
+
 async def test_cancel_surfaces_cancelled_on_the_receiver(linked):
     tx, conn = linked
     await tx.send("before cancel")

@@ -16,6 +16,7 @@ from aqueduct.runtime.payload import (
     PayloadError,
     decode_value,
     encode_value,
+    plain_decoder,
 )
 
 
@@ -87,6 +88,21 @@ def test_raw_bytes_under_another_default_carry_the_octet_stream_header():
 def test_a_truncated_byte_string_is_a_payload_error():
     with pytest.raises(PayloadError, match="not valid CBOR"):
         decode_value(b"\x59\x01", (), [])
+
+
+@given(st.one_of(st.binary(max_size=600), cbor_values))
+def test_the_plain_message_decoder_reads_what_the_general_one_reads(value):
+    payload, headers = encode_value(value, collecting_attach([]))
+    decode = plain_decoder(CBOR)
+    assert decode is not None and decode(payload) == decode_value(payload, headers, []) == value
+
+
+@pytest.mark.parametrize("payload", [b"\x58\x05abc", b"\x58"])
+def test_the_plain_decoder_rejects_a_byte_string_of_the_wrong_length(payload):
+    decode = plain_decoder(CBOR)
+    assert decode is not None
+    with pytest.raises(PayloadError, match="not valid CBOR"):
+        decode(payload)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=10))
