@@ -55,6 +55,20 @@ def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
             stop.wait(max(0.0, tick - time.monotonic()))
 
 
+def _stop_between_triggers(query: Any, wait: float = 5.0) -> None:
+    """Stop ``query`` while no trigger runs, if one ends within ``wait`` seconds.
+
+    Stopping interrupts the query's thread; caught while a Python source
+    plans its next batch, Spark logs the interrupted socket write as an
+    aborted job with a long stack trace, which reads like a failure of
+    the measurement (it is not: the measured window has ended).
+    """
+    deadline = time.monotonic() + wait
+    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
 def measure(spark: Any, source: str, rate: int, warmup: float, seconds: float) -> dict[str, Any]:
     """One query: cores used and median addBatch over ``seconds`` after ``warmup``."""
     stop = threading.Event()
@@ -84,10 +98,10 @@ def measure(spark: Any, source: str, rate: int, warmup: float, seconds: float) -
             cpu1, t1 = _cpu_seconds(me), time.monotonic()
             progress = query.recentProgress[first:]
         finally:
-            query.stop()
             stop.set()
             if filler is not None:
                 filler.join(10)
+            _stop_between_triggers(query)
     add_batch = [p["durationMs"].get("addBatch", 0) for p in progress]
     return {
         "source": source,
