@@ -30,6 +30,7 @@ whether the object is a handle (returning its attachment index) or not
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -172,11 +173,18 @@ def _decode_cbor(payload: bytes, attachments: Sequence[Any]) -> Any:
             )
         return attachments[index]
 
+    fp = io.BytesIO(payload)
     try:
-        return cbor2.loads(payload, tag_hook=tag_hook)
+        value = cbor2.CBORDecoder(fp, tag_hook=tag_hook).decode()
     except PayloadError:
         raise
     except cbor2.CBORDecodeError as exc:
         if isinstance(exc.__cause__, PayloadError):
             raise exc.__cause__ from None
         raise PayloadError(f"MESSAGE payload: not valid CBOR ({exc})") from exc
+    extra = len(payload) - fp.tell()
+    if extra:  # application/cbor is one data item (RFC 8949); cbor2 ignores what follows
+        raise PayloadError(
+            f"MESSAGE payload: not valid CBOR ({extra} byte{'s' if extra > 1 else ''} after the value)"
+        )
+    return value

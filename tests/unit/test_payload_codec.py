@@ -97,7 +97,7 @@ def test_the_plain_message_decoder_reads_what_the_general_one_reads(value):
     assert decode is not None and decode(payload) == decode_value(payload, headers, []) == value
 
 
-@pytest.mark.parametrize("payload", [b"\x58\x05abc", b"\x58"])
+@pytest.mark.parametrize("payload", [b"\x58\x05abc", b"\x58\x02abc", b"\x58"])
 def test_the_plain_decoder_rejects_a_byte_string_of_the_wrong_length(payload):
     decode = plain_decoder(CBOR)
     assert decode is not None
@@ -129,6 +129,18 @@ def test_bad_attachment_index_is_a_clear_payload_error():
     payload = cbor2.dumps([cbor2.CBORTag(ATTACHMENT_TAG, 3)])
     with pytest.raises(PayloadError, match="attachment index below 1, got 3"):
         decode_value(payload, (), [Handle()])
+
+
+@given(cbor_values, st.binary(min_size=1, max_size=8))
+def test_bytes_after_the_cbor_value_are_a_payload_error(value, extra):
+    payload, headers = encode_value(value, collecting_attach([]))
+    with pytest.raises(PayloadError, match="not valid CBOR"):
+        decode_value(payload + extra, headers, [])
+
+
+def test_the_error_names_the_bytes_after_the_value():
+    with pytest.raises(PayloadError, match=r"not valid CBOR \(1 byte after the value\)"):
+        decode_value(b"\x58\x02abc", (), [])
 
 
 def test_invalid_cbor_is_a_payload_error():
