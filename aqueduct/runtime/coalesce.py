@@ -58,7 +58,7 @@ class SendCoalescer:
 
     def sent(self, nbytes: int) -> None:
         """The application handed over a message of ``nbytes``: flush it soon."""
-        if not self._bytes:
+        if not self._count:
             self._since = self._loop.time()
         self._bytes += nbytes
         self._count += 1
@@ -78,13 +78,12 @@ class SendCoalescer:
 
     def _on_turn(self) -> None:
         self._check = None
-        waiting = self._bytes
-        if not waiting:
-            return  # another flush already took them
         count = self._count
+        if not count:
+            return  # another flush already took them
         if (
             count - self._seen > 1
-            and waiting < self.max_bytes
+            and self._bytes < self.max_bytes
             and self._loop.time() - self._since < self.max_delay
         ):
             self._seen = count

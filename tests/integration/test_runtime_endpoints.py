@@ -79,6 +79,21 @@ async def test_client_announcing_raw_default_sends_both_kinds(certs):
             assert second.value == {"cbor": [1, 2]}
 
 
+async def test_an_empty_raw_message_alone_is_sent(certs):
+    """Under an octet-stream default b"" is a zero-byte payload: it is still a
+    message, sent and received (the send coalescer counts messages, not bytes)."""
+    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+    async with server:
+        tx = await aqueduct.connect(
+            "127.0.0.1", server.port, cafile=certs.ca,
+            headers={"content-type": "application/octet-stream"},
+        )
+        async with tx:
+            conn = await asyncio.wait_for(server.accept(), TIMEOUT)
+            await tx.send(b"")
+            assert await asyncio.wait_for(conn.entrypoint.recv(), TIMEOUT) == b""
+
+
 async def test_mutual_tls_accepts_a_client_certificate_from_the_ca(certs):
     server = await aqueduct.serve(
         "127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, cafile=certs.ca

@@ -37,6 +37,14 @@ async def test_a_lone_send_is_flushed_at_the_next_turn() -> None:
     assert f.count == 1
 
 
+async def test_an_empty_message_is_flushed_too() -> None:
+    """A zero-byte payload (raw b"" under an octet-stream default) still counts as waiting."""
+    f = Flushes(asyncio.get_running_loop())
+    f.coalescer.sent(0)
+    await turns(2)
+    assert f.count == 1
+
+
 async def test_one_send_per_turn_is_flushed_every_turn() -> None:
     f = Flushes(asyncio.get_running_loop(), max_delay=60.0)
     for expected in range(1, 6):
