@@ -23,10 +23,10 @@ test: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check aqueduct interop tests bench
+	$(VENV)/bin/ruff check aqueduct demo interop tests bench
 
 demo: $(STAMP) java
-	PYSPARK_PYTHON=$(abspath $(PY)) $(VENV)/bin/aqueduct-bridge demo
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m demo
 
 interop: $(STAMP)
 	$(PY) -m interop.run

@@ -115,7 +115,7 @@ async def _serve(
     params: dict[str, Any], certs: Certs, ready: Callable[[int], None]
 ) -> dict[str, Any]:
     from aqueduct.bridge.service import Bridge, BridgeConfig
-    from aqueduct.bridge.sinkfiles import read_committed
+    from demo.sinkfiles import read_committed
 
     spark = await asyncio.to_thread(spark_session)
     tcp = params["transport"] == "tcp"

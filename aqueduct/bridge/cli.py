@@ -1,11 +1,9 @@
-"""The ``aqueduct-bridge`` console script: ``serve``, ``status`` and ``demo``.
+"""The ``aqueduct-bridge`` console script: ``serve`` and ``status``.
 
 * ``serve`` runs the bridge: QUIC and/or TCP listeners for connectors, the
   durable log, and the Spark query that reads it, until SIGINT/SIGTERM.
 * ``status`` reads a log directory (the bridge may be running) and prints
   each stream's positions, lag and acked point of reference.
-* ``demo`` runs a bridge plus simulated producer processes end to end and
-  verifies the Parquet output.
 
 Spark's Python workers must run this interpreter (the data source lives in
 this package), so ``PYSPARK_PYTHON`` is set to ``sys.executable`` unless the
@@ -29,14 +27,14 @@ def host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
@@ -77,23 +75,23 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="Spark checkpoint directory (default: OUTPUT/_checkpoint)",
     )
     p.add_argument(
-        "--max-records-per-trigger", type=_positive_int, metavar="N",
+        "--max-records-per-trigger", type=positive_int, metavar="N",
         help="cap on records per micro-batch, spent in whole epochs (default: no cap)",
     )
     p.add_argument(
-        "--trigger-interval", type=_positive_float, metavar="SECONDS",
+        "--trigger-interval", type=positive_float, metavar="SECONDS",
         default=d["trigger_interval"].default, help="micro-batch interval (default: %(default)s)",
     )
     p.add_argument(
-        "--credits", type=_positive_int, default=d["credits"].default, metavar="N",
+        "--credits", type=positive_int, default=d["credits"].default, metavar="N",
         help="credits per connector session: its un-durable frames in flight (default: %(default)s)",
     )
     p.add_argument(
-        "--max-lag", type=_positive_int, default=d["max_lag"].default, metavar="RECORDS",
+        "--max-lag", type=positive_int, default=d["max_lag"].default, metavar="RECORDS",
         help="stop granting credits while this many durable records wait for Spark (default: %(default)s)",
     )
     p.add_argument(
-        "--retention", type=_positive_float, metavar="SECONDS",
+        "--retention", type=positive_float, metavar="SECONDS",
         help="keep committed log segments this long for reprocessing (default: truncate at once)",
     )
     p.add_argument(
@@ -102,7 +100,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="log level of the Spark session (default: %(default)s)",
     )
     p.add_argument(
-        "--status-interval", type=_positive_float, default=5.0, metavar="SECONDS",
+        "--status-interval", type=positive_float, default=5.0, metavar="SECONDS",
         help="seconds between status lines on stderr (default: %(default)s)",
     )
 
@@ -121,57 +119,15 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _add_demo(sub: argparse._SubParsersAction) -> None:
-    from aqueduct.bridge.demo import DemoConfig
-
-    d = DemoConfig.__dataclass_fields__
-    p = sub.add_parser(
-        "demo",
-        help="run a bridge with simulated remote producers and verify the output",
-        description=(
-            "Start a bridge with local Spark in this process and N producer processes "
-            "that connect over QUIC on 127.0.0.1, stream the events with live progress, "
-            "then check the Parquet output: every message exactly once, no gaps, each "
-            "stream in order, no micro-batch holding part of an epoch. Exits 1 if the "
-            "check fails."
-        ),
-    )
-    p.add_argument("--producers", type=_positive_int, default=d["producers"].default, metavar="N")
-    p.add_argument(
-        "--events", type=_positive_int, default=d["events"].default, metavar="N",
-        help="messages per producer (default: %(default)s)",
-    )
-    p.add_argument(
-        "--streams", type=_positive_int, default=d["streams"].default, metavar="N",
-        help="streams per producer (default: %(default)s)",
-    )
-    p.add_argument(
-        "--epoch", type=_positive_int, default=d["epoch"].default, metavar="N",
-        help="messages per epoch: a BOUNDARY follows every N messages (default: %(default)s)",
-    )
-    p.add_argument(
-        "--transport", choices=("quic", "tcp"), default=d["transport"].default,
-        help="how producers connect (default: %(default)s)",
-    )
-    p.add_argument("--master", default=d["master"].default, help="Spark master (default: %(default)s)")
-    p.add_argument("--keep", type=Path, metavar="DIR", help="keep log, output and checkpoint in DIR")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument(
-        "--timeout", type=_positive_float, default=d["timeout"].default, metavar="SECONDS",
-        help="give up if the run takes longer (default: %(default)s)",
-    )
-
-
 def parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed so tests can check ``--help``)."""
     p = argparse.ArgumentParser(
         prog="aqueduct-bridge",
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status,demo}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status}")
     _add_serve(sub)
     _add_status(sub)
-    _add_demo(sub)
     return p
 
 
@@ -222,27 +178,11 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.demo import DemoConfig, run_demo
-
-    config = DemoConfig(
-        producers=args.producers,
-        events=args.events,
-        streams=args.streams,
-        epoch=args.epoch,
-        transport=args.transport,
-        master=args.master,
-        keep=args.keep,
-        timeout=args.timeout,
-    )
-    return run_demo(config, as_json=args.json)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``aqueduct-bridge``; returns the exit status."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args = parser().parse_args(argv)
-    handlers = {"serve": _serve, "status": _status, "demo": _demo}
+    handlers = {"serve": _serve, "status": _status}
     return handlers[args.command](args)
 
 

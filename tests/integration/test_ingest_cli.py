@@ -23,12 +23,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("command", "mentions"),
     [
-        ((), ["serve", "status", "demo"]),
+        ((), ["serve", "status"]),
         (("serve",), ["--quic", "--tcp", "--log", "--cookie", "--cert", "--master", "--sink",
                       "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
                       "--max-lag"]),
         (("status",), ["--log", "--json"]),
-        (("demo",), ["--producers", "--events", "--streams", "--json", "--keep"]),
     ],
 )  # fmt: skip
 def test_every_command_explains_itself(command: tuple[str, ...], mentions: list[str]) -> None:
@@ -36,6 +35,17 @@ def test_every_command_explains_itself(command: tuple[str, ...], mentions: list[
     assert done.returncode == 0, done.stderr
     for word in mentions:
         assert word in done.stdout
+
+
+def test_the_demo_explains_itself_and_is_not_a_product_command() -> None:
+    """``make demo`` runs ``python -m demo``; the product CLI ships no demo code."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "demo", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert demo.returncode == 0, demo.stderr
+    for word in ["--producers", "--events", "--streams", "--json", "--keep"]:
+        assert word in demo.stdout
+    assert run_cli("demo", "--help").returncode == 2
 
 
 def test_serve_without_a_listener_says_what_is_missing(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aqueduct.bridge.verify import verify_output
+from demo.verify import verify_output
 
 
 class SinkDir:

@@ -32,10 +32,10 @@ from typing import TypeVar
 
 import pytest
 
-from aqueduct.bridge.demo_producer import produce
-from aqueduct.bridge.verify import Verification, verify_output
-from aqueduct.bridge.workload import Workload
 from aqueduct.connector.client import Connector
+from demo.producer import produce
+from demo.verify import Verification, verify_output
+from demo.workload import Workload
 from interop.network import scenario
 from interop.proxy import LossyProxy
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points

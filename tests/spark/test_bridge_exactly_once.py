@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from aqueduct.bridge.demo import DemoConfig, demo
-from aqueduct.bridge.demo_producer import produce
 from aqueduct.bridge.service import Bridge, BridgeConfig
 from aqueduct.bridge.status import read_status
-from aqueduct.bridge.verify import verify_output
-from aqueduct.bridge.workload import Workload
+from demo.producer import produce
+from demo.run import DemoConfig, demo
+from demo.verify import verify_output
+from demo.workload import Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

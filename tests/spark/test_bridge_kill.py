@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aqueduct.bridge.demo_producer import produce
-from aqueduct.bridge.verify import verify_output
-from aqueduct.bridge.workload import Workload
+from demo.producer import produce
+from demo.verify import verify_output
+from demo.workload import Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -63,3 +63,13 @@ def _sans_io_modules() -> list[Path]:
 def test_sans_io_core_does_no_io(path: Path) -> None:
     roots = {name.split(".")[0] for name in _imports(path)}
     assert not roots & IO_MODULES, f"{path.relative_to(PACKAGE)} imports {roots & IO_MODULES}"
+
+
+TOOLING = {"demo", "bench", "interop", "tests"}
+
+
+def test_the_product_package_imports_no_tooling() -> None:
+    """Demo, benchmark and test tooling live beside ``aqueduct``, never inside or under it."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        roots = {name.split(".")[0] for name in _imports(path)}
+        assert not roots & TOOLING, f"{path.relative_to(PACKAGE)} imports {roots & TOOLING}"

@@ -4,7 +4,7 @@ The exactly-once promise, as a user would check it: every message the
 producers sent is in the sink once (count, no duplicates, no gaps), each
 stream's rows appear in message-id order, and no micro-batch holds part of
 an epoch. Only files that Spark's sink metadata log committed count
-(:mod:`aqueduct.bridge.sinkfiles`).
+(:mod:`demo.sinkfiles`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from aqueduct.bridge.sinkfiles import read_committed
+from demo.sinkfiles import read_committed
 
 _SHOWN = 5  # examples kept per kind of problem: enough to debug, small enough to print
 

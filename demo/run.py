@@ -1,10 +1,10 @@
-"""``aqueduct-bridge demo``: a bridge, N producer processes, and a verdict.
+"""``python -m demo`` (``make demo``): a bridge, N producer processes, and a verdict.
 
 The demo is the whole system in one command: a bridge with local Spark in
 this process, producers as *separate processes* (so they really are remote
 peers: own interpreter, own event loop, talking QUIC over 127.0.0.1), a live
 progress display, then an independent check of the Parquet output with
-pyarrow (:mod:`aqueduct.bridge.verify`). The producers exit once every
+pyarrow (:mod:`demo.verify`). The producers exit once every
 message they sent is acked or, after a reconnect, durable in the log; the
 demo then waits until Spark has committed everything the log holds, so the
 output it checks must be complete.
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aqueduct.bridge.service import Bridge, BridgeConfig, BridgeProgress
-from aqueduct.bridge.verify import verify_output
-from aqueduct.bridge.workload import Workload
+from demo.verify import verify_output
+from demo.workload import Workload
 
 _TICK = 0.25  # seconds between progress samples
 _PLAIN_EVERY = 5.0  # seconds between progress lines when stderr is not a TTY
@@ -32,7 +32,7 @@ _PLAIN_EVERY = 5.0  # seconds between progress lines when stderr is not a TTY
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """Knobs of ``aqueduct-bridge demo`` (defaults finish in about a minute on 2 cores)."""
+    """Knobs of ``python -m demo`` (defaults finish in about a minute on 2 cores)."""
 
     producers: int = 4
     events: int = 5_000
@@ -85,6 +85,17 @@ class ProgressDisplay:
             self.out.flush()
 
 
+def _producer_env() -> dict[str, str]:
+    """The producers run ``python -m demo.producer``: put this checkout on their path.
+
+    ``demo`` is tooling beside the product package, not installed with it, so
+    a producer started from any working directory must be told where it is.
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+
+
 def _producer_command(config: DemoConfig, index: int, bridge: Bridge) -> list[str]:
     if config.transport == "quic":
         assert bridge.quic_address is not None
@@ -95,7 +106,7 @@ def _producer_command(config: DemoConfig, index: int, bridge: Bridge) -> list[st
         host, port = bridge.tcp_address
         url, tls = f"tcp://{host}:{port}", []
     return [
-        sys.executable, "-m", "aqueduct.bridge.demo_producer", "--url", url, *tls,
+        sys.executable, "-m", "demo.producer", "--url", url, *tls,
         "--index", str(index), "--producers", str(config.producers),
         "--streams", str(config.streams), "--events", str(config.events),
         "--epoch", str(config.epoch), "--timeout", str(config.timeout),
@@ -133,7 +144,7 @@ async def demo(config: DemoConfig, work: Path, status: TextIO, spark: Any = None
             log = open(work / f"producer-{i}.log", "wb")  # the child keeps its own descriptor
             procs.append(
                 await asyncio.create_subprocess_exec(
-                    *_producer_command(config, i, bridge), stdout=log, stderr=log
+                    *_producer_command(config, i, bridge), stdout=log, stderr=log, env=_producer_env()
                 )
             )
             log.close()

@@ -1,9 +1,9 @@
 """One simulated remote producer of the demo, run as its own process.
 
-``python -m aqueduct.bridge.demo_producer --url aqueduct://127.0.0.1:4433
+``python -m demo.producer --url aqueduct://127.0.0.1:4433
 --cafile ca.pem --index 0 --producers 4 --streams 2 --events 25000``
 
-It sends its share of the :class:`~aqueduct.bridge.workload.Workload` with
+It sends its share of the :class:`~demo.workload.Workload` with
 the :class:`~aqueduct.connector.client.Connector` library, round-robin over
 its streams, and exits 0 once every message is acked, i.e. committed in the
 bridge's Spark sink. Reconnects and re-sends after a bridge restart are the
@@ -20,8 +20,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from aqueduct.bridge.workload import Workload, payload
 from aqueduct.connector.client import Connector
+from demo.workload import Workload, payload
 
 PROGRAM = "aqueduct-demo"
 
@@ -69,7 +69,7 @@ async def produce(
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m aqueduct.bridge.demo_producer",
+        prog="python -m demo.producer",
         description="One demo producer: send a deterministic workload, exit once all is acked.",
     )
     p.add_argument("--url", required=True, help="aqueduct://HOST:PORT or tcp://HOST:PORT")
