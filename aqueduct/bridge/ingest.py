@@ -38,6 +38,7 @@ credits a group earned go out when its commit is done. The transports call
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -55,6 +56,14 @@ from aqueduct.connector.events import (
 from aqueduct.connector.frames import BOUNDARY, UNSTABLE_REFERENCE, Message
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
+
+logger = logging.getLogger(__name__)
+
+
+def _report_failed_write(done: Future[object]) -> None:
+    """Log a failed trim or acked-file write (it costs disk or a stale status, never a record)."""
+    if not done.cancelled() and done.exception() is not None:
+        logger.error("the log's I/O thread failed to trim or record acks: %r", done.exception())
 
 
 def connector_name(program_name: str, instance_name: str) -> str:
@@ -179,14 +188,18 @@ class Ingest:
     async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
         state = self._sessions[peer]
         try:
-            self.log.open_stream(
-                event.stream_id,
-                event.stream_name,
-                state.connector,
-                ordered=event.ordered,
-                point_of_reference=event.point_of_reference,
+            # The stream's files are created on the log's I/O thread; this
+            # session waits for them (the loop and other sessions do not).
+            await asyncio.wrap_future(
+                self.log.open_stream(
+                    event.stream_id,
+                    event.stream_name,
+                    state.connector,
+                    ordered=event.ordered,
+                    point_of_reference=event.point_of_reference,
+                )
             )
-        except LogError as exc:
+        except (LogError, OSError) as exc:
             await peer.fail(str(exc))
             return
         self._committed.setdefault(event.stream_id, 0)
@@ -313,5 +326,7 @@ class Ingest:
             refs.setdefault(owner, []).append((sid, point))
         self._committed.update(advanced)
         for sid, offset in advanced.items():
-            self.log.truncate(sid, offset)
+            self.log.truncate(sid, offset).add_done_callback(_report_failed_write)
+        if advanced:  # for `aqueduct-bridge status`: how far producers were told
+            self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
         self._release_credits(refs)

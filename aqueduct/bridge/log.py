@@ -42,13 +42,16 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 
+from aqueduct.bridge.acked import write_acked
 from aqueduct.bridge.index import (
     MAGIC,
     IndexEntry,
@@ -73,6 +76,8 @@ from aqueduct.bridge.view import (
 from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+T = TypeVar("T")
 
 #: ``(payload, message_id, event_time, key, boundary, stable) -> offset``: see :meth:`DurableLog.appender`.
 Appender = Callable[[bytes, int | None, int | None, bytes | None, bool, bool], int]
@@ -171,10 +176,21 @@ class _StreamWriter:
         self.received = self._rebuild_received()
         self.pending = _Pending()
         self.segment: SegmentWriter | None = None
-        if last is not None:
-            valid = last.position + last.length
-            self.segment = SegmentWriter(directory, last.segment, valid)
-        self._index_fd = os.open(directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+        self._index_fd = -1  # opened by open_files(), on the thread that may write
+
+    def open_files(self) -> None:
+        """Open the index for appending and the last segment to go on (the writing thread)."""
+        if self.entries:
+            last = self.entries[-1]
+            self.segment = SegmentWriter(self.directory, last.segment, last.position + last.length)
+        self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+
+    def create_files(self) -> None:
+        """Create a new stream's directory, metadata and empty index (I/O thread)."""
+        self.directory.mkdir(exist_ok=True)
+        write_atomically(self.directory / META_FILE, self.meta.to_json())
+        write_atomically(self.directory / INDEX_FILE, MAGIC)
+        self.open_files()
 
     def _rebuild_received(self) -> RangeSet:
         """Ids below the oldest retained point of reference, ids carried over from
@@ -364,7 +380,8 @@ class _StreamWriter:
     def close(self) -> None:
         if self.segment is not None:
             self.segment.close()
-        os.close(self._index_fd)
+        if self._index_fd >= 0:
+            os.close(self._index_fd)
 
 
 def _stable_ids(view: StreamIndex) -> Iterator[int]:
@@ -430,7 +447,8 @@ class DurableLog:
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
                 meta, entries = _recover_stream(d)
-                self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
+                writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
+                writer.open_files()
 
     # -- streams -----------------------------------------------------------
 
@@ -443,8 +461,15 @@ class DurableLog:
         ordered: bool = True,
         point_of_reference: int = 0,
         boundaries: bool = False,
-    ) -> int:
-        """Create or re-open a stream (on NOTIFY); return its current point of reference.
+    ) -> Future[int]:
+        """Create or re-open a stream (on NOTIFY); resolves to its current point of reference.
+
+        The stream is usable at once: appends may follow before the future
+        is done. Its files (directory, metadata, empty index) are created on
+        the I/O thread, in order before any group commit holding its records,
+        so the event loop never waits for their fsyncs. A stream owned by
+        another connector raises :class:`LogError` here, before anything
+        changes.
 
         ``ordered`` streams have strictly increasing ids (point of
         reference = last stable id + 1); unordered ones have consecutive
@@ -462,22 +487,37 @@ class DurableLog:
         _check_int64("stream id", stream_id)
         s = self._streams.get(stream_id)
         meta = StreamMeta(stream_id, stream_name, connector, ordered)
+        files: Callable[[], None] | None = None
         if s is None:
-            d = self.path / STREAMS_DIR / str(stream_id)
-            d.mkdir(exist_ok=True)
-            write_atomically(d / META_FILE, meta.to_json())
-            write_atomically(d / INDEX_FILE, MAGIC)
-            s = self._streams[stream_id] = _StreamWriter(d, meta, [])
+            s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
+            files = s.create_files
         elif s.meta.connector != connector:
             raise LogError(
                 f"stream {stream_id} belongs to connector {s.meta.connector!r}, not {connector!r}"
             )
         elif s.meta != meta:
-            write_atomically(s.directory / META_FILE, meta.to_json())
             s.meta = meta
+            files = partial(write_atomically, s.directory / META_FILE, meta.to_json())
         s.reference = max(s.reference, point_of_reference)
         s.uses_boundaries = s.uses_boundaries or boundaries
-        return s.reference
+        return self._write(files, s.reference)
+
+    def _write(self, job: Callable[[], object] | None, result: T) -> Future[T]:
+        """Run ``job`` on the I/O thread, behind every write already queued; resolve to ``result``.
+
+        Queued behind nothing, the answer is ready at once: a stream that
+        needs no file change should not wait for a group commit in flight.
+        """
+        if job is None:
+            done: Future[T] = Future()
+            done.set_result(result)
+            return done
+
+        def run() -> T:
+            job()
+            return result
+
+        return self._io.submit(run)
 
     def _stream(self, stream_id: int) -> _StreamWriter:
         try:
@@ -593,13 +633,15 @@ class DurableLog:
 
     # -- trimming ----------------------------------------------------------
 
-    def truncate(self, stream_id: int, below_offset: int, now: float | None = None) -> int:
+    def truncate(self, stream_id: int, below_offset: int, now: float | None = None) -> Future[int]:
         """Drop whole segments holding only records below ``below_offset``.
 
         Call it with offsets the downstream has committed (bounded input
         reliance). Segments written less than ``retention_seconds`` ago,
-        and the segment being appended to, are kept. Returns the new
-        earliest stored offset.
+        and the segment being appended to, are kept. The file work runs on
+        the I/O thread; the future resolves to the new earliest stored
+        offset. An offset beyond the committed records raises
+        :class:`LogError` at once.
         """
         s = self._stream(stream_id)
         end = s.view().end
@@ -609,12 +651,16 @@ class DurableLog:
                 f"only {end} records are committed"
             )
         if not s.has_closed_segments():
-            return s.view().earliest  # nothing droppable: no need to wait for the I/O thread
+            return self._write(None, s.view().earliest)  # nothing droppable: no file work
         now_s = time.time() if now is None else now
         keep_after_us = int((now_s - self.retention_seconds) * 1_000_000)
         # On the I/O thread, after any commit in flight: its index entry must
         # be in the list the truncation rewrites the index from.
-        return self._io.submit(s.drop_segments_below, below_offset, keep_after_us).result()
+        return self._io.submit(s.drop_segments_below, below_offset, keep_after_us)
+
+    def write_acked(self, positions: Mapping[int, int]) -> Future[None]:
+        """Record, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
+        return self._write(partial(write_acked, self.path, dict(positions)), None)
 
     def close(self) -> None:
         """Release files and the writer lock once a commit in flight is done (buffered records are discarded)."""

@@ -37,7 +37,6 @@ from typing import Any, TextIO
 from aqueduct.bridge.commits import install_commit_listener, read_committed
 from aqueduct.bridge.ingest import Ingest, IngestConfig
 from aqueduct.bridge.log import DurableLog, LogError
-from aqueduct.bridge.status import write_acked
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
@@ -129,7 +128,10 @@ class Bridge:
     async def start(self) -> None:
         """Open the log, listen for connectors, start Spark and the query."""
         c = self.config
-        self.log = DurableLog(c.log_dir, retention_seconds=c.retention or 0.0)
+        # Opening recovers every stream (reads, cuts torn writes): off the loop.
+        self.log = await asyncio.to_thread(
+            DurableLog, c.log_dir, retention_seconds=c.retention or 0.0
+        )
         self.ingest = Ingest(self.log, IngestConfig(max_lag=c.max_lag))
         self._poll_commit_file()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
@@ -168,7 +170,7 @@ class Bridge:
             self._poll_commit_file()
             await self.ingest.commit()
         if self.log is not None:
-            self.log.close()
+            await asyncio.to_thread(self.log.close)
             self.log = None
         self.stopped.set()
 
@@ -259,9 +261,9 @@ class Bridge:
     def _on_spark_commit(self, positions: dict[int, int]) -> None:
         if self.ingest is not None and self.log is not None:
             self._batches += 1
+            # Acks, trims the log and records the acked offsets for `status`
+            # (the reader's commit file trails by a batch; acked.json does not).
             self.ingest.on_committed(positions)
-            # For `status`: the reader's commit file trails by a batch, this does not.
-            write_acked(self.config.log_dir, self.ingest.committed_offsets())
 
     def _poll_commit_file(self) -> None:
         assert self.ingest is not None

@@ -11,30 +11,11 @@ the one the bridge sends for that offset.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
-from aqueduct.bridge.commits import parse_offsets, read_committed
-from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.acked import read_acked
+from aqueduct.bridge.commits import read_committed
 from aqueduct.bridge.view import load_streams
-
-ACKED_FILE = "acked.json"
-
-
-def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
-    """Record the offsets whose points of reference the bridge acked (atomically)."""
-    doc = {"offsets": {str(s): positions[s] for s in sorted(positions)}, "acked_at": time.time()}
-    write_atomically(log_dir / ACKED_FILE, json.dumps(doc).encode())
-
-
-def read_acked(log_dir: Path) -> dict[int, int]:
-    """Offsets recorded by :func:`write_acked` (empty before the first commit)."""
-    try:
-        return parse_offsets(json.loads((log_dir / ACKED_FILE).read_bytes())["offsets"])
-    except FileNotFoundError:
-        return {}
 
 
 def read_status(log_dir: Path, consumer: str = "default") -> dict:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.acked import write_acked
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.source import AqueductStreamReader, SourceOptions
-from aqueduct.bridge.status import write_acked
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

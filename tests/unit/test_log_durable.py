@@ -36,7 +36,7 @@ def log(tmp_path: Path):
 
 
 def test_records_are_invisible_until_commit_then_read_back_exactly(log: DurableLog) -> None:
-    log.open_stream(7, "temps", CONNECTOR)
+    log.open_stream(7, "temps", CONNECTOR).result()  # files exist once done
     assert log.append(7, b"a", message_id=1, event_time=1_000_000, key=b"k") == 0
     assert log.append(7, b"b", message_id=2) == 1
     assert log.append(7, b"c") == 2  # EPHEMERAL
@@ -164,7 +164,7 @@ def test_orphan_segment_from_a_crashed_roll_is_removed(tmp_path: Path) -> None:
 
 
 def test_reader_view_while_writer_appends(log: DurableLog) -> None:
-    log.open_stream(1, "s", CONNECTOR)
+    log.open_stream(1, "s", CONNECTOR).result()
     seen = []
     for i in range(20):
         log.append(1, b"p%d" % i, message_id=i)
@@ -259,14 +259,14 @@ def test_truncate_drops_whole_committed_segments(log: DurableLog) -> None:
     assert len(before) > 3
     with pytest.raises(LogError, match="only 40 records are committed"):
         log.truncate(1, 41)
-    earliest = log.truncate(1, 25)
+    earliest = log.truncate(1, 25).result()
     after = segment_bases(d)
     assert earliest == after[0] and earliest <= 25 and after == [b for b in before if b >= earliest]
     got = rows(log.path, 1)
     assert [r["message_id"] for r in got] == list(range(earliest, 40))
     assert log.reference_at(1, earliest) == earliest  # still answerable at the cut
     assert log.is_duplicate(1, 3)  # dedup survives truncation
-    assert log.truncate(1, 40) == after[-1]  # the active segment is always kept
+    assert log.truncate(1, 40).result() == after[-1]  # the active segment is always kept
 
 
 def test_truncate_survives_reopen_and_dedup_is_rebuilt(tmp_path: Path) -> None:
@@ -276,7 +276,7 @@ def test_truncate_survives_reopen_and_dedup_is_rebuilt(tmp_path: Path) -> None:
         for m in (0, 1, 3, 4, 6):
             lg.append(1, b"", message_id=m)
             lg.commit()
-        lg.truncate(1, 2)
+        lg.truncate(1, 2).result()
     with DurableLog(path) as lg:
         assert lg.snapshot(1).earliest == 2
         assert [m for m in range(8) if lg.is_duplicate(1, m)] == [0, 1, 3, 4, 6]
@@ -289,9 +289,9 @@ def test_retention_keeps_recent_segments(tmp_path: Path) -> None:
         for i in range(4):
             lg.append(1, b"", message_id=i)
             lg.commit(now=1000.0 + 10 * i)  # segments written at t=1000, 1010, 1020, 1030
-        assert lg.truncate(1, 4, now=1030.0) == 0  # all younger than 60 s
-        assert lg.truncate(1, 4, now=1075.0) == 2  # t=1000 and 1010 are old enough
-        assert lg.truncate(1, 4, now=5000.0) == 3  # the active segment stays
+        assert lg.truncate(1, 4, now=1030.0).result() == 0  # all younger than 60 s
+        assert lg.truncate(1, 4, now=1075.0).result() == 2  # t=1000 and 1010 are old enough
+        assert lg.truncate(1, 4, now=5000.0).result() == 3  # the active segment stays
 
 
 def test_out_of_range_values_are_refused(log: DurableLog) -> None:

@@ -61,8 +61,8 @@ class LogMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="aqlog-"))
         self.path = self.dir / "log"
         self.log = DurableLog(self.path, segment_bytes=1500)
-        self.log.open_stream(ORDERED, "o", "c/1")
-        self.log.open_stream(UNORDERED, "u", "c/1", ordered=False)
+        self.log.open_stream(ORDERED, "o", "c/1").result()
+        self.log.open_stream(UNORDERED, "u", "c/1", ordered=False).result()
         self.committed: dict[int, list[Rec]] = {ORDERED: [], UNORDERED: []}
         self.pending: dict[int, list[Rec]] = {ORDERED: [], UNORDERED: []}
         self.next_ordered_id = 0
@@ -144,7 +144,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule(sid=st.sampled_from([ORDERED, UNORDERED]), frac=st.floats(0, 1))
     def truncate(self, sid: int, frac: float) -> None:
         below = int(len(self.committed[sid]) * frac)
-        earliest = self.log.truncate(sid, below)
+        earliest = self.log.truncate(sid, below).result()
         assert self.earliest[sid] <= earliest
         assert earliest <= max(below, self.earliest[sid])
         self.earliest[sid] = earliest

@@ -34,8 +34,8 @@ def spark_round_trip(obj):
 @pytest.fixture
 def log(tmp_path: Path):
     lg = DurableLog(tmp_path / "log")
-    lg.open_stream(10, "ten", "c/1", boundaries=True)
-    lg.open_stream(2, "two", "c/1")
+    lg.open_stream(10, "ten", "c/1", boundaries=True).result()
+    lg.open_stream(2, "two", "c/1").result()
     yield lg
     lg.close()
 
@@ -157,7 +157,7 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
         for i in range(3):
             lg.append(1, b"", message_id=i)
             lg.commit()
-        assert lg.truncate(1, 2) == 2  # as if another query had committed up to 2
+        assert lg.truncate(1, 2).result() == 2  # as if another query had committed up to 2
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
             r.latestOffset(start, ReadAllAvailable())
         assert r.initialOffset() == {"1": 2}  # a new query starts at what is left
