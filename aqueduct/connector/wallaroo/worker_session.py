@@ -110,7 +110,7 @@ class _Stream:
     """One stream as this session sees it; ``point`` is the seed's (exclusive)."""
 
     name: str
-    point: int
+    point_of_reference: int
     state: StreamState = StreamState.START
 
 
@@ -273,10 +273,10 @@ class WallarooSession:
             stream = self.streams[sid] = _Stream(notify.stream_name, self._durable_points.pop(sid, 0))
         stream.state = step(STREAM_TRANSITIONS, stream.state, "notify")
         stream.name = notify.stream_name
-        stream.point = max(stream.point, from_v3(notify.point_of_reference))
+        stream.point_of_reference = max(stream.point_of_reference, from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._emit(StreamNotified(sid, notify.stream_name, stream.point, ordered=True))
-        self._out += encode(NotifyAck(True, sid, to_v3(stream.point)))
+        self._emit(StreamNotified(sid, notify.stream_name, stream.point_of_reference, ordered=True))
+        self._out += encode(NotifyAck(True, sid, to_v3(stream.point_of_reference)))
 
     def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
         stream = self.streams.get(frame.stream_id)
@@ -295,17 +295,17 @@ class WallarooSession:
                 f"MESSAGE: event time {message.event_time} is negative "
                 "(the bridge stores microseconds since the Unix epoch)"
             )
-        if message.message_id < stream.point:
+        if message.message_id < stream.point_of_reference:
             self._unpersisted += 1  # a duplicate from a resume: dropped, its credit returned
             return
-        stream.point = message.message_id + 1
+        stream.point_of_reference = message.message_id + 1
         self._add(message.stream_id, _record(message))
 
     def _on_end_of_stream(self, end: EndOfStream) -> None:
         stream = self._open_stream(end)
         stream.state = step(STREAM_TRANSITIONS, stream.state, "eos")
         self._owed += 1
-        self._add(end.stream_id, _end_record(end.stream_id, max(stream.point - 1, 0)))
+        self._add(end.stream_id, _end_record(end.stream_id, max(stream.point_of_reference - 1, 0)))
 
     def _send_ack(self, refs: Iterable[tuple[int, int]], credits: int) -> None:
         points = tuple((sid, point - 1) for sid, point in refs if point)  # seed 0: nothing to ack
