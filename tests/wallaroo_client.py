@@ -8,8 +8,8 @@ points tracked per stream. On RESTART, or when the connection drops (a
 bridge restart), it reconnects, re-notifies, and resumes each stream after
 the point NOTIFY_ACK names (inclusive: that id is not sent again).
 
-Its source is deterministic (stream ``s`` sends ids ``0..count-1`` with
-:func:`payload`), so "resume from point P" is simply "send from ``P + 1``".
+Its source is deterministic (stream ``s`` sends ids ``0..count-1`` as
+:func:`message` makes them), so "resume from point P" is simply "send from ``P + 1``".
 """
 
 from __future__ import annotations
@@ -43,8 +43,17 @@ class Refused(Exception):
     """The worker sent ERROR (``str()`` is its reason)."""
 
 
+EVENT_TIME_BASE = 1_700_000_000_000_000  # microseconds since the Unix epoch
+
+
 def payload(stream_id: int, message_id: int) -> bytes:
     return f"stream {stream_id} message {message_id}".encode()
+
+
+def message(stream_id: int, message_id: int) -> Message:
+    """The MESSAGE the source sends for an id: a payload, an event time and a key."""
+    key = f"k{message_id % 4}".encode()
+    return Message(stream_id, message_id, EVENT_TIME_BASE + message_id, key, payload(stream_id, message_id))
 
 
 @dataclass
@@ -136,13 +145,18 @@ class WallarooSource:
                     raise Refused(f"stream {sid} refused: {notify_ack}")
                 points[sid] = notify_ack.point_of_reference
             self.stats.resumed_from.append(dict(points))
-            for sid, point in points.items():
-                first = 0 if point == NO_POINT else point + 1  # inclusive: skip the id it names
-                for mid in range(first, self.count):
+            # Inclusive: resume after the id NOTIFY_ACK names. Streams take turns.
+            todo = {sid: 0 if p == NO_POINT else p + 1 for sid, p in points.items()}
+            while todo:
+                for sid, mid in list(todo.items()):
+                    if mid == self.count:
+                        writer.write(encode(EndOfStream(sid)))  # costs no credit
+                        del todo[sid]
+                        continue
                     await self._spend(writer, deadline)
-                    writer.write(encode(Message(sid, mid, 0, b"", payload(sid, mid))))
+                    writer.write(encode(message(sid, mid)))
+                    todo[sid] = mid + 1
                     self.stats.sent += 1
-                writer.write(encode(EndOfStream(sid)))  # costs no credit
             await writer.drain()
             while not self.done:  # wait for the last ACKs
                 await self._wait(self._credit, deadline)
