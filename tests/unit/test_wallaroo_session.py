@@ -207,3 +207,38 @@ def test_only_ids_above_the_point_are_kept_and_every_dropped_one_gets_its_credit
     returned = sum(a.credits for a in replies(session))
     assert returned == len(ids) - len(kept)
     assert session.streams[1].point_of_reference == point
+
+
+ids = st.integers(0, 5)
+connector_frames = st.lists(
+    st.one_of(
+        st.builds(Notify, ids, st.just("s"), st.sampled_from([NO_POINT, 0, 3])),
+        st.builds(Message, ids, st.integers(0, 8), st.integers(-1, 2), st.binary(max_size=2)),
+        st.builds(EndOfStream, ids),
+        st.just(Error("bye")),
+        st.just(Ok(1)),
+    ),
+    max_size=25,
+)
+
+
+@given(connector_frames, st.integers(1, 6))
+def test_any_frame_sequence_ends_cleanly_and_never_overgrants_credits(frames: list, credits: int) -> None:
+    session = streaming(credits=credits)
+    spendable = credits  # what the connector may spend, by its own count
+    for frame in frames:
+        events = feed(session, frame)
+        out = replies(session)
+        if isinstance(frame, (Notify, Message)):
+            spendable -= 1
+        spendable += sum(a.credits for a in out if isinstance(a, Ack))
+        assert spendable >= 0 or out[-1] == Error("credit exceeded")
+        assert spendable <= credits  # returned credits never exceed what was spent
+        if session.ended:
+            assert isinstance(events[-1], SessionEnded)
+            break
+        for event in events:
+            if isinstance(event, MessagesAccepted):  # the sink returns their credits later
+                session.ack((), len(event.messages))
+                spendable += sum(a.credits for a in replies(session))
+        assert spendable <= credits

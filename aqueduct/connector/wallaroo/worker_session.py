@@ -106,6 +106,14 @@ def _end_record(stream_id: int, last_id: int) -> Record:
 
 
 @dataclass(slots=True)
+class _Run:
+    """Records of one stream received back to back: one MessagesAccepted when taken."""
+
+    stream_id: int
+    records: list[Record]
+
+
+@dataclass(slots=True)
 class _Stream:
     """One stream as this session sees it; ``point`` is the seed's (exclusive)."""
 
@@ -144,9 +152,7 @@ class WallarooSession:
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._owed = 0  # credits the ingest will return for EOS records, which cost none
-        self._events: list[WorkerEvent] = []
-        self._batch: list[Record] = []
-        self._batch_stream = -1
+        self._events: list[WorkerEvent | _Run] = []
         self._handlers = {
             kind: (states, getattr(self, name)) for kind, (states, name) in self.RECEIVE_TABLE.items()
         }
@@ -176,12 +182,10 @@ class WallarooSession:
         return self._take_events()
 
     def connection_lost(self) -> list[WorkerEvent]:
-        """The transport ended."""
-        if self.ended:
-            self.state = C.DISCONNECTED
-            return []
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "closed")
-        return [SessionEnded("connection closed", "closed")]
+        """The transport ended (after ERROR / RESTART that is no news)."""
+        news = [] if self.ended else [SessionEnded("connection closed", "closed")]
+        self.state = C.DISCONNECTED
+        return news
 
     # ------------------------------------------------------------ sink calls
 
@@ -252,10 +256,9 @@ class WallarooSession:
         self._credits = self.config.initial_credits
         self._out += encode(Ok(self._credits))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
-        self._emit(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
+        self._events.append(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
 
     def _on_error(self, error: Error) -> None:
-        self._flush_batch()
         self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
         self._events.append(SessionEnded(error.reason, "peer"))
         raise _SessionOver()
@@ -275,7 +278,7 @@ class WallarooSession:
         stream.name = notify.stream_name
         stream.point_of_reference = max(stream.point_of_reference, from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._emit(StreamNotified(sid, notify.stream_name, stream.point_of_reference, ordered=True))
+        self._events.append(StreamNotified(sid, notify.stream_name, stream.point_of_reference, ordered=True))
         self._out += encode(NotifyAck(True, sid, to_v3(stream.point_of_reference)))
 
     def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
@@ -315,7 +318,6 @@ class WallarooSession:
 
     def _fail(self, reason: str) -> _SessionOver:
         """Queue ERROR ``reason`` and end the session; the caller raises the result."""
-        self._flush_batch()
         self._out += encode(Error(reason))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
         self._events.append(SessionEnded(reason, "local"))
@@ -324,22 +326,17 @@ class WallarooSession:
     # ------------------------------------------------------------ events
 
     def _add(self, stream_id: int, record: Record) -> None:
-        if self._batch_stream != stream_id:
-            self._flush_batch()
-            self._batch_stream = stream_id
-        self._batch.append(record)
-
-    def _emit(self, event: WorkerEvent) -> None:
-        self._flush_batch()
-        self._events.append(event)
-
-    def _flush_batch(self) -> None:
-        if self._batch:
-            self._events.append(MessagesAccepted(self._batch_stream, tuple(self._batch)))
-            self._batch = []
-        self._batch_stream = -1
+        """Queue a record; consecutive records of one stream become one MessagesAccepted."""
+        last = self._events[-1] if self._events else None
+        if isinstance(last, _Run) and last.stream_id == stream_id:
+            last.records.append(record)
+        else:
+            self._events.append(_Run(stream_id, [record]))
 
     def _take_events(self) -> list[WorkerEvent]:
-        self._flush_batch()
-        events, self._events = self._events, []
+        events = [
+            MessagesAccepted(e.stream_id, tuple(e.records)) if isinstance(e, _Run) else e
+            for e in self._events
+        ]
+        self._events = []
         return events
