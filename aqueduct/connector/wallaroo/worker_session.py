@@ -115,7 +115,7 @@ class _Run:
 
 @dataclass(slots=True)
 class _Stream:
-    """One stream as this session sees it; ``point`` is the seed's (exclusive)."""
+    """One stream as this session sees it; its point of reference is the seed's (exclusive)."""
 
     name: str
     point_of_reference: int
