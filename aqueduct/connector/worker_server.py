@@ -24,7 +24,8 @@ from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig, WorkerSession
 
 SessionFactory = Callable[[WorkerConfig, DurableLookup], WorkerSession]
-"""Makes a connection's sans-IO session; another wire (Wallaroo v3) brings its own."""
+"""Makes a connection's sans-IO session: a :class:`WorkerSession`, or for another wire one
+with the same interface and events (:class:`~aqueduct.connector.wallaroo.worker_session.WallarooSession`)."""
 
 FLUSH_TIMEOUT = 5.0
 """Seconds a closing session waits for its last frames to leave."""
