@@ -57,6 +57,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quic", type=host_port, metavar="HOST:PORT", help="QUIC listen address")
     p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="plain TCP listen address")
+    p.add_argument(
+        "--wallaroo-tcp", type=host_port, metavar="HOST:PORT",
+        help="TCP listen address for Wallaroo's released (v3) connectors",
+    )
     p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
     p.add_argument("--cookie", default="", help="shared secret connectors must present")
     p.add_argument("--cert", type=Path, help="TLS certificate (default: generated into --log)")
@@ -134,8 +138,11 @@ def parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     from aqueduct.bridge.service import BridgeConfig, run_forever
 
-    if args.quic is None and args.tcp is None:
-        print("aqueduct-bridge serve: give --quic HOST:PORT and/or --tcp HOST:PORT", file=sys.stderr)
+    if args.quic is None and args.tcp is None and args.wallaroo_tcp is None:
+        print(
+            "aqueduct-bridge serve: give --quic, --tcp and/or --wallaroo-tcp HOST:PORT",
+            file=sys.stderr,
+        )
         return 2
     if (args.cert is None) != (args.key is None):
         print("aqueduct-bridge serve: --cert and --key go together", file=sys.stderr)
@@ -144,6 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_dir=args.log,
         quic=args.quic,
         tcp=args.tcp,
+        wallaroo_tcp=args.wallaroo_tcp,
         cookie=args.cookie.encode(),
         certfile=args.cert,
         keyfile=args.key,

@@ -39,6 +39,7 @@ from aqueduct.bridge.ingest import Ingest, IngestConfig
 from aqueduct.bridge.log import DurableLog, LogError
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.wallaroo.worker_session import WallarooSession
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths, generate_certs
 
@@ -56,6 +57,7 @@ class BridgeConfig:
     log_dir: Path
     quic: tuple[str, int] | None = None
     tcp: tuple[str, int] | None = None
+    wallaroo_tcp: tuple[str, int] | None = None  # Wallaroo v3 connectors (spec/wallaroo-compat.md)
     cookie: bytes = b""
     certfile: Path | None = None
     keyfile: Path | None = None
@@ -121,6 +123,7 @@ class Bridge:
         self.stopped = asyncio.Event()
         self.quic_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
+        self.wallaroo_address: tuple[str, int] | None = None
         self.cafile: Path | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -203,6 +206,11 @@ class Bridge:
             server = await serve_tcp(c.tcp[0], c.tcp[1], self.ingest, worker)
             self._listeners.append(server)
             self.tcp_address = server.address
+        if c.wallaroo_tcp is not None:
+            host, port = c.wallaroo_tcp
+            server = await serve_tcp(host, port, self.ingest, worker, WallarooSession)
+            self._listeners.append(server)
+            self.wallaroo_address = server.address
 
     # ------------------------------------------------------------ Spark
 
@@ -339,6 +347,8 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
         return 1
     listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
     listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
+    if bridge.wallaroo_address:
+        listening.append(f"Wallaroo v3 TCP {bridge.wallaroo_address[0]}:{bridge.wallaroo_address[1]}")
     print(f"aqueduct-bridge: listening on {', '.join(listening)}", file=out, flush=True)
     if bridge.cafile is not None:
         print(f"aqueduct-bridge: connectors verify the server with {bridge.cafile}", file=out, flush=True)

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Sequence
 
 from aqueduct.connector.frames import Frame
-from aqueduct.connector.worker_server import WorkerPeer, WorkerServer, WorkerSink
-from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.connector.worker_server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
+from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
 READ_SIZE = 256 * 1024
 
@@ -48,9 +48,17 @@ class TcpLink:
 
 
 async def serve_tcp(
-    host: str, port: int, sink: WorkerSink, config: WorkerConfig | None = None
+    host: str,
+    port: int,
+    sink: WorkerSink,
+    config: WorkerConfig | None = None,
+    session_factory: SessionFactory = WorkerSession,
 ) -> WorkerServer:
-    """Listen on ``host:port`` (0 = any free port); each connection feeds ``sink``."""
+    """Listen on ``host:port`` (0 = any free port); each connection feeds ``sink``.
+
+    ``session_factory`` picks the wire: the seed protocol's
+    :class:`WorkerSession` by default, or the Wallaroo v3 session.
+    """
     worker_config = config or WorkerConfig()
     server: WorkerServer
 
@@ -59,7 +67,7 @@ async def serve_tcp(
             writer.write(data)
             await writer.drain()
 
-        peer = WorkerPeer(sink, worker_config, send, writer.close)
+        peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory)
 
         async def read_loop() -> None:
             while not peer.ended:

@@ -21,7 +21,11 @@ from typing import Protocol
 
 from aqueduct.connector.events import SessionEnded, WorkerEvent
 from aqueduct.connector.inbound import DurableStream
-from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+from aqueduct.connector.worker_session import DurableLookup, WorkerConfig, WorkerSession
+
+SessionFactory = Callable[[WorkerConfig, DurableLookup], WorkerSession]
+"""Makes a connection's sans-IO session: a :class:`WorkerSession`, or for another wire one
+with the same interface and events (:class:`~aqueduct.connector.wallaroo.worker_session.WallarooSession`)."""
 
 FLUSH_TIMEOUT = 5.0
 """Seconds a closing session waits for its last frames to leave."""
@@ -52,9 +56,10 @@ class WorkerPeer:
         config: WorkerConfig,
         send: Callable[[bytes], Awaitable[None]],
         abort: Callable[[], None],
+        session_factory: SessionFactory = WorkerSession,
     ) -> None:
         self.sink = sink
-        self.session = WorkerSession(config, sink.durable_streams)
+        self.session = session_factory(config, sink.durable_streams)
         self._send = send
         self.abort = abort  # close the transport now (the reader then reports the loss)
         #: why the session ended (the SessionEnded reason), for the transport's close

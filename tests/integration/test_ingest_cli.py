@@ -24,7 +24,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("command", "mentions"),
     [
         ((), ["serve", "status"]),
-        (("serve",), ["--quic", "--tcp", "--log", "--cookie", "--cert", "--master", "--sink",
+        (("serve",), ["--quic", "--tcp", "--wallaroo-tcp", "--log", "--cookie", "--cert", "--master", "--sink",
                       "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
                       "--max-lag"]),
         (("status",), ["--log", "--json"]),
@@ -51,7 +51,7 @@ def test_the_demo_explains_itself_and_is_not_a_product_command() -> None:
 def test_serve_without_a_listener_says_what_is_missing(tmp_path: Path) -> None:
     done = run_cli("serve", "--log", str(tmp_path / "log"))
     assert done.returncode == 2
-    assert "--quic HOST:PORT and/or --tcp HOST:PORT" in done.stderr
+    assert "give --quic, --tcp and/or --wallaroo-tcp HOST:PORT" in done.stderr
 
 
 def test_serve_rejects_a_malformed_address(tmp_path: Path) -> None:

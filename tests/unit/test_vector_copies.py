@@ -18,6 +18,7 @@ PAIRS = [
     ("tests/vectors/connector-frames.json", "vectors/connector-frames.json"),
     ("docs/spec/aqueduct-wire.md", "spec/aqueduct-wire.md"),
     ("docs/spec/connector-wire.md", "spec/connector-wire.md"),
+    ("docs/spec/wallaroo-compat.md", "spec/wallaroo-compat.md"),
 ]
 
 

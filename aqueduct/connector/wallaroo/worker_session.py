@@ -1,0 +1,342 @@
+"""Sans-IO worker side of one Wallaroo v3 connection (spec/wallaroo-compat.md).
+
+It has :class:`~aqueduct.connector.worker_session.WorkerSession`'s interface
+(``receive_data``, ``ack``, ``restart``, ``fail``, ``data_to_send``,
+``connection_lost``) and reports the same events (``HelloAccepted``,
+``StreamNotified``, ``MessagesAccepted``, ``SessionEnded``), so a
+:class:`~aqueduct.connector.worker_server.WorkerPeer` drives it and the
+bridge's ingest consumes it unchanged. Everything that differs from the
+seed protocol is settled here, at the edge:
+
+* **Points of reference.** v3 points are inclusive (the last id held,
+  :data:`NO_POINT` for none), the seed's and the ingest's exclusive (the
+  first id not held, 0 for none). :func:`to_v3` / :func:`from_v3` convert
+  every point crossing this module, and nothing else sees a v3 point.
+* **NOTIFY_ACK.** OK carries no points; each NOTIFY is answered with the
+  higher of the worker's durable point (looked up at HELLO) and the
+  connector's own, which is also where the ingest resumes the stream.
+* **Records.** :func:`_record` is the one place a v3 MESSAGE becomes the
+  ingest's record type; EOS_MESSAGE becomes an EOS BOUNDARY record.
+* **Credits.** EOS_MESSAGE costs the connector nothing, but the ingest
+  returns a credit for every record it makes durable; the session keeps
+  those back (``_owed``) so the connector never holds more than it was
+  granted.
+
+TCP only: input is in order, so deduplication is one number per stream
+(ids below the stream's point are dropped; the log's range set drops what
+an earlier session left buffered but not yet durable).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aqueduct.connector.events import (
+    HelloAccepted,
+    MessagesAccepted,
+    SessionEnded,
+    StreamNotified,
+    WorkerEvent,
+)
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
+from aqueduct.connector.frames import Message as Record
+from aqueduct.connector.states import (
+    CONNECTION_TRANSITIONS,
+    STREAM_TRANSITIONS,
+    ConnectionState,
+    StreamState,
+    step,
+)
+from aqueduct.connector.wallaroo.frames import (
+    NO_POINT,
+    PROTOCOL_VERSION,
+    Ack,
+    EndOfStream,
+    Error,
+    Frame,
+    FrameSplitter,
+    Hello,
+    Message,
+    Notify,
+    NotifyAck,
+    Ok,
+    Restart,
+    encode,
+    frame_name,
+)
+from aqueduct.connector.worker_session import DurableLookup, WorkerConfig
+from aqueduct.proto.errors import LocalProtocolError
+
+C = ConnectionState
+
+
+def to_v3(point: int) -> int:
+    """Seed point (first id not held, 0 = nothing) -> v3 point (last id held)."""
+    return point - 1 if point else NO_POINT
+
+
+def from_v3(point: int) -> int:
+    """v3 point (last id held, :data:`NO_POINT` = nothing) -> seed point (first id not held)."""
+    return 0 if point == NO_POINT else point + 1
+
+
+def _record(message: Message) -> Record:
+    """The ingest's record for a v3 MESSAGE (event time 0 and an empty key mean none)."""
+    flags = (EVENT_TIME if message.event_time else 0) | (KEY if message.key else 0)
+    return Record(
+        flags,
+        message.stream_id,
+        message.message_id,
+        message.event_time or None,
+        message.key or None,
+        message.payload,
+    )
+
+
+def _end_record(stream_id: int, last_id: int) -> Record:
+    """The ingest's record for EOS_MESSAGE: an EOS BOUNDARY closing the stream's epoch.
+
+    EOS_MESSAGE carries no id, so the record reuses the last id with
+    UNSTABLE_REFERENCE: it neither moves the point of reference nor takes
+    an id from (or is deduplicated against) the stream's messages.
+    """
+    return Record(EOS | BOUNDARY | UNSTABLE_REFERENCE, stream_id, last_id, payload=None)
+
+
+@dataclass(slots=True)
+class _Run:
+    """Records of one stream received back to back: one MessagesAccepted when taken."""
+
+    stream_id: int
+    records: list[Record]
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One stream as this session sees it; its point of reference is the seed's (exclusive)."""
+
+    name: str
+    point_of_reference: int
+    state: StreamState = StreamState.START
+
+
+class _SessionOver(Exception):
+    """Internal: stop processing input, the session just ended."""
+
+
+class WallarooSession:
+    """One v3 connection's worth of protocol state on the worker."""
+
+    #: frame type -> (states it is legal in, handler name). Types absent here
+    #: are frames a worker may never receive (OK, NOTIFY_ACK, ACK, RESTART).
+    RECEIVE_TABLE: dict[type, tuple[frozenset[ConnectionState], str]] = {
+        Hello: (frozenset({C.CONNECTED}), "_on_hello"),
+        Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
+        Notify: (frozenset({C.STREAMING}), "_on_notify"),
+        Message: (frozenset({C.STREAMING}), "_on_message"),
+        EndOfStream: (frozenset({C.STREAMING}), "_on_end_of_stream"),
+    }
+
+    def __init__(self, config: WorkerConfig, durable: DurableLookup) -> None:
+        self.config = config
+        self.state = C.CONNECTED
+        self.program_name = ""
+        self.instance_name = ""
+        self.streams: dict[int, _Stream] = {}
+        self._durable = durable
+        self._durable_points: dict[int, int] = {}  # from HELLO's lookup, until NOTIFY
+        self._splitter = FrameSplitter(config.max_frame_size)
+        self._out = bytearray()
+        self._credits = 0  # credits the connector may still spend
+        self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
+        self._owed = 0  # credits the ingest will return for EOS records, which cost none
+        self._events: list[WorkerEvent | _Run] = []
+        self._handlers = {
+            kind: (states, getattr(self, name)) for kind, (states, name) in self.RECEIVE_TABLE.items()
+        }
+
+    # ------------------------------------------------------------ inputs
+
+    @property
+    def ended(self) -> bool:
+        """True once ERROR / RESTART was sent or received or the transport closed."""
+        return self.state in (C.ERROR, C.DISCONNECTED)
+
+    def receive_data(self, data: bytes) -> list[WorkerEvent]:
+        """Feed bytes of the TCP connection; return what happened."""
+        if self.ended:
+            return []  # anything after ERROR / RESTART is discarded
+        frames, bad_frame = self._splitter.drain(data)
+        try:
+            for frame in frames:  # those before a bad frame are handled first
+                self._dispatch(frame)
+            if bad_frame is not None:
+                raise self._fail(str(bad_frame))
+            if self._unpersisted:
+                self._send_ack((), self._unpersisted)
+                self._unpersisted = 0
+        except _SessionOver:
+            pass
+        return self._take_events()
+
+    def connection_lost(self) -> list[WorkerEvent]:
+        """The transport ended (after ERROR / RESTART that is no news)."""
+        news = [] if self.ended else [SessionEnded("connection closed", "closed")]
+        self.state = C.DISCONNECTED
+        return news
+
+    # ------------------------------------------------------------ sink calls
+
+    def ack(self, refs: Iterable[tuple[int, int]] = (), credits: int = 0) -> None:
+        """Send ACK: committed seed points ``(stream id, point)`` and ``credits`` more."""
+        if self.ended:
+            return  # the sink may finish a commit after the session died
+        if self.state is not C.STREAMING:
+            raise LocalProtocolError("ACK before the handshake completed")
+        kept = min(credits, self._owed)
+        self._owed -= kept
+        self._send_ack(refs, credits - kept)
+
+    def grant_credits(self, credits: int) -> None:
+        """Send an ACK carrying only credits."""
+        self.ack((), credits)
+
+    def restart(self, address: str = "") -> list[WorkerEvent]:
+        """Send RESTART: the connector reconnects (to ``address`` if given) and re-notifies."""
+        if self.state is not C.STREAMING:
+            raise LocalProtocolError(f"RESTART not allowed in state {self.state.value}")
+        self._out += encode(Restart(address))
+        for stream in self.streams.values():
+            stream.state = step(STREAM_TRANSITIONS, stream.state, "restart")
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
+        return [SessionEnded("restart requested", "restart")]
+
+    def fail(self, reason: str) -> list[WorkerEvent]:
+        """End the session with ERROR ``reason`` (e.g. the sink refused a stream)."""
+        if self.ended:
+            return []
+        self._fail(reason)
+        return self._take_events()
+
+    def data_to_send(self) -> bytes:
+        """Bytes queued for the transport since the last call."""
+        data = bytes(self._out)
+        self._out.clear()
+        return data
+
+    # ------------------------------------------------------------ processing
+
+    def _dispatch(self, frame: Frame) -> None:
+        entry = self._handlers.get(type(frame))
+        if entry is None:
+            raise self._fail(f"{frame_name(frame)} frame may not be sent to a worker")
+        states, handler = entry
+        if self.state not in states:
+            raise self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
+        handler(frame)
+
+    def _on_hello(self, hello: Hello) -> None:
+        if hello.version != PROTOCOL_VERSION:
+            raise self._fail(
+                f"unsupported protocol version: got {hello.version}, expected {PROTOCOL_VERSION}"
+            )
+        expected = self.config.cookie
+        if not expected and hello.cookie:
+            raise self._fail("bad cookie: this worker expects no cookie")
+        if not hmac.compare_digest(hello.cookie, expected):
+            raise self._fail("bad cookie")
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
+        self.program_name, self.instance_name = hello.program_name, hello.instance_name
+        self._durable_points = {
+            s.stream_id: s.point_of_reference
+            for s in self._durable(hello.program_name, hello.instance_name)
+        }
+        self._credits = self.config.initial_credits
+        self._out += encode(Ok(self._credits))
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
+        self._events.append(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
+
+    def _on_error(self, error: Error) -> None:
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
+        self._events.append(SessionEnded(error.reason, "peer"))
+        raise _SessionOver()
+
+    def _spend_credit(self) -> None:
+        if self._credits == 0:
+            raise self._fail("credit exceeded")
+        self._credits -= 1
+
+    def _on_notify(self, notify: Notify) -> None:
+        self._spend_credit()
+        sid = notify.stream_id
+        stream = self.streams.get(sid)
+        if stream is None:
+            stream = self.streams[sid] = _Stream(notify.stream_name, self._durable_points.pop(sid, 0))
+        stream.state = step(STREAM_TRANSITIONS, stream.state, "notify")
+        stream.name = notify.stream_name
+        stream.point_of_reference = max(stream.point_of_reference, from_v3(notify.point_of_reference))
+        self._unpersisted += 1
+        self._events.append(StreamNotified(sid, notify.stream_name, stream.point_of_reference, ordered=True))
+        self._out += encode(NotifyAck(True, sid, to_v3(stream.point_of_reference)))
+
+    def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
+        stream = self.streams.get(frame.stream_id)
+        if stream is None or stream.state is not StreamState.OPEN:
+            raise self._fail(
+                f"{frame_name(frame)} for stream {frame.stream_id}, which is not open "
+                "(NOTIFY it and wait for NOTIFY_ACK first)"
+            )
+        return stream
+
+    def _on_message(self, message: Message) -> None:
+        self._spend_credit()
+        stream = self._open_stream(message)
+        if message.event_time < 0:
+            raise self._fail(
+                f"MESSAGE: event time {message.event_time} is negative "
+                "(the bridge stores microseconds since the Unix epoch)"
+            )
+        if message.message_id < stream.point_of_reference:
+            self._unpersisted += 1  # a duplicate from a resume: dropped, its credit returned
+            return
+        stream.point_of_reference = message.message_id + 1
+        self._add(message.stream_id, _record(message))
+
+    def _on_end_of_stream(self, end: EndOfStream) -> None:
+        stream = self._open_stream(end)
+        stream.state = step(STREAM_TRANSITIONS, stream.state, "eos")
+        self._owed += 1
+        self._add(end.stream_id, _end_record(end.stream_id, max(stream.point_of_reference - 1, 0)))
+
+    def _send_ack(self, refs: Iterable[tuple[int, int]], credits: int) -> None:
+        points = tuple((sid, point - 1) for sid, point in refs if point)  # seed 0: nothing to ack
+        if credits or points:
+            self._credits += credits
+            self._out += encode(Ack(credits, points))
+
+    def _fail(self, reason: str) -> _SessionOver:
+        """Queue ERROR ``reason`` and end the session; the caller raises the result."""
+        self._out += encode(Error(reason))
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
+        self._events.append(SessionEnded(reason, "local"))
+        return _SessionOver()
+
+    # ------------------------------------------------------------ events
+
+    def _add(self, stream_id: int, record: Record) -> None:
+        """Queue a record; consecutive records of one stream become one MessagesAccepted."""
+        last = self._events[-1] if self._events else None
+        if isinstance(last, _Run) and last.stream_id == stream_id:
+            last.records.append(record)
+        else:
+            self._events.append(_Run(stream_id, [record]))
+
+    def _take_events(self) -> list[WorkerEvent]:
+        events = [
+            MessagesAccepted(e.stream_id, tuple(e.records)) if isinstance(e, _Run) else e
+            for e in self._events
+        ]
+        self._events = []
+        return events
