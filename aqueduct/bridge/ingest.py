@@ -195,7 +195,7 @@ class Ingest:
                     event.stream_id,
                     event.stream_name,
                     state.connector,
-                    ordered=event.ordered,
+                    mode=event.mode,
                     point_of_reference=event.point_of_reference,
                 )
             )

@@ -73,6 +73,7 @@ from aqueduct.bridge.view import (
     StreamMeta,
     check_log_dir,
 )
+from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -253,7 +254,7 @@ class _StreamWriter:
                     f"stream {self.meta.stream_id}: message id {message_id} was already "
                     f"received (point of reference {self.reference})"
                 )
-            if self.meta.ordered:
+            if self.meta.mode is Mode.ORDERED:
                 self.reference = message_id + 1
             else:
                 self.reference = self.received.min_missing_from(self.reference)
@@ -458,7 +459,7 @@ class DurableLog:
         stream_name: str,
         connector: str,
         *,
-        ordered: bool = True,
+        mode: Mode = Mode.ORDERED,
         point_of_reference: int = 0,
         boundaries: bool = False,
     ) -> Future[int]:
@@ -471,10 +472,11 @@ class DurableLog:
         another connector raises :class:`LogError` here, before anything
         changes.
 
-        ``ordered`` streams have strictly increasing ids (point of
-        reference = last stable id + 1); unordered ones have consecutive
-        ids from ``point_of_reference`` (point of reference = first id not
-        yet received). Stream ids are unique within a log: a stream owned
+        ``mode`` is the stream's delivery mode (:class:`StreamMeta`): ORDERED
+        streams have strictly increasing ids (point of reference = last
+        stable id + 1); the others have consecutive ids from
+        ``point_of_reference`` (point of reference = first id not yet
+        received). Stream ids are unique within a log: a stream owned
         by another connector is refused.
 
         Epochs: a stream that sends BOUNDARY markers has an epoch per
@@ -486,7 +488,7 @@ class DurableLog:
         """
         _check_int64("stream id", stream_id)
         s = self._streams.get(stream_id)
-        meta = StreamMeta(stream_id, stream_name, connector, ordered)
+        meta = StreamMeta(stream_id, stream_name, connector, mode)
         files: Callable[[], None] | None = None
         if s is None:
             s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from aqueduct.bridge.index import IndexEntry, read_entries
 from aqueduct.bridge.segment import read_batches
+from aqueduct.proto.sender import Mode
 
 FORMAT_FILE = "FORMAT"
 FORMAT_TEXT = "aqueduct-log 1\n"
@@ -43,12 +44,19 @@ def check_log_dir(path: Path) -> None:
 
 @dataclass(frozen=True)
 class StreamMeta:
-    """What a stream is: its id, name, owning connector, and id ordering."""
+    """What a stream is: its id, name, owning connector, and delivery mode.
+
+    The mode decides its point of reference: an ORDERED stream's ids
+    strictly increase (point = last stable id + 1, gaps allowed), an
+    UNORDERED or UNRELIABLE one's are consecutive (point = first id not
+    received). Logs written before the mode was stored say ``"ordered":
+    true|false``; that still reads.
+    """
 
     stream_id: int
     stream_name: str
     connector: str
-    ordered: bool
+    mode: Mode = Mode.ORDERED
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -56,14 +64,18 @@ class StreamMeta:
                 "stream_id": self.stream_id,
                 "stream_name": self.stream_name,
                 "connector": self.connector,
-                "ordered": self.ordered,
+                "mode": self.mode.value,
             }
         ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> StreamMeta:
         d = json.loads(data)
-        return cls(int(d["stream_id"]), d["stream_name"], d["connector"], bool(d["ordered"]))
+        if "mode" in d:
+            mode = Mode(d["mode"])
+        else:  # written before modes were stored
+            mode = Mode.ORDERED if d["ordered"] else Mode.UNORDERED
+        return cls(int(d["stream_id"]), d["stream_name"], d["connector"], mode)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aqueduct.runtime as rt
-from aqueduct.connector.frames import ConnectorFrameError, Frame, FrameSplitter, Message, Notify
-from aqueduct.connector.outbound import Mode
+from aqueduct.connector.frames import Frame, Message, Notify
 from aqueduct.connector.worker_server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome, LocalProtocolError
+from aqueduct.proto.sender import Mode
 from aqueduct.runtime.payload import PayloadError
 
 MODE_HEADER = "connector-mode"
@@ -175,9 +175,18 @@ def _batches(
 # ---------------------------------------------------------------- worker side
 
 
-def _delivers_in_order(rx: rt.Receiver) -> bool:
-    """The connector names a stream channel's delivery mode in its ``connector-mode`` header."""
-    return dict(rx.headers or ()).get(MODE_HEADER) == Mode.ORDERED.value.encode()
+_MODES = {mode.value.encode(): mode for mode in Mode}
+
+
+def _mode_of(handle: object) -> Mode:
+    """A stream channel's delivery mode, from the ``connector-mode`` header the connector set.
+
+    Anything that is not a named mode (or not a Receiver at all) counts as
+    UNORDERED: the session then never fills gaps on a guess.
+    """
+    if not isinstance(handle, rt.Receiver):
+        return Mode.UNORDERED
+    return _MODES.get(dict(handle.headers or ()).get(MODE_HEADER, b""), Mode.UNORDERED)
 
 
 class _NotRaw(Exception):  # noqa: N818 - a reason, not a failure of ours
@@ -237,11 +246,11 @@ async def _serve_connection(
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
-        ordered = _delivers_in_order(rx)
+        mode = _mode_of(rx)
         try:
             while not peer.ended:
                 payload = _raw_payload(await _next_message(rx))
-                await peer.receive_payload(payload, ordered=ordered, channel_stream=stream_id)
+                await peer.receive_payload(payload, mode=mode, channel_stream=stream_id)
         except (rt.Finished, ChannelOutcome):
             return
         except _NotRaw as exc:
@@ -257,16 +266,13 @@ async def _serve_connection(
         handles = list(message.attachments)
         if message is first:
             handles = handles[1:]  # the control Sender
-        streams = [
-            (stream_id, rx)
-            for stream_id, rx in zip(_notified_streams(payload), handles, strict=False)
-            if isinstance(rx, rt.Receiver)
-        ]
-        for stream_id, rx in streams:  # the mode must be known when the NOTIFY is handled
-            peer.session.announce_mode(stream_id, ordered=_delivers_in_order(rx))
-        await peer.receive_payload(payload, ordered=True)
-        for stream_id, rx in streams:
-            if not peer.ended:
+        # The k-th attachment is the channel of the payload's k-th NOTIFY: its
+        # mode goes in with the payload, its stream id comes back out of it.
+        notified = await peer.receive_payload(
+            payload, mode=Mode.ORDERED, stream_modes=[_mode_of(h) for h in handles]
+        )
+        for stream_id, rx in zip(notified, handles, strict=False):
+            if isinstance(rx, rt.Receiver) and not peer.ended:
                 readers.append(asyncio.ensure_future(read_stream(stream_id, rx)))
 
     async def read_loop() -> None:
@@ -289,14 +295,6 @@ async def _serve_connection(
     await server.run_peer(peer, read_loop())
     with contextlib.suppress(Exception):
         await conn.close(close_reason())
-
-
-def _notified_streams(payload: bytes) -> list[int]:
-    """Stream ids of the NOTIFY frames in ``payload``, in order (attachments follow them)."""
-    try:
-        return [f.stream_id for f in FrameSplitter().feed(payload) if isinstance(f, Notify)]
-    except ConnectorFrameError:
-        return []  # the session already refused the payload
 
 
 async def serve_aqueduct(

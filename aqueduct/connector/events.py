@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aqueduct.connector.frames import Message, StreamRef
+from aqueduct.proto.sender import Mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,9 @@ class StreamNotified:
     stream_id: int
     stream_name: str
     point_of_reference: int
-    ordered: bool = True  # False: an UNORDERED channel (ids consecutive, may arrive out of order)
+    #: how its channel delivers: ORDERED (ids increase; TCP streams too), UNORDERED
+    #: (ids consecutive, may arrive out of order) or UNRELIABLE (EPHEMERAL only)
+    mode: Mode = Mode.ORDERED
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,7 @@ class InboundStream:
         self.received.add_range(0, point)
         return self.point_of_reference
 
-    def accepts(self, message: Message, ordered: bool) -> bool:
+    def accepts(self, message: Message, in_order: bool) -> bool:
         """Whether a MESSAGE may arrive now (the stream is open).
 
         On unordered input a message sent before the EOS may arrive after it,
@@ -96,22 +96,22 @@ class InboundStream:
             return True
         return (
             self.state is StreamState.CLOSED
-            and not ordered
+            and not in_order
             and self.eos_id is not None
             and message.message_id is not None
             and message.message_id < self.eos_id
         )
 
-    def out_of_order(self, message: Message, ordered: bool) -> bool:
+    def out_of_order(self, message: Message, in_order: bool) -> bool:
         """True if in-order input carries an id not above the previous one.
 
         Ids of a resumable stream strictly increase; accepting a lower id
         after gap filling would silently drop it, so it is an error instead.
         """
         mid = message.message_id
-        return ordered and mid is not None and self.last_id is not None and mid <= self.last_id
+        return in_order and mid is not None and self.last_id is not None and mid <= self.last_id
 
-    def receive(self, message: Message, ordered: bool) -> bool:
+    def receive(self, message: Message, in_order: bool) -> bool:
         """Record ``message``; return False if it is a duplicate to drop.
 
         The caller has checked :meth:`accepts`.
@@ -125,7 +125,7 @@ class InboundStream:
         mid = message.message_id
         assert mid is not None  # guaranteed by the codec when not EPHEMERAL
         received = self.received
-        if ordered:
+        if in_order:
             self.last_id = mid
             first_new = received.base
             if mid == first_new:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
@@ -37,15 +36,7 @@ from aqueduct.connector.frames import (
 )
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
-
-
-class Mode(Enum):
-    """Delivery mode of a stream's channel when carried over Aqueduct."""
-
-    ORDERED = "ordered"
-    UNORDERED = "unordered"
-    UNRELIABLE = "unreliable"
-
+from aqueduct.proto.sender import Mode
 
 ORDERED = Mode.ORDERED
 UNORDERED = Mode.UNORDERED

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
-from aqueduct.connector.events import SessionEnded, WorkerEvent
+from aqueduct.connector.events import SessionEnded, StreamNotified, WorkerEvent
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig, WorkerSession
+from aqueduct.proto.sender import Mode
 
 SessionFactory = Callable[[WorkerConfig, DurableLookup], WorkerSession]
 """Makes a connection's sans-IO session: a :class:`WorkerSession`, or for another wire one
@@ -104,12 +105,23 @@ class WorkerPeer:
         await self._deliver(self.session.receive_data(data))
 
     async def receive_payload(
-        self, payload: bytes, *, ordered: bool, channel_stream: int | None = None
-    ) -> None:
+        self,
+        payload: bytes,
+        *,
+        mode: Mode,
+        channel_stream: int | None = None,
+        stream_modes: Sequence[Mode] = (),
+    ) -> list[int]:
+        """Feed one payload (see :meth:`WorkerSession.receive_payload`); return the streams it notified.
+
+        The ids come in NOTIFY order, which is the order of the channels the
+        payload attached: the transport pairs them without parsing again.
+        """
         events = self.session.receive_payload(
-            payload, ordered=ordered, channel_stream=channel_stream
+            payload, mode=mode, channel_stream=channel_stream, stream_modes=stream_modes
         )
         await self._deliver(events)
+        return [e.stream_id for e in events if isinstance(e, StreamNotified)]
 
     async def connection_lost(self) -> None:
         await self._deliver(self.session.connection_lost())

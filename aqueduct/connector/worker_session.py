@@ -14,7 +14,7 @@ already accepted is lost.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from aqueduct.connector.events import (
@@ -43,6 +43,7 @@ from aqueduct.connector.frames import (
 from aqueduct.connector.inbound import DurableStream, InboundStream
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
 from aqueduct.proto.errors import LocalProtocolError
+from aqueduct.proto.sender import Mode
 
 C = ConnectionState
 
@@ -95,7 +96,8 @@ class WorkerSession:
         self._events: list[WorkerEvent] = []
         self._batch: list[Message] = []
         self._batch_stream = -1
-        self._unordered: set[int] = set()  # streams whose channel may reorder messages
+        #: delivery modes of the channels attached to the payload being read, one per NOTIFY
+        self._notify_modes: Iterator[Mode] = iter(())
         #: RECEIVE_TABLE as dispatch uses it once per record: bound handlers, and the
         #: states as a tuple (membership by identity; a frozenset hashes the enum in Python).
         self._handlers = {
@@ -112,31 +114,31 @@ class WorkerSession:
 
     def receive_data(self, data: bytes) -> list[WorkerEvent]:
         """Feed bytes of a connection carrying one frame sequence (TCP)."""
-        return self._receive(data, ordered=True, channel_stream=None, whole=False)
+        return self._receive(data, Mode.ORDERED, None, whole=False)
 
     def receive_payload(
-        self, payload: bytes, *, ordered: bool, channel_stream: int | None = None
+        self,
+        payload: bytes,
+        *,
+        mode: Mode,
+        channel_stream: int | None = None,
+        stream_modes: Sequence[Mode] = (),
     ) -> list[WorkerEvent]:
         """Feed one Aqueduct message payload: whole frames, back to back.
 
-        ``ordered`` says whether the channel delivers in order (dedup fills
-        gaps only then); ``channel_stream`` is the stream whose NOTIFY
-        attached the channel (None for the entrypoint), whose MESSAGE frames
-        are the only ones allowed on it.
+        ``mode`` is how the channel that carried the payload delivers: only
+        in-order input (ORDERED) lets deduplication fill gaps.
+        ``channel_stream`` is the stream whose NOTIFY attached that channel
+        (None for the entrypoint), whose MESSAGE frames are the only ones
+        allowed on it. ``stream_modes`` are the modes of the channels the
+        payload attaches, one per NOTIFY in frame order (over Aqueduct each
+        NOTIFY attaches its stream's channel): the NOTIFY that opens a
+        stream settles its mode, which the durable side needs (an ORDERED
+        stream's point of reference is its last id + 1, an UNORDERED one's
+        the end of its contiguous ids). A NOTIFY without one (TCP) is ORDERED.
         """
-        return self._receive(payload, ordered=ordered, channel_stream=channel_stream, whole=True)
-
-    def announce_mode(self, stream_id: int, *, ordered: bool) -> None:
-        """The transport tells how the stream's next NOTIFY will deliver its messages.
-
-        The durable side needs it: an ordered stream's point of reference is
-        its last id + 1, an unordered one's is the end of its contiguous ids.
-        TCP streams are always ordered and never call this.
-        """
-        if ordered:
-            self._unordered.discard(stream_id)
-        else:
-            self._unordered.add(stream_id)
+        self._notify_modes = iter(stream_modes)
+        return self._receive(payload, mode, channel_stream, whole=True)
 
     def connection_lost(self) -> list[WorkerEvent]:
         """The transport ended."""
@@ -187,16 +189,17 @@ class WorkerSession:
     # ------------------------------------------------------------ processing
 
     def _receive(
-        self, data: bytes, *, ordered: bool, channel_stream: int | None, whole: bool
+        self, data: bytes, mode: Mode, channel_stream: int | None, *, whole: bool
     ) -> list[WorkerEvent]:
         if self.ended:
             return []  # the spec: anything after ERROR / RESTART is discarded
         self._splitter.push(data)
         frames, bad_frame = self._splitter.drain()
+        in_order = mode is Mode.ORDERED
         try:
             dispatch = self._dispatch
             for frame in frames:  # those before a bad frame are handled first
-                dispatch(frame, ordered, channel_stream)
+                dispatch(frame, in_order, channel_stream)
             if bad_frame is not None:
                 raise self._fail(str(bad_frame))
             if whole and self._splitter.buffered:
@@ -206,7 +209,7 @@ class WorkerSession:
             pass
         return self._take_events()
 
-    def _dispatch(self, frame: Frame, ordered: bool, channel_stream: int | None) -> None:
+    def _dispatch(self, frame: Frame, in_order: bool, channel_stream: int | None) -> None:
         entry = self._handlers.get(type(frame))
         if entry is None:
             raise self._fail(f"{frame_name(frame)} frame may not be sent to a worker")
@@ -220,9 +223,9 @@ class WorkerSession:
                 f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                 "only that stream's MESSAGE frames go there"
             )
-        handler(frame, ordered)
+        handler(frame, in_order)
 
-    def _on_hello(self, hello: Hello, ordered: bool) -> None:
+    def _on_hello(self, hello: Hello, in_order: bool) -> None:
         if hello.version != PROTOCOL_VERSION:
             raise self._fail(f"unsupported protocol version: {hello.version}")
         expected = self.config.cookie
@@ -243,7 +246,7 @@ class WorkerSession:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._emit(HelloAccepted(hello.program_name, hello.instance_name, self._credits, refs))
 
-    def _on_error(self, error: Error, ordered: bool) -> None:
+    def _on_error(self, error: Error, in_order: bool) -> None:
         self._flush_batch()
         self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
         self._events.append(SessionEnded(error.reason, "peer"))
@@ -254,7 +257,7 @@ class WorkerSession:
             raise self._fail("credit exceeded")
         self._credits -= 1
 
-    def _on_notify(self, notify: Notify, ordered: bool) -> None:
+    def _on_notify(self, notify: Notify, in_order: bool) -> None:
         self._spend_credit()
         stream = self.streams.get(notify.stream_id)
         if stream is None:
@@ -263,20 +266,20 @@ class WorkerSession:
             )
         point = stream.notify(notify.stream_name, notify.point_of_reference)
         self._unpersisted += 1
-        ordered = notify.stream_id not in self._unordered
-        self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, ordered))
+        mode = next(self._notify_modes, Mode.ORDERED)
+        self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
-    def _on_message(self, message: Message, ordered: bool) -> None:
+    def _on_message(self, message: Message, in_order: bool) -> None:
         self._spend_credit()
         stream = self.streams.get(message.stream_id)
-        if stream is None or not stream.accepts(message, ordered):
+        if stream is None or not stream.accepts(message, in_order):
             raise self._fail(f"message for unknown stream {message.stream_id}")
-        if stream.out_of_order(message, ordered):
+        if stream.out_of_order(message, in_order):
             raise self._fail(
                 f"MESSAGE: id {message.message_id} not above {stream.last_id} on stream "
                 f"{message.stream_id} (ids must increase)"
             )
-        if not stream.receive(message, ordered):
+        if not stream.receive(message, in_order):
             self._unpersisted += 1
             return
         if self._batch_stream != message.stream_id:

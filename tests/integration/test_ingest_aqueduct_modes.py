@@ -15,6 +15,7 @@ from aqueduct.bridge.log import DurableLog
 from aqueduct.connector import ORDERED, UNORDERED
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.client import Connector
+from aqueduct.proto.sender import Mode
 
 TIMEOUT = 30.0
 
@@ -43,8 +44,8 @@ async def test_unordered_and_ordered_streams_reach_the_log_with_their_mode(tmp_p
                     await asyncio.sleep(0.05)
 
             await asyncio.wait_for(durable(), TIMEOUT)
-        assert log.snapshot(1).meta.ordered is False
-        assert log.snapshot(2).meta.ordered is True
+        assert log.snapshot(1).meta.mode is Mode.UNORDERED
+        assert log.snapshot(2).meta.mode is Mode.ORDERED
     finally:
         await server.close()
         commits.cancel()

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from aqueduct.bridge.service import Bridge, BridgeConfig
-from aqueduct.bridge.sinkfiles import read_committed
-from aqueduct.bridge.verify import verify_output
+from demo.sinkfiles import read_committed
+from demo.verify import verify_output
 from tests.wallaroo_client import EVENT_TIME_BASE, WallarooSource, payload
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

@@ -31,6 +31,7 @@ from aqueduct.connector.frames import (
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.states import ConnectionState
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 HELLO = Hello(PROTOCOL_VERSION, b"", "gen", "gen-1")
@@ -200,24 +201,24 @@ def test_durable_ids_above_the_point_are_deduplicated_too() -> None:
     held.add_range(5, 7)
     session = started(durable=lambda p, i: [DurableStream(1, "s", 3, held)])
     payloads = encode(Notify(1, "s", 3)) + b"".join(encode(msg(1, i)) for i in range(3, 9))
-    events = session.receive_payload(payloads, ordered=False)
+    events = session.receive_payload(payloads, mode=Mode.UNORDERED)
     assert accepted_ids(events) == [3, 4, 7, 8]
 
 
 def test_unordered_input_is_deduplicated_by_the_range_set() -> None:
     session = started()
-    session.receive_payload(encode(Notify(1, "s", 0)), ordered=True)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
     got = []
     for mid in [2, 0, 2, 3, 1, 0, 4]:
-        got += accepted_ids(session.receive_payload(encode(msg(1, mid)), ordered=False, channel_stream=1))
+        got += accepted_ids(session.receive_payload(encode(msg(1, mid)), mode=Mode.UNORDERED, channel_stream=1))
     assert got == [2, 0, 3, 1, 4]
     assert session.streams[1].point_of_reference == 5
 
 
 def test_unordered_messages_sent_before_eos_may_arrive_after_it() -> None:
     session = started()
-    session.receive_payload(encode(Notify(1, "s", 0)), ordered=True)
-    events = session.receive_payload(encode(msg(1, 1, flags=EOS)) + encode(msg(1, 0)), ordered=False)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
+    events = session.receive_payload(encode(msg(1, 1, flags=EOS)) + encode(msg(1, 0)), mode=Mode.UNORDERED)
     assert accepted_ids(events) == [1, 0]
 
 
@@ -245,14 +246,14 @@ def test_unstable_and_ephemeral_never_move_the_point() -> None:
 
 def test_payload_channel_carries_only_its_stream() -> None:
     session = started()
-    session.receive_payload(encode(Notify(1, "s", 0)) + encode(Notify(2, "t", 0)), ordered=True)
-    events = session.receive_payload(encode(msg(2, 0)), ordered=True, channel_stream=1)
+    session.receive_payload(encode(Notify(1, "s", 0)) + encode(Notify(2, "t", 0)), mode=Mode.ORDERED)
+    events = session.receive_payload(encode(msg(2, 0)), mode=Mode.ORDERED, channel_stream=1)
     assert events[-1].reason == "MESSAGE frame on the channel of stream 1: only that stream's MESSAGE frames go there"
 
 
 def test_payload_must_hold_whole_frames() -> None:
     session = started()
-    events = session.receive_payload(encode(Notify(1, "s", 0))[:-1], ordered=True)
+    events = session.receive_payload(encode(Notify(1, "s", 0))[:-1], mode=Mode.ORDERED)
     assert events[-1].reason == "payload ends inside a frame (23 bytes left)"
 
 
@@ -281,11 +282,11 @@ def test_unordered_with_duplicates_accepts_each_id_once(
     ids = list(range(n)) + [d for d in dups if d < n]
     order.shuffle(ids)
     session = started(WorkerConfig(initial_credits=1000))
-    session.receive_payload(encode(Notify(1, "s", 0)), ordered=True)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
     got = []
     for i in range(0, len(ids), chunk):
         payload = b"".join(encode(msg(1, mid)) for mid in ids[i : i + chunk])
-        got += accepted_ids(session.receive_payload(payload, ordered=False))
+        got += accepted_ids(session.receive_payload(payload, mode=Mode.UNORDERED))
     assert sorted(got) == list(range(n))
     assert session.streams[1].point_of_reference == n
 
@@ -298,3 +299,14 @@ def test_garbage_after_handshake_ends_with_an_error_or_waits(data: bytes) -> Non
     if session.ended:
         assert isinstance(events[-1], SessionEnded)
         assert isinstance(FrameSplitter().feed(session.data_to_send())[-1], Error)
+
+
+def test_a_notify_takes_the_mode_of_the_channel_its_payload_attaches() -> None:
+    """Modes arrive with the payload that carries the NOTIFYs, one per NOTIFY, in order."""
+    session = started()
+    payload = encode(Notify(1, "a", 0)) + encode(Notify(2, "b", 0)) + encode(Notify(3, "c", 0))
+    events = session.receive_payload(
+        payload, mode=Mode.ORDERED, stream_modes=[Mode.UNORDERED, Mode.UNRELIABLE]
+    )
+    modes = {e.stream_id: e.mode for e in events if isinstance(e, StreamNotified)}
+    assert modes == {1: Mode.UNORDERED, 2: Mode.UNRELIABLE, 3: Mode.ORDERED}  # none given: TCP's

@@ -14,7 +14,8 @@ from aqueduct.bridge.index import ENTRY_SIZE
 from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError, LogLocked
 from aqueduct.bridge.schema import STORED_SCHEMA
 from aqueduct.bridge.segment import segment_bases, segment_name
-from aqueduct.bridge.view import NotALog, load_streams
+from aqueduct.bridge.view import NotALog, StreamMeta, load_streams
+from aqueduct.proto.sender import Mode
 
 CONNECTOR = "sensors/host-1"
 
@@ -190,7 +191,7 @@ def test_duplicates_and_references_ordered(log: DurableLog) -> None:
 
 
 def test_unordered_reference_is_first_missing_id(log: DurableLog) -> None:
-    log.open_stream(2, "u", CONNECTOR, ordered=False, point_of_reference=100)
+    log.open_stream(2, "u", CONNECTOR, mode=Mode.UNORDERED, point_of_reference=100)
     for m in (101, 103, 100, 102):
         log.append(2, b"", message_id=m)
     log.commit()
@@ -272,7 +273,7 @@ def test_truncate_drops_whole_committed_segments(log: DurableLog) -> None:
 def test_truncate_survives_reopen_and_dedup_is_rebuilt(tmp_path: Path) -> None:
     path = tmp_path / "log"
     with DurableLog(path, segment_bytes=1) as lg:
-        lg.open_stream(1, "u", CONNECTOR, ordered=False)
+        lg.open_stream(1, "u", CONNECTOR, mode=Mode.UNORDERED)
         for m in (0, 1, 3, 4, 6):
             lg.append(1, b"", message_id=m)
             lg.commit()
@@ -356,3 +357,11 @@ def test_another_process_reads_consistently_while_the_writer_appends(tmp_path: P
     assert child.returncode == 0, err
     last_end, reads = map(int, out.split())
     assert last_end == 3000 and reads >= 1
+
+
+def test_stream_metadata_keeps_its_mode_and_reads_the_older_ordered_flag() -> None:
+    meta = StreamMeta(5, "s", CONNECTOR, Mode.UNRELIABLE)
+    assert StreamMeta.from_json(meta.to_json()) == meta
+    old = b'{"stream_id": 5, "stream_name": "s", "connector": "c/1", "ordered": false}'
+    assert StreamMeta.from_json(old).mode is Mode.UNORDERED
+    assert StreamMeta.from_json(old.replace(b"false", b"true")).mode is Mode.ORDERED

@@ -31,6 +31,7 @@ from aqueduct.connector.frames import (
 )
 from aqueduct.connector.worker_server import WorkerPeer
 from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.proto.sender import Mode
 from tests.waiting import wait_until
 
 CONNECTOR = "sensors/host-1"
@@ -106,7 +107,7 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
     try:
         frames = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
         frames += [Message(0, 1, i, payload=b"x") for i in range(5)]
-        await peer.receive_payload(b"".join(map(encode, frames)), ordered=True)
+        await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         assert ingest.buffered == 5
         with io_thread_held(log) as gate:
             commit = asyncio.ensure_future(ingest.commit())

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.segment import segment_bases, segment_name
 from aqueduct.bridge.view import load_streams
+from aqueduct.proto.sender import Mode
 
 ORDERED, UNORDERED = 1, 2
 
@@ -62,7 +63,7 @@ class LogMachine(RuleBasedStateMachine):
         self.path = self.dir / "log"
         self.log = DurableLog(self.path, segment_bytes=1500)
         self.log.open_stream(ORDERED, "o", "c/1").result()
-        self.log.open_stream(UNORDERED, "u", "c/1", ordered=False).result()
+        self.log.open_stream(UNORDERED, "u", "c/1", mode=Mode.UNORDERED).result()
         self.committed: dict[int, list[Rec]] = {ORDERED: [], UNORDERED: []}
         self.pending: dict[int, list[Rec]] = {ORDERED: [], UNORDERED: []}
         self.next_ordered_id = 0

@@ -278,7 +278,7 @@ class WallarooSession:
         stream.name = notify.stream_name
         stream.point_of_reference = max(stream.point_of_reference, from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._events.append(StreamNotified(sid, notify.stream_name, stream.point_of_reference, ordered=True))
+        self._events.append(StreamNotified(sid, notify.stream_name, stream.point_of_reference))
         self._out += encode(NotifyAck(True, sid, to_v3(stream.point_of_reference)))
 
     def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
