@@ -42,13 +42,14 @@ def _cpu_seconds(me: psutil.Process) -> float:
 def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
     """Append ``rate`` 100-byte records per second in 10 ms-spaced group commits."""
     from aqueduct.bridge.log import DurableLog
+    from aqueduct.connector.frames import Record
 
     with DurableLog(path) as log:
         log.open_stream(1, "bench", "overhead/1")
         per_tick, next_id, tick = max(1, rate // 10), 0, time.monotonic()
         while not stop.is_set():
             for _ in range(per_tick):
-                log.append(1, b"x" * 100, message_id=next_id)
+                log.append(Record.build(1, b"x" * 100, message_id=next_id))
                 next_id += 1
             log.commit()
             tick += 0.1

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.client import Connector, ConnectorStream
-from aqueduct.connector.events import HelloAccepted, MessagesAccepted, WorkerEvent
+from aqueduct.connector.events import HelloAccepted, RecordsAccepted, WorkerEvent
 from aqueduct.connector.memory_sink import MemorySink
 from aqueduct.connector.worker_server import WorkerPeer
 from interop.testcases import CaseFailed, check
@@ -62,9 +62,9 @@ class RestartingSink(MemorySink):
         await super().handle(peer, event)
         if isinstance(event, HelloAccepted):
             self.sessions += 1
-        if not isinstance(event, MessagesAccepted) or self.restarted:
+        if not isinstance(event, RecordsAccepted) or self.restarted:
             return
-        peer.grant_credits(len(event.messages))  # stored, but not committed
+        peer.grant_credits(len(event.records))  # stored, but not committed
         if len(self.messages(PROGRAM, INSTANCE, STREAM)) >= RESTART_AT:
             self.restarted = True
             self.auto_ack = True  # the next session commits as it goes

@@ -48,12 +48,12 @@ from aqueduct.bridge.commits import acks_for
 from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
     HelloAccepted,
-    MessagesAccepted,
+    RecordsAccepted,
     SessionEnded,
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.frames import Record
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
 
@@ -149,7 +149,7 @@ class Ingest:
 
     async def handle(self, peer: WorkerPeer, event: WorkerEvent) -> None:
         """Apply one session event (the transport awaits it before reading on)."""
-        if isinstance(event, MessagesAccepted):
+        if isinstance(event, RecordsAccepted):
             await self._on_messages(peer, event)
         elif isinstance(event, StreamNotified):
             await self._on_notified(peer, event)
@@ -205,40 +205,31 @@ class Ingest:
         self._committed.setdefault(event.stream_id, 0)
         self._complete.setdefault(event.stream_id, 0)
 
-    async def _on_messages(self, peer: WorkerPeer, event: MessagesAccepted) -> None:
+    async def _on_messages(self, peer: WorkerPeer, event: RecordsAccepted) -> None:
         state = self._sessions.get(peer)
         if state is None:
             return  # the session failed while this batch was in flight
         # Every message's credit comes back after the next group commit,
         # duplicates included (they cost the producer a credit too).
-        state.unsynced += len(event.messages)
+        state.unsynced += len(event.records)
         self._dirty.set()
         try:
-            self._append(event.stream_id, event.messages)
+            self._append(event.stream_id, event.records)
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, messages: tuple[Message, ...]) -> None:
+    def _append(self, sid: int, records: tuple[Record, ...]) -> None:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
         append = self.log.appender(sid)
         data = duplicates = 0
         try:
-            for m in messages:
-                flags = m.flags
-                boundary = bool(flags & BOUNDARY)
+            for record in records:
                 try:
-                    append(
-                        b"" if m.payload is None else m.payload,
-                        m.message_id,
-                        m.event_time,
-                        m.key,
-                        boundary,
-                        not flags & UNSTABLE_REFERENCE,
-                    )
+                    append(record)
                 except DuplicateMessage:
                     duplicates += 1
                     continue
-                if not boundary:
+                if not record.boundary:
                     data += 1
         finally:  # a LogError ends the batch: count what was appended before it
             self.counters.messages += data

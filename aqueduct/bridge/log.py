@@ -73,15 +73,13 @@ from aqueduct.bridge.view import (
     StreamMeta,
     check_log_dir,
 )
+from aqueduct.connector.frames import Record
 from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
-
-#: ``(payload, message_id, event_time, key, boundary, stable) -> offset``: see :meth:`DurableLog.appender`.
-Appender = Callable[[bytes, int | None, int | None, bytes | None, bool, bool], int]
 
 #: Received-id ranges carried over from truncated segments (unordered streams).
 CARRIED_FILE = "received.json"
@@ -225,24 +223,19 @@ class _StreamWriter:
     def is_duplicate(self, message_id: int) -> bool:
         return message_id < self.reference or message_id in self.received
 
-    def append(
-        self,
-        payload: bytes,
-        message_id: int | None,
-        event_time: int | None,
-        key: bytes | None,
-        boundary: bool,
-        stable: bool,
-    ) -> int:
+    def append(self, record: Record) -> int:
         """Buffer one record (see :meth:`DurableLog.append`); runs once per record received."""
+        message_id = record.message_id
+        boundary = record.boundary
         if message_id is None:
             if boundary:
                 raise LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
-            stable = False
         elif not 0 <= message_id <= MAX_INT64:
             raise _out_of_range("message id", message_id)
+        event_time = record.event_time
         if event_time is not None and not 0 <= event_time <= MAX_INT64:
             raise _out_of_range("event time", event_time)
+        stable = record.stable
         p = self.pending
         if not p.payload:
             p.reference_before = self.reference
@@ -260,8 +253,8 @@ class _StreamWriter:
                 self.reference = self.received.min_missing_from(self.reference)
         p.message_id.append(message_id)
         p.event_time.append(event_time)
-        p.key.append(key)
-        p.payload.append(payload)
+        p.key.append(record.key)
+        p.payload.append(record.payload or b"")
         p.epoch.append(self.next_epoch)
         p.boundary.append(boundary)
         p.stable.append(stable)
@@ -545,33 +538,22 @@ class DurableLog:
         """True if a stable message with this id must be dropped (already held)."""
         return self._stream(stream_id).is_duplicate(message_id)
 
-    def append(
-        self,
-        stream_id: int,
-        payload: bytes = b"",
-        *,
-        message_id: int | None = None,
-        event_time: int | None = None,
-        key: bytes | None = None,
-        boundary: bool = False,
-        stable: bool = True,
-    ) -> int:
-        """Buffer one record; return its offset. Durable only after :meth:`commit`.
+    def append(self, record: Record) -> int:
+        """Buffer one record of its stream; return its offset. Durable only after :meth:`commit`.
 
-        ``message_id=None`` is an EPHEMERAL message; ``stable=False`` one
-        flagged UNSTABLE_REFERENCE; ``event_time`` is in microseconds since
-        the Unix epoch. A stable id already received raises
-        :class:`DuplicateMessage` (use :meth:`is_duplicate` to drop quietly).
+        The record is the connector's (:class:`~aqueduct.connector.frames.Record`):
+        an EPHEMERAL or UNSTABLE_REFERENCE one never moves the point of
+        reference; ``event_time`` is in microseconds since the Unix epoch. A
+        stable id already received raises :class:`DuplicateMessage` (use
+        :meth:`is_duplicate` to drop quietly).
         """
-        return self._stream(stream_id).append(
-            payload, message_id, event_time, key, boundary, stable
-        )
+        return self._stream(record.stream_id).append(record)
 
-    def appender(self, stream_id: int) -> Appender:
-        """:meth:`append` of one stream with positional arguments, for appending a batch.
+    def appender(self, stream_id: int) -> Callable[[Record], int]:
+        """:meth:`append` bound to one stream's writer, for appending a batch of its records.
 
-        ``appender(s)(payload, message_id, event_time, key, boundary,
-        stable)`` skips the per-record stream lookup and keyword handling.
+        Skips the per-record stream lookup; the records must belong to
+        ``stream_id`` (the ingest's batches come from one stream).
         """
         return self._stream(stream_id).append
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aqueduct.runtime as rt
-from aqueduct.connector.frames import Frame, Message, Notify
+from aqueduct.connector.frames import Frame, Notify, Record
 from aqueduct.connector.worker_server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome, LocalProtocolError
@@ -161,7 +161,7 @@ def _batches(
     out: list[tuple[int | None, list[tuple[Frame, bytes]]]] = []
     size = 0
     for frame, data in frames:
-        route = frame.stream_id if isinstance(frame, Message) else None
+        route = frame.stream_id if isinstance(frame, Record) else None
         unreliable = route is not None and mode_of(route) is Mode.UNRELIABLE
         if out and out[-1][0] == route and not unreliable and size + len(data) <= MAX_BATCH_BYTES:
             out[-1][1].append((frame, data))

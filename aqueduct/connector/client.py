@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Frame, Message
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Frame, Record
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import AqueductError
@@ -281,7 +281,7 @@ class Connector:
         stream = self._outbox.streams.get(stream_id)
         return stream.mode if stream is not None else ORDERED
 
-    def _enqueue(self, message: Message) -> None:
+    def _enqueue(self, message: Record) -> None:
         self._outbox.push(message)
         self._kick.set()
 
@@ -400,7 +400,7 @@ class Connector:
             self._outbox.send_into(session)
             frames = session.data_to_send()
             if frames:
-                self.stats.sent += sum(isinstance(f, Message) for f, _ in frames)
+                self.stats.sent += sum(isinstance(f, Record) for f, _ in frames)
                 await link.send(frames)
                 self._changed()
 

@@ -31,9 +31,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
+    Record,
     Restart,
     encode,
     frame_name,
@@ -95,7 +95,7 @@ class ConnectorSession:
         self._queue(Hello(PROTOCOL_VERSION, self.cookie, self.program_name, self.instance_name))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
 
-    def send(self, frame: Notify | Message) -> None:
+    def send(self, frame: Notify | Record) -> None:
         """Queue a NOTIFY or MESSAGE, spending one credit."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aqueduct.connector.frames import Message, StreamRef
+from aqueduct.connector.frames import Record, StreamRef
 from aqueduct.proto.sender import Mode
 
 
@@ -39,16 +39,16 @@ class StreamNotified:
 
 
 @dataclass(frozen=True, slots=True)
-class MessagesAccepted:
-    """Worker side: new (deduplicated) messages of one stream, in arrival order.
+class RecordsAccepted:
+    """Worker side: new (deduplicated) records of one stream, in arrival order.
 
-    The sink returns one credit per message (with :meth:`WorkerSession.ack`)
+    The sink returns one credit per record (with :meth:`WorkerSession.ack`)
     once they are durable; credits of frames that carry nothing to persist
     (NOTIFY, duplicates) are returned by the session itself.
     """
 
     stream_id: int
-    messages: tuple[Message, ...]
+    records: tuple[Record, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,5 +85,5 @@ class SessionEnded:
     origin: str
 
 
-WorkerEvent = HelloAccepted | StreamNotified | MessagesAccepted | SessionEnded
+WorkerEvent = HelloAccepted | StreamNotified | RecordsAccepted | SessionEnded
 ConnectorEvent = HandshakeCompleted | Acked | RestartRequested | SessionEnded

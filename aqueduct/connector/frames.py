@@ -37,7 +37,7 @@ __all__ = [
     "Frame",
     "FrameSplitter",
     "Hello",
-    "Message",
+    "Record",
     "Notify",
     "Ok",
     "Restart",
@@ -120,8 +120,13 @@ class Notify:
 
 
 @dataclass(slots=True)
-class Message:
-    """One application message; costs one credit.
+class Record:
+    """One application message (a MESSAGE frame); costs one credit.
+
+    The same object goes from the connector session through the ingest into
+    the durable log (:meth:`~aqueduct.bridge.log.DurableLog.append`): one
+    record type, one set of names (:attr:`ephemeral`, :attr:`boundary`,
+    :attr:`eos`, :attr:`stable`) for what its flags mean.
 
     Optional fields are present exactly when the flags say so: ``message_id``
     unless EPHEMERAL, ``event_time`` with EVENT_TIME, ``key`` with KEY, and
@@ -134,6 +139,58 @@ class Message:
     event_time: int | None = None
     key: bytes | None = None
     payload: bytes | None = b""
+
+    @classmethod
+    def build(
+        cls,
+        stream_id: int,
+        payload: bytes | None = b"",
+        *,
+        message_id: int | None = None,
+        event_time: int | None = None,
+        key: bytes | None = None,
+        boundary: bool = False,
+        eos: bool = False,
+        unstable: bool = False,
+    ) -> Record:
+        """A record from what it means rather than its bits.
+
+        A record without an id is EPHEMERAL (the codec's rule too), a
+        BOUNDARY carries no payload, and ``unstable`` is UNSTABLE_REFERENCE.
+        """
+        flags = (
+            (EPHEMERAL if message_id is None else 0)
+            | (BOUNDARY if boundary else 0)
+            | (EOS if eos else 0)
+            | (UNSTABLE_REFERENCE if unstable else 0)
+            | (EVENT_TIME if event_time is not None else 0)
+            | (KEY if key is not None else 0)
+        )
+        return cls(flags, stream_id, message_id, event_time, key, None if boundary else payload)
+
+    @property
+    def ephemeral(self) -> bool:
+        """EPHEMERAL: no id, never deduplicated, never moves a point of reference."""
+        return bool(self.flags & EPHEMERAL)
+
+    @property
+    def boundary(self) -> bool:
+        """BOUNDARY: closes its stream's epoch; carries no payload."""
+        return bool(self.flags & BOUNDARY)
+
+    @property
+    def eos(self) -> bool:
+        """EOS: the last record of its stream until it is notified again."""
+        return bool(self.flags & EOS)
+
+    @property
+    def stable(self) -> bool:
+        """The spec's "message with a stable reference": it may move its stream's point.
+
+        Neither EPHEMERAL nor UNSTABLE_REFERENCE; the log stores this as its
+        ``stable`` column.
+        """
+        return not self.flags & (EPHEMERAL | UNSTABLE_REFERENCE)
 
 
 @dataclass(slots=True)
@@ -149,7 +206,7 @@ class Restart:
     """Worker asks the connector to reconnect and resume from OK's points."""
 
 
-Frame = Hello | Ok | Error | Notify | Message | Ack | Restart
+Frame = Hello | Ok | Error | Notify | Record | Ack | Restart
 
 _NAMES = {
     HELLO_TAG: "HELLO",
@@ -167,7 +224,7 @@ _TYPE_NAMES: dict[type, str] = {
     Ok: "OK",
     Error: "ERROR",
     Notify: "NOTIFY",
-    Message: "MESSAGE",
+    Record: "MESSAGE",
     Ack: "ACK",
     Restart: "RESTART",
 }
@@ -266,7 +323,7 @@ _MESSAGE_HEAD_TIME = struct.Struct(">IBHQQQ")
 _PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
 
 
-def _message_body(m: Message) -> bytes:
+def _message_body(m: Record) -> bytes:
     flags = m.flags
     validate_flags(flags, bool(m.payload))
     if not (
@@ -289,7 +346,7 @@ def _message_body(m: Message) -> bytes:
     return b"".join((head, event_time, key, m.payload or b""))
 
 
-def _explain_fields(m: Message) -> None:
+def _explain_fields(m: Record) -> None:
     """Raise the error naming which optional field disagrees with the flags."""
     _check_optional("message id", not m.flags & EPHEMERAL, m.message_id, "EPHEMERAL (absent)")
     _check_optional("event time", bool(m.flags & EVENT_TIME), m.event_time, "EVENT_TIME")
@@ -297,7 +354,7 @@ def _explain_fields(m: Message) -> None:
     _check_optional("payload", not m.flags & BOUNDARY, m.payload, "BOUNDARY (absent)")
 
 
-def _explain_ranges(m: Message) -> None:
+def _explain_ranges(m: Record) -> None:
     """Raise the error naming the integer field that does not fit a u64."""
     _u64("MESSAGE", "stream id", m.stream_id)
     if m.message_id is not None:
@@ -336,7 +393,7 @@ def _body(frame: Frame) -> tuple[int, bytes]:
                     _u64("NOTIFY", "point of reference", point),
                 )
             )
-        case Message():
+        case Record():
             return MESSAGE_TAG, _message_body(frame)
         case Ack(credits, refs):
             parts = [_u32("ACK", "credits", credits), _u32("ACK", "count", len(refs))]
@@ -353,7 +410,7 @@ def _body(frame: Frame) -> tuple[int, bytes]:
 
 def encode(frame: Frame) -> bytes:
     """Encode one frame, length prefix included."""
-    if type(frame) is Message:
+    if type(frame) is Record:
         plain = _encode_plain_message(frame)
         if plain is not None:
             return plain
@@ -361,7 +418,7 @@ def encode(frame: Frame) -> bytes:
     return struct.pack(">IB", len(body) + 1, tag) + body
 
 
-def _encode_plain_message(m: Message) -> bytes | None:
+def _encode_plain_message(m: Record) -> bytes | None:
     """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
 
     Every other case, and any value out of range, goes the general way,
@@ -446,7 +503,7 @@ class _Reader:
             )
 
 
-def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Message, int] | None:
+def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Record, int] | None:
     """Decode the frame at ``pos`` if it is a whole, plain MESSAGE; else None.
 
     The hot path of :meth:`FrameSplitter.drain`: one unpack for the length
@@ -471,17 +528,17 @@ def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Message, int
         (event_time,) = _U64.unpack_from(view, start - 8)
     elif start > end:
         return None
-    return Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()), end
+    return Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()), end
 
 
-def _decode_message(body: bytes) -> Message:
+def _decode_message(body: bytes) -> Record:
     r = _Reader("MESSAGE", body)
     message = _read_message(r)
     r.end()
     return message
 
 
-def _read_message(r: _Reader) -> Message:
+def _read_message(r: _Reader) -> Record:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
     stream_id = r.u64("stream id")
@@ -493,7 +550,7 @@ def _read_message(r: _Reader) -> Message:
         validate_flags(flags, has_payload=r.left() > 0)
     else:
         payload = r.rest()
-    return Message(flags, stream_id, message_id, event_time, key, payload)
+    return Record(flags, stream_id, message_id, event_time, key, payload)
 
 
 def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:

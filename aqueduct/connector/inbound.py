@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import EOS, EPHEMERAL, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.frames import EOS, EPHEMERAL, UNSTABLE_REFERENCE, Record
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.wire.rangeset import RangeSet
 
@@ -86,7 +86,7 @@ class InboundStream:
         self.received.add_range(0, point)
         return self.point_of_reference
 
-    def accepts(self, message: Message, in_order: bool) -> bool:
+    def accepts(self, message: Record, in_order: bool) -> bool:
         """Whether a MESSAGE may arrive now (the stream is open).
 
         On unordered input a message sent before the EOS may arrive after it,
@@ -102,7 +102,7 @@ class InboundStream:
             and message.message_id < self.eos_id
         )
 
-    def out_of_order(self, message: Message, in_order: bool) -> bool:
+    def out_of_order(self, message: Record, in_order: bool) -> bool:
         """True if in-order input carries an id not above the previous one.
 
         Ids of a resumable stream strictly increase; accepting a lower id
@@ -111,7 +111,7 @@ class InboundStream:
         mid = message.message_id
         return in_order and mid is not None and self.last_id is not None and mid <= self.last_id
 
-    def receive(self, message: Message, in_order: bool) -> bool:
+    def receive(self, message: Record, in_order: bool) -> bool:
         """Record ``message``; return False if it is a duplicate to drop.
 
         The caller has checked :meth:`accepts`.

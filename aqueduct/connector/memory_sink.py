@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from aqueduct.connector.events import (
     HelloAccepted,
-    MessagesAccepted,
+    RecordsAccepted,
     SessionEnded,
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import Record
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
 from aqueduct.wire.rangeset import RangeSet
@@ -30,7 +30,7 @@ class StoredStream:
     """Everything one stream delivered, plus what a resume needs."""
 
     name: str
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Record] = field(default_factory=list)
     received: RangeSet = field(default_factory=RangeSet)
     point: int = 0
 
@@ -55,7 +55,7 @@ class MemorySink:
             DurableStream(sid, s.name, s.point, s.received) for sid, s in sorted(stored.items())
         ]
 
-    def messages(self, program: str, instance: str, stream_id: int) -> list[Message]:
+    def messages(self, program: str, instance: str, stream_id: int) -> list[Record]:
         stream = self.streams.get((program, instance), {}).get(stream_id)
         return stream.messages if stream else []
 
@@ -70,15 +70,15 @@ class MemorySink:
             self.streams.setdefault(key, {}).setdefault(
                 event.stream_id, StoredStream(event.stream_name)
             )
-        elif isinstance(event, MessagesAccepted):
+        elif isinstance(event, RecordsAccepted):
             stored = self.streams[key][event.stream_id]
-            stored.messages.extend(event.messages)
-            for m in event.messages:
+            stored.messages.extend(event.records)
+            for m in event.records:
                 if m.message_id is not None:
                     stored.received.add(m.message_id)
             stored.point = peer.session.streams[event.stream_id].point_of_reference
             if self.auto_ack:
-                peer.ack([(event.stream_id, stored.point)], credits=len(event.messages))
+                peer.ack([(event.stream_id, stored.point)], credits=len(event.records))
         elif isinstance(event, SessionEnded) and peer in self.peers:
             self.peers.remove(peer)
         self.events.append(event)

@@ -24,14 +24,8 @@ from dataclasses import dataclass, field
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
 from aqueduct.connector.frames import (
-    BOUNDARY,
-    EOS,
-    EPHEMERAL,
-    EVENT_TIME,
-    KEY,
-    UNSTABLE_REFERENCE,
-    Message,
     Notify,
+    Record,
     StreamRef,
 )
 from aqueduct.connector.states import ConnectionState
@@ -56,7 +50,7 @@ class OutboundStream:
     #: latest committed point of reference (from ACK)
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
-    unacked: deque[Message] = field(default_factory=deque)
+    unacked: deque[Record] = field(default_factory=deque)
 
     def make_message(
         self,
@@ -68,20 +62,12 @@ class OutboundStream:
         eos: bool = False,
         ephemeral: bool = False,
         unstable: bool = False,
-    ) -> Message:
+    ) -> Record:
         """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
         if self.closed:
             raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
         if self.mode is Mode.UNRELIABLE and not ephemeral:
             raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
-        flags = (
-            (EPHEMERAL if ephemeral else 0)
-            | (BOUNDARY if boundary else 0)
-            | (EOS if eos else 0)
-            | (UNSTABLE_REFERENCE if unstable else 0)
-            | (EVENT_TIME if event_time is not None else 0)
-            | (KEY if key is not None else 0)
-        )
         mid: int | None = None
         if not ephemeral:
             mid = self.next_id if message_id is None else message_id
@@ -91,7 +77,16 @@ class OutboundStream:
                     f"stream {self.stream_id}: message id {mid} {rule} (next is {self.next_id})"
                 )
             self.next_id = mid + 1
-        message = Message(flags, self.stream_id, mid, event_time, key, None if boundary else payload)
+        message = Record.build(
+            self.stream_id,
+            payload,
+            message_id=mid,
+            event_time=event_time,
+            key=key,
+            boundary=boundary,
+            eos=eos,
+            unstable=unstable,
+        )
         if not ephemeral:
             self.unacked.append(message)
         if eos:
@@ -107,7 +102,7 @@ class OutboundStream:
         self.acked = max(self.acked, point)
         self._drop_below(point)
 
-    def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
+    def resume(self, point: int | None) -> tuple[Notify, list[Record]] | None:
         """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
 
         Messages below ``point`` are durable on the worker, so they are not
@@ -138,7 +133,7 @@ class Outbox:
         self.streams: dict[int, OutboundStream] = {}
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
-        self._queue: deque[Notify | Message] = deque()
+        self._queue: deque[Notify | Record] = deque()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -168,10 +163,10 @@ class Outbox:
         self._queue.append(plan[0])
         return stream
 
-    def push(self, message: Message) -> None:
+    def push(self, message: Record) -> None:
         self._queue.append(message)
 
-    def take(self, limit: int) -> list[Notify | Message]:
+    def take(self, limit: int) -> list[Notify | Record]:
         """Pop up to ``limit`` frames (one credit each)."""
         n = min(limit, len(self._queue))
         return [self._queue.popleft() for _ in range(n)]

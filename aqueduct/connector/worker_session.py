@@ -3,7 +3,7 @@
 Bytes (or whole-frame payloads) go in, events and bytes come out; no
 sockets, no asyncio, no clock. Durability is pluggable: the machine asks a
 ``durable`` callback for the points of reference to put in OK, reports
-deduplicated messages as :class:`MessagesAccepted`, and the sink calls
+deduplicated messages as :class:`RecordsAccepted`, and the sink calls
 :meth:`WorkerSession.ack` once they are durable / committed.
 
 Every protocol violation queues the exact ERROR frame and ends the session;
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from aqueduct.connector.events import (
     HelloAccepted,
-    MessagesAccepted,
+    RecordsAccepted,
     SessionEnded,
     StreamNotified,
     WorkerEvent,
@@ -32,9 +32,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
+    Record,
     Restart,
     StreamRef,
     encode,
@@ -77,7 +77,7 @@ class WorkerSession:
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Message: (frozenset({C.STREAMING}), "_on_message"),
+        Record: (frozenset({C.STREAMING}), "_on_message"),
     }
 
     def __init__(
@@ -94,7 +94,7 @@ class WorkerSession:
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._events: list[WorkerEvent] = []
-        self._batch: list[Message] = []
+        self._batch: list[Record] = []
         self._batch_stream = -1
         #: delivery modes of the channels attached to the payload being read, one per NOTIFY
         self._notify_modes: Iterator[Mode] = iter(())
@@ -217,7 +217,7 @@ class WorkerSession:
         if self.state not in states:
             raise self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
         if channel_stream is not None and not (
-            type(frame) is Message and frame.stream_id == channel_stream
+            type(frame) is Record and frame.stream_id == channel_stream
         ):
             raise self._fail(
                 f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
@@ -269,7 +269,7 @@ class WorkerSession:
         mode = next(self._notify_modes, Mode.ORDERED)
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
-    def _on_message(self, message: Message, in_order: bool) -> None:
+    def _on_message(self, message: Record, in_order: bool) -> None:
         self._spend_credit()
         stream = self.streams.get(message.stream_id)
         if stream is None or not stream.accepts(message, in_order):
@@ -309,7 +309,7 @@ class WorkerSession:
 
     def _flush_batch(self) -> None:
         if self._batch:
-            self._events.append(MessagesAccepted(self._batch_stream, tuple(self._batch)))
+            self._events.append(RecordsAccepted(self._batch_stream, tuple(self._batch)))
             self._batch = []
         self._batch_stream = -1
 

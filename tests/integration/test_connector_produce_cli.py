@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from aqueduct.connector.events import HelloAccepted, MessagesAccepted
+from aqueduct.connector.events import HelloAccepted, RecordsAccepted
 from aqueduct.connector.memory_sink import MemorySink
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
@@ -95,8 +95,8 @@ class CommitAfterRestartSink(MemorySink):
 
     async def handle(self, peer, event) -> None:
         await super().handle(peer, event)
-        if isinstance(event, MessagesAccepted):
-            peer.grant_credits(len(event.messages))
+        if isinstance(event, RecordsAccepted):
+            peer.grant_credits(len(event.records))
             if not self.restarted and len(self.messages("cli", "r1", 0)) == self.total:
                 self.restarted = True
                 await peer.restart()

@@ -12,6 +12,7 @@ import pytest
 from aqueduct.bridge.acked import write_acked
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.source import AqueductStreamReader, SourceOptions
+from aqueduct.connector.frames import Record
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -71,10 +72,10 @@ def test_status_shows_positions_lag_and_acked_points(tmp_path: Path) -> None:
     with DurableLog(log_dir) as log:
         log.open_stream(3, "orders", "shop/a")
         for i in range(10):
-            log.append(3, b"x", message_id=100 + i)
-        log.append(3, message_id=110, boundary=True)
+            log.append(Record.build(3, b"x", message_id=100 + i))
+        log.append(Record.build(3, message_id=110, boundary=True))
         log.open_stream(4, "clicks", "shop/b")
-        log.append(4, b"y", message_id=0)
+        log.append(Record.build(4, b"y", message_id=0))
         log.commit()
     # What the Spark source records after committing a micro-batch that ended at offset 5.
     AqueductStreamReader(SourceOptions(str(log_dir))).commit({"3": 5})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aqueduct.connector.aqueduct_transport import MAX_BATCH_BYTES, _batches
-from aqueduct.connector.frames import EPHEMERAL, Message, Notify, encode
+from aqueduct.connector.frames import EPHEMERAL, Notify, Record, encode
 from aqueduct.connector.outbound import Mode
 
 MODES = {1: Mode.ORDERED, 2: Mode.UNRELIABLE}
@@ -21,16 +21,16 @@ def test_consecutive_frames_for_one_channel_share_a_payload() -> None:
     frames = pairs(
         Notify(1, "a", 0),
         Notify(2, "b", 0),
-        Message(0, 1, 0, payload=b"x"),
-        Message(0, 1, 1, payload=b"y"),
-        Message(EPHEMERAL, 2, None, payload=b"e"),
-        Message(EPHEMERAL, 2, None, payload=b"f"),
-        Message(0, 1, 2, payload=b"z"),
+        Record(0, 1, 0, payload=b"x"),
+        Record(0, 1, 1, payload=b"y"),
+        Record(EPHEMERAL, 2, None, payload=b"e"),
+        Record(EPHEMERAL, 2, None, payload=b"f"),
+        Record(0, 1, 2, payload=b"z"),
     )
     assert routes(frames) == [(None, 2), (1, 2), (2, 1), (2, 1), (1, 1)]
 
 
 def test_reliable_payloads_are_cut_near_the_batch_size() -> None:
     big = b"x" * (MAX_BATCH_BYTES // 3)
-    frames = pairs(*(Message(0, 1, i, payload=big) for i in range(6)))
+    frames = pairs(*(Record(0, 1, i, payload=big) for i in range(6)))
     assert routes(frames) == [(1, 2), (1, 2), (1, 2)]

@@ -17,9 +17,9 @@ from aqueduct.connector.frames import (
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
+    Record,
     Restart,
     StreamRef,
     decode,
@@ -52,7 +52,7 @@ def _frame_from_fields(kind: str, f: dict) -> cf.Frame:
     if kind == "MESSAGE":
         payload = bytes.fromhex(f["payload_hex"]) if "payload_hex" in f else None
         key = f["key"].encode() if "key" in f else None
-        return Message(
+        return Record(
             f["flags"], f["stream_id"], f.get("message_id"), f.get("event_time"), key, payload
         )
     if kind == "ACK":
@@ -118,17 +118,17 @@ def test_splitter_keeps_frames_before_a_bad_one_available() -> None:
 @pytest.mark.parametrize(
     ("message", "rule"),
     [
-        (Message(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
-        (Message(0, 1, None, payload=b"x"), "message id is required"),
-        (Message(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
-        (Message(0, 1, 0, key=b"k"), "key is forbidden"),
-        (Message(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
-        (Message(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
-        (Message(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
-        (Message(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
+        (Record(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
+        (Record(0, 1, None, payload=b"x"), "message id is required"),
+        (Record(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
+        (Record(0, 1, 0, key=b"k"), "key is forbidden"),
+        (Record(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
+        (Record(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
+        (Record(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
+        (Record(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
     ],
 )
-def test_encoder_refuses_what_the_decoder_would_refuse(message: Message, rule: str) -> None:
+def test_encoder_refuses_what_the_decoder_would_refuse(message: Record, rule: str) -> None:
     with pytest.raises(ConnectorFrameError, match=rule):
         encode(message)
 
@@ -142,13 +142,13 @@ short_bytes = st.binary(max_size=40)
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> Message:
+def messages(draw: st.DrawFn) -> Record:
     flags = draw(st.integers(0, 63))
     if flags & cf.EPHEMERAL:
         flags &= ~(cf.BOUNDARY | cf.UNSTABLE_REFERENCE)
     if flags & cf.BOUNDARY:
         flags &= ~cf.KEY
-    return Message(
+    return Record(
         flags,
         draw(u64),
         None if flags & cf.EPHEMERAL else draw(u64),
@@ -228,7 +228,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
 @settings(deadline=None)
 @given(messages(), st.data())
 def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
-    message: Message, data: st.DataObject
+    message: Record, data: st.DataObject
 ) -> None:
     """The splitter decodes plain MESSAGEs on its own fast path: it must give what decode gives.
 

@@ -10,7 +10,7 @@ from aqueduct.connector.connector_session import ConnectorSession, NoCredits
 from aqueduct.connector.events import (
     Acked,
     HandshakeCompleted,
-    MessagesAccepted,
+    RecordsAccepted,
     RestartRequested,
     SessionEnded,
 )
@@ -21,9 +21,9 @@ from aqueduct.connector.frames import (
     Ack,
     Error,
     Hello,
-    Message,
     Notify,
     Ok,
+    Record,
     Restart,
     StreamRef,
     encode,
@@ -67,14 +67,14 @@ def test_handshake() -> None:
 def test_costly_frames_need_credits_and_open_streams() -> None:
     session = streaming(credits=2)
     with pytest.raises(LocalProtocolError, match="stream 1: message not allowed in state start"):
-        session.send(Message(0, 1, 0, payload=b""))
+        session.send(Record(0, 1, 0, payload=b""))
     session.send(Notify(1, "s", 0))
-    session.send(Message(EOS, 1, 0, payload=b""))
+    session.send(Record(EOS, 1, 0, payload=b""))
     with pytest.raises(NoCredits):
         session.send(Notify(1, "s", 1))
     assert session.receive_data(encode(Ack(1, ((1, 1),)))) == [Acked(1, ((1, 1),))]
     with pytest.raises(LocalProtocolError, match="message not allowed in state closed"):
-        session.send(Message(0, 1, 1, payload=b""))
+        session.send(Record(0, 1, 1, payload=b""))
     session.send(Notify(1, "s", 1))
     assert session.streams[1] is StreamState.OPEN
 
@@ -184,9 +184,9 @@ class DurableLog:
     def lookup(self, program: str, instance: str) -> list[DurableStream]:
         return [DurableStream(sid, f"s{sid}", ids.base, ids) for sid, ids in self.ids.items()]
 
-    def store(self, event: MessagesAccepted) -> list[tuple[int, int]]:
+    def store(self, event: RecordsAccepted) -> list[tuple[int, int]]:
         ids = self.ids.setdefault(event.stream_id, RangeSet())
-        for m in event.messages:
+        for m in event.records:
             self.rows.setdefault(event.stream_id, []).append(m.payload)
             ids.add(m.message_id)
         return [(event.stream_id, ids.base)]
@@ -213,8 +213,8 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list) 
         to_worker = b"".join(b for _, b in conn.data_to_send())
         for _ in range(budget):
             for event in worker.receive_data(to_worker):
-                if isinstance(event, MessagesAccepted):
-                    worker.ack(log.store(event), credits=len(event.messages))
+                if isinstance(event, RecordsAccepted):
+                    worker.ack(log.store(event), credits=len(event.records))
             to_worker = b""
             for event in conn.receive_data(worker.data_to_send()):
                 outbox.apply(event)

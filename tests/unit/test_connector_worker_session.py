@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from aqueduct.connector.events import (
     HelloAccepted,
-    MessagesAccepted,
+    RecordsAccepted,
     SessionEnded,
     StreamNotified,
 )
@@ -21,9 +21,9 @@ from aqueduct.connector.frames import (
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
+    Record,
     Restart,
     StreamRef,
     encode,
@@ -37,8 +37,8 @@ from aqueduct.wire.rangeset import RangeSet
 HELLO = Hello(PROTOCOL_VERSION, b"", "gen", "gen-1")
 
 
-def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> Message:
-    return Message(flags, stream_id, mid, payload=payload)
+def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> Record:
+    return Record(flags, stream_id, mid, payload=payload)
 
 
 def replies(session: WorkerSession) -> list:
@@ -53,7 +53,7 @@ def started(config: WorkerConfig | None = None, durable=None) -> WorkerSession:
 
 
 def accepted_ids(events: list) -> list[int | None]:
-    return [m.message_id for e in events if isinstance(e, MessagesAccepted) for m in e.messages]
+    return [m.message_id for e in events if isinstance(e, RecordsAccepted) for m in e.records]
 
 
 def test_handshake_answers_ok_with_credits_and_durable_points() -> None:
@@ -133,7 +133,7 @@ def test_frames_before_a_violation_are_not_lost() -> None:
     events = session.receive_data(data)
     assert events == [
         StreamNotified(1, "s", 0),
-        MessagesAccepted(1, (msg(1, 0), msg(1, 1))),
+        RecordsAccepted(1, (msg(1, 0), msg(1, 1))),
         SessionEnded("message for unknown stream 2", "local"),
     ]
 

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.segment import segment_bases, segment_name
 from aqueduct.bridge.view import load_streams
+from aqueduct.connector.frames import Record
 from aqueduct.proto.sender import Mode
 
 ORDERED, UNORDERED = 1, 2
@@ -75,13 +76,13 @@ class LogMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir)
 
     def _append(self, sid: int, rec: Rec) -> None:
-        self.log.append(
+        self.log.append(Record.build(
             sid,
             rec.payload,
             message_id=rec.message_id,
             boundary=rec.boundary,
-            stable=rec.stable,
-        )
+            unstable=not rec.stable,
+        ))
         self.pending[sid].append(rec)
 
     @rule(

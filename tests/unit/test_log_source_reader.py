@@ -24,6 +24,7 @@ from aqueduct.bridge.source import (
     AqueductOptionError,
     AqueductStreamReader,
 )
+from aqueduct.connector.frames import Record
 
 
 def spark_round_trip(obj):
@@ -56,10 +57,10 @@ def test_spark_schema_is_exactly_the_arrow_schema_read_yields() -> None:
 
 def test_offsets_are_canonical_json_and_cover_complete_epochs_only(log: DurableLog) -> None:
     for i in range(3):
-        log.append(10, b"e0-%d" % i, message_id=i)
-    log.append(10, message_id=3, boundary=True)
-    log.append(10, b"open", message_id=4)  # epoch 1 still open
-    log.append(2, b"x", message_id=0)
+        log.append(Record.build(10, b"e0-%d" % i, message_id=i))
+    log.append(Record.build(10, message_id=3, boundary=True))
+    log.append(Record.build(10, b"open", message_id=4))  # epoch 1 still open
+    log.append(Record.build(2, b"x", message_id=0))
     log.commit()
     r = reader(log)
     start = r.initialOffset()
@@ -76,8 +77,8 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
     ids = iter(range(100))
     for size in (2, 5, 1):
         for _ in range(size):
-            log.append(10, b"", message_id=next(ids))
-        log.append(10, message_id=next(ids), boundary=True)
+            log.append(Record.build(10, b"", message_id=next(ids)))
+        log.append(Record.build(10, message_id=next(ids), boundary=True))
     log.commit()
     r = reader(log, maxRecordsPerTrigger="4")
     assert r.getDefaultReadLimit() == ReadMaxRows(4)
@@ -92,11 +93,11 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
 
 
 def test_available_now_ignores_data_appended_after_prepare(log: DurableLog) -> None:
-    log.append(2, b"before", message_id=0)
+    log.append(Record.build(2, b"before", message_id=0))
     log.commit()
     r = reader(log)
     r.prepareForTriggerAvailableNow()
-    log.append(2, b"after", message_id=1)
+    log.append(Record.build(2, b"after", message_id=1))
     log.commit()
     assert r.latestOffset(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
 
@@ -105,7 +106,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
     r = reader(log)
     start = r.initialOffset()
     log.open_stream(7, "late", "c/2")
-    log.append(7, b"hi")
+    log.append(Record.build(7, b"hi"))
     log.commit()
     end = r.latestOffset(start, ReadAllAvailable())
     assert end == {"2": 0, "7": 1, "10": 0}
@@ -114,7 +115,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
 
 def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> None:
     for i in range(3):
-        log.append(2, b"", message_id=10 + i)
+        log.append(Record.build(2, b"", message_id=10 + i))
     log.commit()
     r = reader(log, consumer="q1")
     r.commit({"2": 2, "10": 0})
@@ -155,7 +156,7 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
         r = reader(lg)
         start = r.initialOffset()  # {} : the stream is still empty
         for i in range(3):
-            lg.append(1, b"", message_id=i)
+            lg.append(Record.build(1, b"", message_id=i))
             lg.commit()
         assert lg.truncate(1, 2).result() == 2  # as if another query had committed up to 2
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):

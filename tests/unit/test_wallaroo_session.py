@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aqueduct.connector.events import HelloAccepted, MessagesAccepted, SessionEnded, StreamNotified
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
-from aqueduct.connector.frames import Message as Record
+from aqueduct.connector.events import HelloAccepted, RecordsAccepted, SessionEnded, StreamNotified
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
@@ -71,7 +70,7 @@ def test_notify_ack_carries_the_durable_point_and_older_ids_are_dropped() -> Non
     assert feed(session, Notify(1, "s", NO_POINT)) == [StreamNotified(1, "s", 42)]
     assert replies(session)[0] == NotifyAck(True, 1, 41)  # the last id held, inclusive
     events = feed(session, Message(1, 40), Message(1, 41), Message(1, 42, payload=b"x"))
-    assert events == [MessagesAccepted(1, (Record(0, 1, 42, None, None, b"x"),))]
+    assert events == [RecordsAccepted(1, (Record(0, 1, 42, None, None, b"x"),))]
     assert replies(session) == [Ack(2)]  # the two duplicates' credits
 
 
@@ -91,7 +90,7 @@ def test_messages_become_records_and_eos_a_boundary_that_costs_nothing() -> None
         EndOfStream(1),
     )
     assert events == [
-        MessagesAccepted(
+        RecordsAccepted(
             1,
             (
                 Record(EVENT_TIME | KEY, 1, 0, 1_700_000_000_000_000, b"k", b"p"),
@@ -172,7 +171,7 @@ def test_messages_before_a_bad_frame_are_still_reported() -> None:
     session = streaming()
     feed(session, Notify(1, "s", NO_POINT))
     events = feed(session, Message(1, 0, payload=b"a"), bytes([0, 0, 0, 1, 201]))
-    assert events[0] == MessagesAccepted(1, (Record(0, 1, 0, None, None, b"a"),))
+    assert events[0] == RecordsAccepted(1, (Record(0, 1, 0, None, None, b"a"),))
     assert isinstance(events[1], SessionEnded)
 
 
@@ -181,7 +180,7 @@ def test_spending_more_credits_than_granted_is_an_error() -> None:
     feed(session, Notify(1, "s", NO_POINT))  # its credit comes back at once
     events = feed(session, Message(1, 0), Message(1, 1), Message(1, 2))
     assert events[-1] == SessionEnded("credit exceeded", "local")
-    assert len(events[0].messages) == 2
+    assert len(events[0].records) == 2
 
 
 def test_the_peer_may_end_the_session_with_error() -> None:
@@ -197,7 +196,7 @@ def test_only_ids_above_the_point_are_kept_and_every_dropped_one_gets_its_credit
     feed(session, Notify(1, "s", NO_POINT))
     replies(session)
     events = feed(session, *(Message(1, i) for i in ids))
-    kept = [m.message_id for e in events for m in e.messages]
+    kept = [m.message_id for e in events for m in e.records]
     point, expected = durable, []
     for i in ids:
         if i >= point:
@@ -238,7 +237,7 @@ def test_any_frame_sequence_ends_cleanly_and_never_overgrants_credits(frames: li
             assert isinstance(events[-1], SessionEnded)
             break
         for event in events:
-            if isinstance(event, MessagesAccepted):  # the sink returns their credits later
-                session.ack((), len(event.messages))
+            if isinstance(event, RecordsAccepted):  # the sink returns their credits later
+                session.ack((), len(event.records))
                 spendable += sum(a.credits for a in replies(session))
         assert spendable <= credits

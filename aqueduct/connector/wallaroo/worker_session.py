@@ -3,7 +3,7 @@
 It has :class:`~aqueduct.connector.worker_session.WorkerSession`'s interface
 (``receive_data``, ``ack``, ``restart``, ``fail``, ``data_to_send``,
 ``connection_lost``) and reports the same events (``HelloAccepted``,
-``StreamNotified``, ``MessagesAccepted``, ``SessionEnded``), so a
+``StreamNotified``, ``RecordsAccepted``, ``SessionEnded``), so a
 :class:`~aqueduct.connector.worker_server.WorkerPeer` drives it and the
 bridge's ingest consumes it unchanged. Everything that differs from the
 seed protocol is settled here, at the edge:
@@ -35,13 +35,12 @@ from dataclasses import dataclass
 
 from aqueduct.connector.events import (
     HelloAccepted,
-    MessagesAccepted,
+    RecordsAccepted,
     SessionEnded,
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
-from aqueduct.connector.frames import Message as Record
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -107,7 +106,7 @@ def _end_record(stream_id: int, last_id: int) -> Record:
 
 @dataclass(slots=True)
 class _Run:
-    """Records of one stream received back to back: one MessagesAccepted when taken."""
+    """Records of one stream received back to back: one RecordsAccepted when taken."""
 
     stream_id: int
     records: list[Record]
@@ -326,7 +325,7 @@ class WallarooSession:
     # ------------------------------------------------------------ events
 
     def _add(self, stream_id: int, record: Record) -> None:
-        """Queue a record; consecutive records of one stream become one MessagesAccepted."""
+        """Queue a record; consecutive records of one stream become one RecordsAccepted."""
         last = self._events[-1] if self._events else None
         if isinstance(last, _Run) and last.stream_id == stream_id:
             last.records.append(record)
@@ -335,7 +334,7 @@ class WallarooSession:
 
     def _take_events(self) -> list[WorkerEvent]:
         events = [
-            MessagesAccepted(e.stream_id, tuple(e.records)) if isinstance(e, _Run) else e
+            RecordsAccepted(e.stream_id, tuple(e.records)) if isinstance(e, _Run) else e
             for e in self._events
         ]
         self._events = []
