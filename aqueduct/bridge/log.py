@@ -74,6 +74,7 @@ from aqueduct.bridge.view import (
     check_log_dir,
 )
 from aqueduct.connector.frames import Record
+from aqueduct.connector.points import StreamPoints
 from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
 
@@ -168,11 +169,14 @@ class _StreamWriter:
         self.entries = entries
         last = entries[-1] if entries else None
         self.end = last.end_offset if last else 0
-        self.reference = last.reference_after if last else 0
         self.complete = last.complete_after if last else 0
         self.next_epoch = last.next_epoch if last else 0
         self.uses_boundaries = last.uses_boundaries if last else False
-        self.received = self._rebuild_received()
+        #: Dedup and point of reference (the rulebook shared with the sessions), as of
+        #: every appended record, committed or pending.
+        self.points = StreamPoints(
+            meta.mode, self._rebuild_received(), last.reference_after if last else 0
+        )
         self.pending = _Pending()
         self.segment: SegmentWriter | None = None
         self._index_fd = -1  # opened by open_files(), on the thread that may write
@@ -221,7 +225,7 @@ class _StreamWriter:
         return StreamIndex(self.meta, self.directory, self.entries)
 
     def is_duplicate(self, message_id: int) -> bool:
-        return message_id < self.reference or message_id in self.received
+        return self.points.holds(message_id)
 
     def append(self, record: Record) -> int:
         """Buffer one record (see :meth:`DurableLog.append`); runs once per record received."""
@@ -238,19 +242,15 @@ class _StreamWriter:
         stable = record.stable
         p = self.pending
         if not p.payload:
-            p.reference_before = self.reference
+            p.reference_before = self.points.point
         if stable:
             assert message_id is not None
             # insert() is the membership test and the add in one, O(1) for the next id.
-            if message_id < self.reference or not self.received.insert(message_id):
+            if not self.points.receive(message_id):
                 raise DuplicateMessage(
                     f"stream {self.meta.stream_id}: message id {message_id} was already "
-                    f"received (point of reference {self.reference})"
+                    f"received (point of reference {self.points.point})"
                 )
-            if self.meta.mode is Mode.ORDERED:
-                self.reference = message_id + 1
-            else:
-                self.reference = self.received.min_missing_from(self.reference)
         p.message_id.append(message_id)
         p.event_time.append(event_time)
         p.key.append(record.key)
@@ -258,7 +258,7 @@ class _StreamWriter:
         p.epoch.append(self.next_epoch)
         p.boundary.append(boundary)
         p.stable.append(stable)
-        p.reference.append(self.reference)
+        p.reference.append(self.points.point)
         offset = self.end
         self.end += 1
         if boundary:
@@ -283,7 +283,7 @@ class _StreamWriter:
             pending=p,
             meta=self.meta,
             first_offset=self.end - n,
-            reference_after=self.reference,
+            reference_after=self.points.point,
             complete_after=self.complete,
             next_epoch=self.next_epoch,
             uses_boundaries=self.uses_boundaries,
@@ -493,9 +493,10 @@ class DurableLog:
         elif s.meta != meta:
             s.meta = meta
             files = partial(write_atomically, s.directory / META_FILE, meta.to_json())
-        s.reference = max(s.reference, point_of_reference)
+        s.points.set_mode(mode)
+        reference = s.points.start_from(point_of_reference)
         s.uses_boundaries = s.uses_boundaries or boundaries
-        return self._write(files, s.reference)
+        return self._write(files, reference)
 
     def _write(self, job: Callable[[], object] | None, result: T) -> Future[T]:
         """Run ``job`` on the I/O thread, behind every write already queued; resolve to ``result``.

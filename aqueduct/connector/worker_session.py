@@ -264,9 +264,9 @@ class WorkerSession:
             stream = self.streams[notify.stream_id] = InboundStream(
                 notify.stream_id, notify.stream_name
             )
-        point = stream.notify(notify.stream_name, notify.point_of_reference)
-        self._unpersisted += 1
         mode = next(self._notify_modes, Mode.ORDERED)
+        point = stream.notify(notify.stream_name, notify.point_of_reference, mode)
+        self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
     def _on_message(self, message: Record, in_order: bool) -> None:

@@ -207,7 +207,7 @@ def test_durable_ids_above_the_point_are_deduplicated_too() -> None:
 
 def test_unordered_input_is_deduplicated_by_the_range_set() -> None:
     session = started()
-    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.UNORDERED])
     got = []
     for mid in [2, 0, 2, 3, 1, 0, 4]:
         got += accepted_ids(session.receive_payload(encode(msg(1, mid)), mode=Mode.UNORDERED, channel_stream=1))
@@ -217,7 +217,7 @@ def test_unordered_input_is_deduplicated_by_the_range_set() -> None:
 
 def test_unordered_messages_sent_before_eos_may_arrive_after_it() -> None:
     session = started()
-    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.UNORDERED])
     events = session.receive_payload(encode(msg(1, 1, flags=EOS)) + encode(msg(1, 0)), mode=Mode.UNORDERED)
     assert accepted_ids(events) == [1, 0]
 
@@ -282,7 +282,7 @@ def test_unordered_with_duplicates_accepts_each_id_once(
     ids = list(range(n)) + [d for d in dups if d < n]
     order.shuffle(ids)
     session = started(WorkerConfig(initial_credits=1000))
-    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED)
+    session.receive_payload(encode(Notify(1, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.UNORDERED])
     got = []
     for i in range(0, len(ids), chunk):
         payload = b"".join(encode(msg(1, mid)) for mid in ids[i : i + chunk])

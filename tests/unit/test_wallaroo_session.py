@@ -205,7 +205,7 @@ def test_only_ids_above_the_point_are_kept_and_every_dropped_one_gets_its_credit
     assert kept == expected
     returned = sum(a.credits for a in replies(session))
     assert returned == len(ids) - len(kept)
-    assert session.streams[1].point_of_reference == point
+    assert session.streams[1].points.point == point
 
 
 ids = st.integers(0, 5)

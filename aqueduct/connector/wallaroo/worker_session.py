@@ -41,6 +41,7 @@ from aqueduct.connector.events import (
     WorkerEvent,
 )
 from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -114,10 +115,10 @@ class _Run:
 
 @dataclass(slots=True)
 class _Stream:
-    """One stream as this session sees it; its point of reference is the seed's (exclusive)."""
+    """One stream as this session sees it; its points are the seed's (exclusive)."""
 
     name: str
-    point_of_reference: int
+    points: StreamPoints
     state: StreamState = StreamState.START
 
 
@@ -272,13 +273,14 @@ class WallarooSession:
         sid = notify.stream_id
         stream = self.streams.get(sid)
         if stream is None:
-            stream = self.streams[sid] = _Stream(notify.stream_name, self._durable_points.pop(sid, 0))
+            durable = StreamPoints(point=self._durable_points.pop(sid, 0))
+            stream = self.streams[sid] = _Stream(notify.stream_name, durable)
         stream.state = step(STREAM_TRANSITIONS, stream.state, "notify")
         stream.name = notify.stream_name
-        stream.point_of_reference = max(stream.point_of_reference, from_v3(notify.point_of_reference))
+        point = stream.points.start_from(from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._events.append(StreamNotified(sid, notify.stream_name, stream.point_of_reference))
-        self._out += encode(NotifyAck(True, sid, to_v3(stream.point_of_reference)))
+        self._events.append(StreamNotified(sid, notify.stream_name, point))
+        self._out += encode(NotifyAck(True, sid, to_v3(point)))
 
     def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
         stream = self.streams.get(frame.stream_id)
@@ -297,17 +299,16 @@ class WallarooSession:
                 f"MESSAGE: event time {message.event_time} is negative "
                 "(the bridge stores microseconds since the Unix epoch)"
             )
-        if message.message_id < stream.point_of_reference:
+        if not stream.points.receive(message.message_id):
             self._unpersisted += 1  # a duplicate from a resume: dropped, its credit returned
             return
-        stream.point_of_reference = message.message_id + 1
         self._add(message.stream_id, _record(message))
 
     def _on_end_of_stream(self, end: EndOfStream) -> None:
         stream = self._open_stream(end)
         stream.state = step(STREAM_TRANSITIONS, stream.state, "eos")
         self._owed += 1
-        self._add(end.stream_id, _end_record(end.stream_id, max(stream.point_of_reference - 1, 0)))
+        self._add(end.stream_id, _end_record(end.stream_id, max(stream.points.point - 1, 0)))
 
     def _send_ack(self, refs: Iterable[tuple[int, int]], credits: int) -> None:
         points = tuple((sid, point - 1) for sid, point in refs if point)  # seed 0: nothing to ack
