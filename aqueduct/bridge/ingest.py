@@ -279,13 +279,13 @@ class Ingest:
         """Records in complete epochs that Spark has not committed yet."""
         return sum(max(0, end - self._committed.get(sid, 0)) for sid, end in self._complete.items())
 
-    def _release_credits(self, refs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
+    def _release_credits(self, points_by_connector: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
         """Send each session its points and, unless the backlog is too long, its credits."""
-        refs = refs or {}
+        points_by_connector = points_by_connector or {}
         open_tap = self.lag <= self.config.max_lag
         for peer, state in list(self._sessions.items()):
             credits = state.withheld if open_tap else 0
-            points = refs.get(state.connector, []) if self._live.get(state.connector) is peer else []
+            points = points_by_connector.get(state.connector, []) if self._live.get(state.connector) is peer else []
             if credits or points:
                 state.withheld -= credits
                 peer.ack(points, credits)
@@ -311,13 +311,13 @@ class Ingest:
             for sid, offset in positions.items()
             if sid in known and offset > self._committed.get(sid, 0)
         }
-        refs: dict[str, list[tuple[int, int]]] = {}
+        points_by_connector: dict[str, list[tuple[int, int]]] = {}
         for sid, point in acks_for(self.log, advanced).items():
             owner = self.log.snapshot(sid).meta.connector
-            refs.setdefault(owner, []).append((sid, point))
+            points_by_connector.setdefault(owner, []).append((sid, point))
         self._committed.update(advanced)
         for sid, offset in advanced.items():
             self.log.truncate(sid, offset).add_done_callback(_report_failed_write)
         if advanced:  # for `aqueduct-bridge status`: how far producers were told
             self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
-        self._release_credits(refs)
+        self._release_credits(points_by_connector)
