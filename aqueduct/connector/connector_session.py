@@ -23,10 +23,8 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.frames import (
     DEFAULT_MAX_FRAME_SIZE,
-    EOS,
     PROTOCOL_VERSION,
     Ack,
-    ConnectorFrameError,
     Error,
     Frame,
     FrameSplitter,
@@ -38,6 +36,7 @@ from aqueduct.connector.frames import (
     encode,
     frame_name,
 )
+from aqueduct.connector.machine import SessionMachine, SessionOver
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -55,17 +54,18 @@ class NoCredits(LocalProtocolError):
     """A costly frame (NOTIFY, MESSAGE) was sent with no credit left."""
 
 
-class ConnectorSession:
+class ConnectorSession(SessionMachine[ConnectorEvent]):
     """One connection's worth of protocol state on the connector."""
 
     #: frame type -> (states it is legal in, handler name); absent types
     #: (HELLO, NOTIFY, MESSAGE) may never be sent to a connector.
-    RECEIVE_TABLE: dict[type, tuple[frozenset[ConnectionState], str]] = {
+    RECEIVE_TABLE = {
         Ok: (frozenset({C.HANDSHAKE}), "_on_ok"),
         Error: (frozenset({C.HANDSHAKE, C.STREAMING}), "_on_error"),
         Ack: (frozenset({C.STREAMING}), "_on_ack"),
         Restart: (frozenset({C.STREAMING}), "_on_restart"),
     }
+    ROLE = "connector"
 
     def __init__(
         self,
@@ -74,19 +74,13 @@ class ConnectorSession:
         cookie: bytes = b"",
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
+        super().__init__(FrameSplitter(max_frame_size), frame_name)
         self.program_name = program_name
         self.instance_name = instance_name
         self.cookie = cookie
-        self.state = C.CONNECTED
         self.credits = 0
         self.streams: dict[int, StreamState] = {}
-        self._splitter = FrameSplitter(max_frame_size)
         self._out: list[tuple[Frame, bytes]] = []
-        self._events: list[ConnectorEvent] = []
-
-    @property
-    def ended(self) -> bool:
-        return self.state in (C.ERROR, C.DISCONNECTED)
 
     # ------------------------------------------------------------ local calls
 
@@ -105,7 +99,7 @@ class ConnectorSession:
         if isinstance(frame, Notify):
             what = "notify"
         else:
-            what = "eos" if frame.flags & EOS else "message"
+            what = "eos" if frame.eos else "message"
         try:
             new = step(STREAM_TRANSITIONS, current, what)
         except IllegalTransition as exc:
@@ -115,21 +109,8 @@ class ConnectorSession:
         self.credits -= 1
         self._out.append((frame, encoded))
 
-    def fail(self, reason: str) -> list[ConnectorEvent]:
-        """Send ERROR ``reason`` (the connector cannot go on) and end the session."""
-        if not self.ended:
-            self._fail(reason)
-        return self._take_events()
-
-    def connection_lost(self) -> list[ConnectorEvent]:
-        if self.ended:
-            self.state = C.DISCONNECTED
-            return []
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "closed")
-        return [SessionEnded("connection closed", "closed")]
-
     def data_to_send(self) -> list[tuple[Frame, bytes]]:
-        """Frames queued since the last call, with their encoding."""
+        """Frames queued since the last call, each with its encoding (the transport routes them)."""
         out, self._out = self._out, []
         return out
 
@@ -137,39 +118,12 @@ class ConnectorSession:
 
     def receive_data(self, data: bytes) -> list[ConnectorEvent]:
         """Feed bytes from the worker (a TCP stream, or whole-frame payloads)."""
-        if self.ended:
-            return []
-        self._splitter.push(data)
-        while not self.ended:
-            try:
-                frame = self._splitter.next_frame()
-            except ConnectorFrameError as exc:
-                self._fail(str(exc))
-                break
-            if frame is None:
-                break
-            self._dispatch(frame)
-        return self._take_events()
-
-    def _dispatch(self, frame: Frame) -> None:
-        entry = self.RECEIVE_TABLE.get(type(frame))
-        if entry is None:
-            self._fail(f"{frame_name(frame)} frame may not be sent to a connector")
-            return
-        states, handler = entry
-        if self.state not in states:
-            self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
-            return
-        getattr(self, handler)(frame)
+        return self._feed(data)
 
     def _on_ok(self, ok: Ok) -> None:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self.credits = ok.credits
         self._events.append(HandshakeCompleted(ok.credits, ok.refs))
-
-    def _on_error(self, error: Error) -> None:
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(error.reason, "peer"))
 
     def _on_ack(self, ack: Ack) -> None:
         self.credits += ack.credits
@@ -180,15 +134,10 @@ class ConnectorSession:
             self.streams[stream_id] = step(STREAM_TRANSITIONS, state, "restart")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
         self._events += (RestartRequested(), SessionEnded("restart requested by worker", "restart"))
+        raise SessionOver()  # nothing after RESTART is read
 
-    def _fail(self, reason: str) -> None:
+    def _send_error(self, reason: str) -> None:
         self._queue(Error(reason))
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(reason, "local"))
 
     def _queue(self, frame: Frame) -> None:
         self._out.append((frame, encode(frame)))
-
-    def _take_events(self) -> list[ConnectorEvent]:
-        events, self._events = self._events, []
-        return events

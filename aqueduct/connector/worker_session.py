@@ -41,6 +41,7 @@ from aqueduct.connector.frames import (
     frame_name,
 )
 from aqueduct.connector.inbound import DurableStream, InboundStream
+from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.proto.sender import Mode
@@ -64,57 +65,45 @@ class WorkerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
 
-class _SessionOver(Exception):
-    """Internal: stop processing input, the session just ended."""
-
-
-class WorkerSession:
+class WorkerSession(SessionMachine[WorkerEvent]):
     """One connection's worth of protocol state on the worker."""
 
     #: frame type -> (states it is legal in, handler name). Types absent here
     #: are frames a worker may never receive (OK, ACK, RESTART).
-    RECEIVE_TABLE: dict[type, tuple[frozenset[ConnectionState], str]] = {
+    RECEIVE_TABLE = {
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
         Record: (frozenset({C.STREAMING}), "_on_message"),
     }
+    ROLE = "worker"
 
     def __init__(
         self, config: WorkerConfig | None = None, durable: DurableLookup = _nothing_durable
     ) -> None:
         self.config = config or WorkerConfig()
-        self.state = C.CONNECTED
+        super().__init__(FrameSplitter(self.config.max_frame_size), frame_name)
         self.program_name = ""
         self.instance_name = ""
         self.streams: dict[int, InboundStream] = {}
         self._durable = durable
-        self._splitter = FrameSplitter(self.config.max_frame_size)
         self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
-        self._events: list[WorkerEvent] = []
         self._batch: list[Record] = []
         self._batch_stream = -1
+        # What the input being read came with (set per call, read per frame):
+        self._in_order = True  # its channel delivers in order (TCP, ORDERED)
+        self._channel_stream: int | None = None  # the stream whose channel carried it
         #: delivery modes of the channels attached to the payload being read, one per NOTIFY
         self._notify_modes: Iterator[Mode] = iter(())
-        #: RECEIVE_TABLE as dispatch uses it once per record: bound handlers, and the
-        #: states as a tuple (membership by identity; a frozenset hashes the enum in Python).
-        self._handlers = {
-            kind: (tuple(states), getattr(self, name))
-            for kind, (states, name) in self.RECEIVE_TABLE.items()
-        }
 
     # ------------------------------------------------------------ inputs
 
-    @property
-    def ended(self) -> bool:
-        """True once ERROR / RESTART was sent or received or the transport closed."""
-        return self.state in (C.ERROR, C.DISCONNECTED)
-
     def receive_data(self, data: bytes) -> list[WorkerEvent]:
         """Feed bytes of a connection carrying one frame sequence (TCP)."""
-        return self._receive(data, Mode.ORDERED, None, whole=False)
+        self._in_order, self._channel_stream = True, None
+        return self._feed(data)
 
     def receive_payload(
         self,
@@ -127,26 +116,18 @@ class WorkerSession:
         """Feed one Aqueduct message payload: whole frames, back to back.
 
         ``mode`` is how the channel that carried the payload delivers: only
-        in-order input (ORDERED) lets deduplication fill gaps.
+        in-order input (ORDERED) may be held to increasing ids.
         ``channel_stream`` is the stream whose NOTIFY attached that channel
         (None for the entrypoint), whose MESSAGE frames are the only ones
         allowed on it. ``stream_modes`` are the modes of the channels the
         payload attaches, one per NOTIFY in frame order (over Aqueduct each
         NOTIFY attaches its stream's channel): the NOTIFY that opens a
-        stream settles its mode, which the durable side needs (an ORDERED
-        stream's point of reference is its last id + 1, an UNORDERED one's
-        the end of its contiguous ids). A NOTIFY without one (TCP) is ORDERED.
+        stream settles its mode, which decides how its point of reference
+        moves (:mod:`.points`). A NOTIFY without one (TCP) is ORDERED.
         """
+        self._in_order, self._channel_stream = mode is Mode.ORDERED, channel_stream
         self._notify_modes = iter(stream_modes)
-        return self._receive(payload, mode, channel_stream, whole=True)
-
-    def connection_lost(self) -> list[WorkerEvent]:
-        """The transport ended."""
-        if self.ended:
-            self.state = C.DISCONNECTED
-            return []
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "closed")
-        return [SessionEnded("connection closed", "closed")]
+        return self._feed(payload, whole=True)
 
     # ------------------------------------------------------------ sink calls
 
@@ -173,13 +154,6 @@ class WorkerSession:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
         return [SessionEnded("restart requested", "restart")]
 
-    def fail(self, reason: str) -> list[WorkerEvent]:
-        """End the session with ERROR ``reason`` (e.g. the sink failed)."""
-        if self.ended:
-            return []
-        self._fail(reason)
-        return self._take_events()
-
     def data_to_send(self) -> bytes:
         """Bytes queued for the transport since the last call."""
         data = bytes(self._out)
@@ -188,34 +162,8 @@ class WorkerSession:
 
     # ------------------------------------------------------------ processing
 
-    def _receive(
-        self, data: bytes, mode: Mode, channel_stream: int | None, *, whole: bool
-    ) -> list[WorkerEvent]:
-        if self.ended:
-            return []  # the spec: anything after ERROR / RESTART is discarded
-        self._splitter.push(data)
-        frames, bad_frame = self._splitter.drain()
-        in_order = mode is Mode.ORDERED
-        try:
-            dispatch = self._dispatch
-            for frame in frames:  # those before a bad frame are handled first
-                dispatch(frame, in_order, channel_stream)
-            if bad_frame is not None:
-                raise self._fail(str(bad_frame))
-            if whole and self._splitter.buffered:
-                raise self._fail(f"payload ends inside a frame ({self._splitter.buffered} bytes left)")
-            self._return_unpersisted_credits()
-        except _SessionOver:
-            pass
-        return self._take_events()
-
-    def _dispatch(self, frame: Frame, in_order: bool, channel_stream: int | None) -> None:
-        entry = self._handlers.get(type(frame))
-        if entry is None:
-            raise self._fail(f"{frame_name(frame)} frame may not be sent to a worker")
-        states, handler = entry
-        if self.state not in states:
-            raise self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
+    def _dispatch(self, frame: Frame) -> None:
+        channel_stream = self._channel_stream
         if channel_stream is not None and not (
             type(frame) is Record and frame.stream_id == channel_stream
         ):
@@ -223,9 +171,9 @@ class WorkerSession:
                 f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                 "only that stream's MESSAGE frames go there"
             )
-        handler(frame, in_order)
+        super()._dispatch(frame)
 
-    def _on_hello(self, hello: Hello, in_order: bool) -> None:
+    def _on_hello(self, hello: Hello) -> None:
         if hello.version != PROTOCOL_VERSION:
             raise self._fail(f"unsupported protocol version: {hello.version}")
         expected = self.config.cookie
@@ -246,18 +194,12 @@ class WorkerSession:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._emit(HelloAccepted(hello.program_name, hello.instance_name, self._credits, refs))
 
-    def _on_error(self, error: Error, in_order: bool) -> None:
-        self._flush_batch()
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(error.reason, "peer"))
-        raise _SessionOver()
-
     def _spend_credit(self) -> None:
         if self._credits == 0:
             raise self._fail("credit exceeded")
         self._credits -= 1
 
-    def _on_notify(self, notify: Notify, in_order: bool) -> None:
+    def _on_notify(self, notify: Notify) -> None:
         self._spend_credit()
         stream = self.streams.get(notify.stream_id)
         if stream is None:
@@ -269,51 +211,44 @@ class WorkerSession:
         self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
-    def _on_message(self, message: Record, in_order: bool) -> None:
+    def _on_message(self, record: Record) -> None:
         self._spend_credit()
-        stream = self.streams.get(message.stream_id)
-        if stream is None or not stream.accepts(message, in_order):
-            raise self._fail(f"message for unknown stream {message.stream_id}")
-        if stream.out_of_order(message, in_order):
+        in_order = self._in_order
+        stream = self.streams.get(record.stream_id)
+        if stream is None or not stream.accepts(record, in_order):
+            raise self._fail(f"message for unknown stream {record.stream_id}")
+        if stream.out_of_order(record, in_order):
             raise self._fail(
-                f"MESSAGE: id {message.message_id} not above {stream.last_id} on stream "
-                f"{message.stream_id} (ids must increase)"
+                f"MESSAGE: id {record.message_id} not above {stream.last_id} on stream "
+                f"{record.stream_id} (ids must increase)"
             )
-        if not stream.receive(message, in_order):
+        if not stream.receive(record, in_order):
             self._unpersisted += 1
             return
-        if self._batch_stream != message.stream_id:
-            self._flush_batch()
-            self._batch_stream = message.stream_id
-        self._batch.append(message)
+        if self._batch_stream != record.stream_id:
+            self._flush()
+            self._batch_stream = record.stream_id
+        self._batch.append(record)
 
-    def _return_unpersisted_credits(self) -> None:
+    def _input_handled(self) -> None:
+        """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
         if self._unpersisted and self.state is C.STREAMING:
-            self._flush_batch()
+            self._flush()
             self.ack((), self._unpersisted)
             self._unpersisted = 0
 
-    def _fail(self, reason: str) -> _SessionOver:
-        """Queue ERROR ``reason`` and end the session; the caller raises the result."""
-        self._flush_batch()
+    def _send_error(self, reason: str) -> None:
         self._out += encode(Error(reason))
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(reason, "local"))
-        return _SessionOver()
 
     # ------------------------------------------------------------ events
 
     def _emit(self, event: WorkerEvent) -> None:
-        self._flush_batch()
+        self._flush()
         self._events.append(event)
 
-    def _flush_batch(self) -> None:
+    def _flush(self) -> None:
+        """The records gathered of one stream become one RecordsAccepted."""
         if self._batch:
             self._events.append(RecordsAccepted(self._batch_stream, tuple(self._batch)))
             self._batch = []
         self._batch_stream = -1
-
-    def _take_events(self) -> list[WorkerEvent]:
-        self._flush_batch()
-        events, self._events = self._events, []
-        return events

@@ -54,6 +54,8 @@ def _sans_io_modules() -> list[Path]:
             "outbound",
             "worker_session",
             "connector_session",
+            "machine",
+            "points",
         }
     ]
     return _modules("wire") + _modules("proto") + connector_core

@@ -81,11 +81,13 @@ def test_every_tag_from_201_to_206_is_refused_as_two_phase_commit() -> None:
 
 def test_an_oversized_frame_is_refused_from_its_length_prefix_alone() -> None:
     splitter = FrameSplitter(max_frame_size=64)
-    frames, error = splitter.drain(encode(Ok(1)) + (65).to_bytes(4, "big"))
+    splitter.push(encode(Ok(1)) + (65).to_bytes(4, "big"))
+    frames, error = splitter.drain()
     assert frames == [Ok(1)]  # the good frame before it still counts
     assert str(error) == "frame too large: 65 > 64"
     assert splitter.buffered == 0  # nothing of the big frame is held
-    assert splitter.drain(b"more") == ([], error)  # dead from here on
+    splitter.push(b"more")
+    assert splitter.drain() == ([], error)  # dead from here on
 
 
 def test_encoding_refuses_values_the_wire_cannot_carry() -> None:
@@ -133,7 +135,9 @@ def test_splitting_at_any_byte_gives_the_same_frames(sent: list[Frame], cuts: li
 
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_decode_or_give_a_reason(data: bytes) -> None:
-    frames, error = FrameSplitter(max_frame_size=1024).drain(data)
+    splitter = FrameSplitter(max_frame_size=1024)
+    splitter.push(data)
+    frames, error = splitter.drain()
     for frame in frames:
         assert decode(encode(frame)) == frame
     assert error is None or str(error)

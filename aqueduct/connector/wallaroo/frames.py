@@ -366,12 +366,16 @@ class FrameSplitter:
         self._buf = bytearray()
         self._failed: WallarooFrameError | None = None
 
-    def drain(self, data: bytes) -> tuple[list[Frame], WallarooFrameError | None]:
-        """Append ``data``; return every frame now whole and the error of a bad one after them."""
+    def push(self, data: bytes) -> None:
+        """Append received bytes (nothing is decoded yet); ignored once the splitter died."""
+        if self._failed is None:
+            self._buf += data
+
+    def drain(self) -> tuple[list[Frame], WallarooFrameError | None]:
+        """Every frame now whole, and the error of a bad one after them (the splitter then dies)."""
         if self._failed is not None:
             return [], self._failed
         buf = self._buf
-        buf += data
         frames: list[Frame] = []
         pos = 0
         try:
@@ -393,7 +397,8 @@ class FrameSplitter:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Like :meth:`drain`, but raise the error of a bad frame."""
-        frames, error = self.drain(data)
+        self.push(data)
+        frames, error = self.drain()
         if error is not None:
             raise error
         return frames

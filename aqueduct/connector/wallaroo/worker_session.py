@@ -41,6 +41,7 @@ from aqueduct.connector.events import (
     WorkerEvent,
 )
 from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
@@ -55,7 +56,6 @@ from aqueduct.connector.wallaroo.frames import (
     Ack,
     EndOfStream,
     Error,
-    Frame,
     FrameSplitter,
     Hello,
     Message,
@@ -122,70 +122,39 @@ class _Stream:
     state: StreamState = StreamState.START
 
 
-class _SessionOver(Exception):
-    """Internal: stop processing input, the session just ended."""
-
-
-class WallarooSession:
+class WallarooSession(SessionMachine[WorkerEvent]):
     """One v3 connection's worth of protocol state on the worker."""
 
     #: frame type -> (states it is legal in, handler name). Types absent here
     #: are frames a worker may never receive (OK, NOTIFY_ACK, ACK, RESTART).
-    RECEIVE_TABLE: dict[type, tuple[frozenset[ConnectionState], str]] = {
+    RECEIVE_TABLE = {
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
         Message: (frozenset({C.STREAMING}), "_on_message"),
         EndOfStream: (frozenset({C.STREAMING}), "_on_end_of_stream"),
     }
+    ROLE = "worker"
 
     def __init__(self, config: WorkerConfig, durable: DurableLookup) -> None:
+        super().__init__(FrameSplitter(config.max_frame_size), frame_name)
         self.config = config
-        self.state = C.CONNECTED
         self.program_name = ""
         self.instance_name = ""
         self.streams: dict[int, _Stream] = {}
         self._durable = durable
         self._durable_points: dict[int, int] = {}  # from HELLO's lookup, until NOTIFY
-        self._splitter = FrameSplitter(config.max_frame_size)
         self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._owed = 0  # credits the ingest will return for EOS records, which cost none
-        self._events: list[WorkerEvent | _Run] = []
-        self._handlers = {
-            kind: (states, getattr(self, name)) for kind, (states, name) in self.RECEIVE_TABLE.items()
-        }
+        self._run: _Run | None = None  # records of one stream received back to back
 
     # ------------------------------------------------------------ inputs
 
-    @property
-    def ended(self) -> bool:
-        """True once ERROR / RESTART was sent or received or the transport closed."""
-        return self.state in (C.ERROR, C.DISCONNECTED)
-
     def receive_data(self, data: bytes) -> list[WorkerEvent]:
         """Feed bytes of the TCP connection; return what happened."""
-        if self.ended:
-            return []  # anything after ERROR / RESTART is discarded
-        frames, bad_frame = self._splitter.drain(data)
-        try:
-            for frame in frames:  # those before a bad frame are handled first
-                self._dispatch(frame)
-            if bad_frame is not None:
-                raise self._fail(str(bad_frame))
-            if self._unpersisted:
-                self._send_ack((), self._unpersisted)
-                self._unpersisted = 0
-        except _SessionOver:
-            pass
-        return self._take_events()
-
-    def connection_lost(self) -> list[WorkerEvent]:
-        """The transport ended (after ERROR / RESTART that is no news)."""
-        news = [] if self.ended else [SessionEnded("connection closed", "closed")]
-        self.state = C.DISCONNECTED
-        return news
+        return self._feed(data)
 
     # ------------------------------------------------------------ sink calls
 
@@ -213,13 +182,6 @@ class WallarooSession:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
         return [SessionEnded("restart requested", "restart")]
 
-    def fail(self, reason: str) -> list[WorkerEvent]:
-        """End the session with ERROR ``reason`` (e.g. the sink refused a stream)."""
-        if self.ended:
-            return []
-        self._fail(reason)
-        return self._take_events()
-
     def data_to_send(self) -> bytes:
         """Bytes queued for the transport since the last call."""
         data = bytes(self._out)
@@ -227,15 +189,6 @@ class WallarooSession:
         return data
 
     # ------------------------------------------------------------ processing
-
-    def _dispatch(self, frame: Frame) -> None:
-        entry = self._handlers.get(type(frame))
-        if entry is None:
-            raise self._fail(f"{frame_name(frame)} frame may not be sent to a worker")
-        states, handler = entry
-        if self.state not in states:
-            raise self._fail(f"{frame_name(frame)} frame not allowed in state {self.state.value}")
-        handler(frame)
 
     def _on_hello(self, hello: Hello) -> None:
         if hello.version != PROTOCOL_VERSION:
@@ -258,11 +211,6 @@ class WallarooSession:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._events.append(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
 
-    def _on_error(self, error: Error) -> None:
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(error.reason, "peer"))
-        raise _SessionOver()
-
     def _spend_credit(self) -> None:
         if self._credits == 0:
             raise self._fail("credit exceeded")
@@ -279,6 +227,7 @@ class WallarooSession:
         stream.name = notify.stream_name
         point = stream.points.start_from(from_v3(notify.point_of_reference))
         self._unpersisted += 1
+        self._flush()  # records of other streams before it come first
         self._events.append(StreamNotified(sid, notify.stream_name, point))
         self._out += encode(NotifyAck(True, sid, to_v3(point)))
 
@@ -316,27 +265,26 @@ class WallarooSession:
             self._credits += credits
             self._out += encode(Ack(credits, points))
 
-    def _fail(self, reason: str) -> _SessionOver:
-        """Queue ERROR ``reason`` and end the session; the caller raises the result."""
+    def _input_handled(self) -> None:
+        """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
+        if self._unpersisted:
+            self._send_ack((), self._unpersisted)
+            self._unpersisted = 0
+
+    def _send_error(self, reason: str) -> None:
         self._out += encode(Error(reason))
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
-        self._events.append(SessionEnded(reason, "local"))
-        return _SessionOver()
 
     # ------------------------------------------------------------ events
 
     def _add(self, stream_id: int, record: Record) -> None:
-        """Queue a record; consecutive records of one stream become one RecordsAccepted."""
-        last = self._events[-1] if self._events else None
-        if isinstance(last, _Run) and last.stream_id == stream_id:
-            last.records.append(record)
-        else:
-            self._events.append(_Run(stream_id, [record]))
+        """Gather a record; consecutive records of one stream become one RecordsAccepted."""
+        run = self._run
+        if run is None or run.stream_id != stream_id:
+            self._flush()
+            run = self._run = _Run(stream_id, [])
+        run.records.append(record)
 
-    def _take_events(self) -> list[WorkerEvent]:
-        events = [
-            RecordsAccepted(e.stream_id, tuple(e.records)) if isinstance(e, _Run) else e
-            for e in self._events
-        ]
-        self._events = []
-        return events
+    def _flush(self) -> None:
+        if self._run is not None:
+            self._events.append(RecordsAccepted(self._run.stream_id, tuple(self._run.records)))
+            self._run = None
