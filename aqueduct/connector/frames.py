@@ -80,10 +80,23 @@ class ConnectorFrameError(ValueError):
 class Hello:
     """First frame of a session (connector -> worker)."""
 
+    TAG = HELLO_TAG
+    NAME = "HELLO"
+
     version: str
     cookie: bytes
     program_name: str
     instance_name: str
+
+    def _encode(self) -> bytes:
+        return b"".join(
+            (
+                _short("HELLO", "version", self.version),
+                _short("HELLO", "cookie", self.cookie),
+                _short("HELLO", "program name", self.program_name),
+                _short("HELLO", "instance name", self.instance_name),
+            )
+        )
 
 
 @dataclass(slots=True)
@@ -99,24 +112,55 @@ class StreamRef:
 class Ok:
     """Handshake accepted: initial credits and the points of reference to resume from."""
 
+    TAG = OK_TAG
+    NAME = "OK"
+
     credits: int
     refs: tuple[StreamRef, ...] = ()
+
+    def _encode(self) -> bytes:
+        parts = [_u32("OK", "credits", self.credits)]
+        for ref in self.refs:
+            parts += (
+                _u64("OK", "stream id", ref.stream_id),
+                _short("OK", "stream name", ref.stream_name),
+                _u64("OK", "point of reference", ref.point_of_reference),
+            )
+        return b"".join(parts)
 
 
 @dataclass(slots=True)
 class Error:
     """Either side gives up; ``reason`` is for the operator."""
 
+    TAG = ERROR_TAG
+    NAME = "ERROR"
+
     reason: str
+
+    def _encode(self) -> bytes:
+        return _short("ERROR", "reason", self.reason)
 
 
 @dataclass(slots=True)
 class Notify:
     """Opens (or re-opens) a stream from a point of reference; costs one credit."""
 
+    TAG = NOTIFY_TAG
+    NAME = "NOTIFY"
+
     stream_id: int
     stream_name: str
     point_of_reference: int
+
+    def _encode(self) -> bytes:
+        return b"".join(
+            (
+                _u64("NOTIFY", "stream id", self.stream_id),
+                _short("NOTIFY", "stream name", self.stream_name),
+                _u64("NOTIFY", "point of reference", self.point_of_reference),
+            )
+        )
 
 
 @dataclass(slots=True)
@@ -132,6 +176,9 @@ class Record:
     unless EPHEMERAL, ``event_time`` with EVENT_TIME, ``key`` with KEY, and
     ``payload`` unless BOUNDARY (a BOUNDARY carries ``None``).
     """
+
+    TAG = MESSAGE_TAG
+    NAME = "MESSAGE"
 
     flags: int
     stream_id: int
@@ -192,47 +239,47 @@ class Record:
         """
         return not self.flags & (EPHEMERAL | UNSTABLE_REFERENCE)
 
+    def _encode(self) -> bytes:
+        return _message_body(self)
+
 
 @dataclass(slots=True)
 class Ack:
     """Worker replenishes credits and reports committed points of reference."""
 
+    TAG = ACK_TAG
+    NAME = "ACK"
+
     credits: int
     refs: tuple[tuple[int, int], ...] = ()
+
+    def _encode(self) -> bytes:
+        parts = [_u32("ACK", "credits", self.credits), _u32("ACK", "count", len(self.refs))]
+        for stream_id, point in self.refs:
+            parts += (_u64("ACK", "stream id", stream_id), _u64("ACK", "point of reference", point))
+        return b"".join(parts)
 
 
 @dataclass(slots=True)
 class Restart:
     """Worker asks the connector to reconnect and resume from OK's points."""
 
+    TAG = RESTART_TAG
+    NAME = "RESTART"
+
+    def _encode(self) -> bytes:
+        return b""
+
 
 Frame = Hello | Ok | Error | Notify | Record | Ack | Restart
 
-_NAMES = {
-    HELLO_TAG: "HELLO",
-    OK_TAG: "OK",
-    ERROR_TAG: "ERROR",
-    NOTIFY_TAG: "NOTIFY",
-    MESSAGE_TAG: "MESSAGE",
-    ACK_TAG: "ACK",
-    RESTART_TAG: "RESTART",
-}
 
 
-_TYPE_NAMES: dict[type, str] = {
-    Hello: "HELLO",
-    Ok: "OK",
-    Error: "ERROR",
-    Notify: "NOTIFY",
-    Record: "MESSAGE",
-    Ack: "ACK",
-    Restart: "RESTART",
-}
 
 
 def frame_name(frame: Frame) -> str:
     """The spec's name of a frame (``"ACK"``), for error reasons."""
-    return _TYPE_NAMES[type(frame)]
+    return frame.NAME
 
 
 def _flag_names(flags: int) -> str:
@@ -363,59 +410,16 @@ def _explain_ranges(m: Record) -> None:
         _u64("MESSAGE", "event time", m.event_time)
 
 
-def _body(frame: Frame) -> tuple[int, bytes]:
-    match frame:
-        case Hello(version, cookie, program, instance):
-            return HELLO_TAG, b"".join(
-                (
-                    _short("HELLO", "version", version),
-                    _short("HELLO", "cookie", cookie),
-                    _short("HELLO", "program name", program),
-                    _short("HELLO", "instance name", instance),
-                )
-            )
-        case Ok(credits, refs):
-            parts = [_u32("OK", "credits", credits)]
-            for ref in refs:
-                parts += (
-                    _u64("OK", "stream id", ref.stream_id),
-                    _short("OK", "stream name", ref.stream_name),
-                    _u64("OK", "point of reference", ref.point_of_reference),
-                )
-            return OK_TAG, b"".join(parts)
-        case Error(reason):
-            return ERROR_TAG, _short("ERROR", "reason", reason)
-        case Notify(stream_id, name, point):
-            return NOTIFY_TAG, b"".join(
-                (
-                    _u64("NOTIFY", "stream id", stream_id),
-                    _short("NOTIFY", "stream name", name),
-                    _u64("NOTIFY", "point of reference", point),
-                )
-            )
-        case Record():
-            return MESSAGE_TAG, _message_body(frame)
-        case Ack(credits, refs):
-            parts = [_u32("ACK", "credits", credits), _u32("ACK", "count", len(refs))]
-            for stream_id, point in refs:
-                parts += (
-                    _u64("ACK", "stream id", stream_id),
-                    _u64("ACK", "point of reference", point),
-                )
-            return ACK_TAG, b"".join(parts)
-        case Restart():
-            return RESTART_TAG, b""
-    raise TypeError(f"not a connector frame: {frame!r}")
-
-
 def encode(frame: Frame) -> bytes:
     """Encode one frame, length prefix included."""
     if type(frame) is Record:
         plain = _encode_plain_message(frame)
         if plain is not None:
             return plain
-    tag, body = _body(frame)
-    return struct.pack(">IB", len(body) + 1, tag) + body
+    if type(frame) not in _FRAME_TYPES:
+        raise TypeError(f"not a connector frame: {frame!r}")
+    body = frame._encode()
+    return struct.pack(">IB", len(body) + 1, frame.TAG) + body
 
 
 def _encode_plain_message(m: Record) -> bytes | None:
@@ -531,13 +535,6 @@ def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Record, int]
     return Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()), end
 
 
-def _decode_message(body: bytes) -> Record:
-    r = _Reader("MESSAGE", body)
-    message = _read_message(r)
-    r.end()
-    return message
-
-
 def _read_message(r: _Reader) -> Record:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
@@ -558,43 +555,65 @@ def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
     return _decode_body(buf[pos + 4], bytes(buf[pos + 5 : end]))
 
 
-def _decode_body(tag: int, body: bytes) -> Frame:
-    if tag == MESSAGE_TAG:
-        return _decode_message(body)
-    name = _NAMES.get(tag)
-    if name is None:
-        raise ConnectorFrameError(f"unknown frame tag 0x{tag:02x}")
-    r = _Reader(name, body)
-    frame: Frame
-    if tag == HELLO_TAG:
-        # The version is kept even if it is not UTF-8 so the session can say
-        # "unsupported protocol version: <got>" rather than a codec error.
-        version = r.short("version").decode(errors="backslashreplace")
-        frame = Hello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
-    elif tag == OK_TAG:
-        credits = r.u32("credits")
-        refs = []
-        while r.left():
-            refs.append(
-                StreamRef(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
-            )
-        frame = Ok(credits, tuple(refs))
-    elif tag == ERROR_TAG:
-        frame = Error(r.short("reason").decode(errors="replace"))
-    elif tag == NOTIFY_TAG:
-        frame = Notify(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
-    elif tag == ACK_TAG:
-        credits, count = r.u32("credits"), r.u32("count")
-        if count * 16 > r.left():
-            raise ConnectorFrameError(
-                f"ACK: count {count} needs {count * 16} bytes of pairs, {r.left()} left"
-            )
-        frame = Ack(
-            credits,
-            tuple((r.u64("stream id"), r.u64("point of reference")) for _ in range(count)),
+def _read_hello(r: _Reader) -> Hello:
+    # The version is kept even if it is not UTF-8 so the session can say
+    # "unsupported protocol version: <got>" rather than a codec error.
+    version = r.short("version").decode(errors="backslashreplace")
+    return Hello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
+
+
+def _read_ok(r: _Reader) -> Ok:
+    credits = r.u32("credits")
+    refs = []
+    while r.left():
+        refs.append(StreamRef(r.u64("stream id"), r.text("stream name"), r.u64("point of reference")))
+    return Ok(credits, tuple(refs))
+
+
+def _read_error(r: _Reader) -> Error:
+    return Error(r.short("reason").decode(errors="replace"))
+
+
+def _read_notify(r: _Reader) -> Notify:
+    return Notify(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
+
+
+def _read_ack(r: _Reader) -> Ack:
+    credits, count = r.u32("credits"), r.u32("count")
+    if count * 16 > r.left():
+        raise ConnectorFrameError(
+            f"ACK: count {count} needs {count * 16} bytes of pairs, {r.left()} left"
         )
-    else:
-        frame = Restart()
+    return Ack(credits, tuple((r.u64("stream id"), r.u64("point of reference")) for _ in range(count)))
+
+
+def _read_restart(r: _Reader) -> Restart:
+    return Restart()
+
+
+# Each body reader takes a cursor over the body and returns the frame; the
+# cursor names the frame and field of any short read.
+_READERS = {
+    Hello: _read_hello,
+    Ok: _read_ok,
+    Error: _read_error,
+    Notify: _read_notify,
+    Record: _read_message,
+    Ack: _read_ack,
+    Restart: _read_restart,
+}
+_FRAME_TYPES = set(_READERS)
+#: tag byte -> (frame class, reader)
+_BY_TAG: dict[int, tuple[type, object]] = {cls.TAG: (cls, reader) for cls, reader in _READERS.items()}
+
+
+def _decode_body(tag: int, body: bytes) -> Frame:
+    entry = _BY_TAG.get(tag)
+    if entry is None:
+        raise ConnectorFrameError(f"unknown frame tag 0x{tag:02x}")
+    cls, reader = entry
+    r = _Reader(cls.NAME, body)
+    frame = reader(r)  # type: ignore[operator]
     r.end()
     return frame
 
