@@ -53,7 +53,7 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import Record
+from aqueduct.connector.frames import BOUNDARY, Record
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
 
@@ -229,7 +229,7 @@ class Ingest:
                 except DuplicateMessage:
                     duplicates += 1
                     continue
-                if not record.boundary:
+                if not record.flags & BOUNDARY:  # Record.boundary, without a call per record
                     data += 1
         finally:  # a LogError ends the batch: count what was appended before it
             self.counters.messages += data

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import Record
+from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.proto.sender import Mode
@@ -105,15 +105,17 @@ class InboundStream:
 
         The caller has checked :meth:`accepts`.
         """
-        if record.eos and self.state is StreamState.OPEN:
-            self.state = step(STREAM_TRANSITIONS, self.state, "eos")
-            self.eos_id = record.message_id
+        # The flag bits, not Record's properties: this runs once per record.
+        flags = record.flags
         mid = record.message_id
+        if flags & EOS and self.state is StreamState.OPEN:
+            self.state = step(STREAM_TRANSITIONS, self.state, "eos")
+            self.eos_id = mid
         if mid is None:
             return True  # EPHEMERAL
         if in_order:
             self.last_id = mid
-        return not record.stable or self.points.receive(mid)
+        return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(mid)
 
     def terminate(self) -> None:
         self.state = step(STREAM_TRANSITIONS, self.state, "restart")

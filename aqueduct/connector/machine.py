@@ -100,10 +100,13 @@ class SessionMachine(Generic[EventT]):
             return []  # the spec: anything after ERROR / RESTART is discarded
         self._splitter.push(data)
         frames, bad_frame = self._splitter.drain()
+        frames, refused = self._admit(frames)
         try:
             dispatch = self._dispatch
             for frame in frames:  # those before a bad frame are handled first
                 dispatch(frame)
+            if refused is not None:
+                raise self._fail(refused)
             if bad_frame is not None:
                 raise self._fail(str(bad_frame))
             if whole and self._splitter.buffered:
@@ -146,6 +149,14 @@ class SessionMachine(Generic[EventT]):
     def _send_error(self, reason: str) -> None:
         """Queue this codec's ERROR frame."""
         raise NotImplementedError
+
+    def _admit(self, frames: list[Any]) -> tuple[list[Any], str | None]:
+        """The frames this input may carry, and the reason the first one it may not fails.
+
+        One pass over a chunk rather than a check per dispatch: a worker's
+        stream channel carries nothing but its stream's MESSAGE frames.
+        """
+        return frames, None
 
     def _input_handled(self) -> None:
         """A chunk of input was handled without ending the session (e.g. return credits)."""

@@ -162,16 +162,17 @@ class WorkerSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ processing
 
-    def _dispatch(self, frame: Frame) -> None:
+    def _admit(self, frames: list[Frame]) -> tuple[list[Frame], str | None]:
         channel_stream = self._channel_stream
-        if channel_stream is not None and not (
-            type(frame) is Record and frame.stream_id == channel_stream
-        ):
-            raise self._fail(
-                f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
-                "only that stream's MESSAGE frames go there"
-            )
-        super()._dispatch(frame)
+        if channel_stream is None:
+            return frames, None
+        for i, frame in enumerate(frames):
+            if not (type(frame) is Record and frame.stream_id == channel_stream):
+                return frames[:i], (
+                    f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
+                    "only that stream's MESSAGE frames go there"
+                )
+        return frames, None
 
     def _on_hello(self, hello: Hello) -> None:
         if hello.version != PROTOCOL_VERSION:
