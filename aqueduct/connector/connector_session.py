@@ -23,6 +23,7 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.frames import (
     DEFAULT_MAX_FRAME_SIZE,
+    EOS,
     PROTOCOL_VERSION,
     Ack,
     Error,
@@ -99,7 +100,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         if isinstance(frame, Notify):
             what = "notify"
         else:
-            what = "eos" if frame.eos else "message"
+            what = "eos" if frame.flags & EOS else "message"
         try:
             new = step(STREAM_TRANSITIONS, current, what)
         except IllegalTransition as exc:

@@ -23,11 +23,7 @@ from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
-from aqueduct.connector.frames import (
-    Notify,
-    Record,
-    StreamRef,
-)
+from aqueduct.connector.frames import EVENT_TIME, Notify, Record, StreamRef
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.proto.sender import Mode
@@ -77,16 +73,22 @@ class OutboundStream:
                     f"stream {self.stream_id}: message id {mid} {rule} (next is {self.next_id})"
                 )
             self.next_id = mid + 1
-        message = Record.build(
-            self.stream_id,
-            payload,
-            message_id=mid,
-            event_time=event_time,
-            key=key,
-            boundary=boundary,
-            eos=eos,
-            unstable=unstable,
-        )
+        if mid is not None and not (boundary or eos or unstable or key is not None):
+            # The common data record, built directly: a keyword call per record
+            # is a visible share of a producer's CPU.
+            flags = 0 if event_time is None else EVENT_TIME
+            message = Record(flags, self.stream_id, mid, event_time, None, payload)
+        else:
+            message = Record.build(
+                self.stream_id,
+                payload,
+                message_id=mid,
+                event_time=event_time,
+                key=key,
+                boundary=boundary,
+                eos=eos,
+                unstable=unstable,
+            )
         if not ephemeral:
             self.unacked.append(message)
         if eos:
