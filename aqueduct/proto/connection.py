@@ -15,7 +15,6 @@ points turn it into a close with code 1 (spec section 6).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -38,12 +37,21 @@ from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
 from aqueduct.proto.output import RESET_LOST, Output, frame_record
 from aqueduct.proto.parking import Parking
+from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
 from aqueduct.proto.sender import Mode, SenderChannel, SenderState
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker
-from aqueduct.wire.chanid import ENTRYPOINT, Side, make_chanid
+from aqueduct.wire.chanid import (
+    ENTRYPOINT,
+    Side,
+    chanid_creator,
+    chanid_index,
+    chanid_sender,
+    chanid_space,
+    make_chanid,
+)
 from aqueduct.wire.errors import WireError
 from aqueduct.wire.frames import (
     AckNackUnreliable,
@@ -108,7 +116,7 @@ class Connection:
         self._hs = Handshake(config.headers_to_send())
         self._out = Output(is_client, self._hs.prefix, config.frame_log)
         self._log = config.frame_log
-        self._events: deque[Event] = deque()
+        self._events = EventQueue()
         # events of channels whose handle has not reached the application yet
         self._parking = Parking(self._events)
         self._emit = self._parking.emit
@@ -131,7 +139,7 @@ class Connection:
         self._max_datagram = config.max_datagram_size
         self._terminated = False
         if is_client:
-            self._next_index[ENTRYPOINT & 7] = 1
+            self._next_index[chanid_space(ENTRYPOINT)] = 1
         self._add(self._new_state(ENTRYPOINT))
 
     # ================================================================ inspection
@@ -450,7 +458,7 @@ class Connection:
         Otherwise the peer would create state (from our ROUTE_TO) for a channel
         whose handle never arrives.
         """
-        if not ch.attached and ch.chanid != ENTRYPOINT and (ch.chanid & 1) == self.side:
+        if not ch.attached and ch.chanid != ENTRYPOINT and chanid_creator(ch.chanid) == self.side:
             raise LocalProtocolError(
                 f"channel {ch.chanid}: attach it to a message before sending on it or finishing it"
             )
@@ -573,8 +581,8 @@ class Connection:
         if ch is not None:
             ch.routed = True
             return chanid
-        space, index = chanid & 7, chanid >> 3
-        if (chanid & 1) == self.peer:
+        space, index = chanid_space(chanid), chanid_index(chanid)
+        if chanid_creator(chanid) == self.peer:
             destroyed = self._destroyed.get(space)
             if destroyed is not None and index in destroyed:
                 return chanid  # gone for good: frames are ignored (after the ending checks)
@@ -592,26 +600,26 @@ class Connection:
     def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
         """One routed frame for ``chanid``: check the side, then hand it to the channel."""
         if type(frame) is Message:  # the hot path, one per message
-            if ((chanid >> 1) & 1) == self.peer:  # we hold the receiver: the peer may send
+            if chanid_sender(chanid) == self.peer:  # we hold the receiver: the peer may send
                 ch = self._channels.get(chanid)
                 if ch is not None:
                     self._receive_message(ch, frame, unreliable, now)
                 return
         rule = _SIDE_RULE[type(frame)]
         if rule is _FROM_SENDER:
-            if ((chanid >> 1) & 1) != self.peer:
+            if chanid_sender(chanid) != self.peer:
                 raise RemoteProtocolError(
                     f"{frame.NAME}: only the sender side may send it, and we hold the sender "
                     f"of channel {chanid}"
                 )
         elif rule is _FROM_RECEIVER:
-            if ((chanid >> 1) & 1) == self.peer:
+            if chanid_sender(chanid) == self.peer:
                 raise RemoteProtocolError(
                     f"{frame.NAME}: only the receiver side may send it, and we hold the receiver "
                     f"of channel {chanid}"
                 )
         else:
-            if (chanid & 1) != self.peer:
+            if chanid_creator(chanid) != self.peer:
                 raise RemoteProtocolError(
                     f"FORGET_CHANNEL: only the creator may send it, and we created channel {chanid}"
                 )
@@ -621,8 +629,8 @@ class Connection:
         if ch is None:
             # ended while this sequence was in flight; only a sender's ending can be checked
             if isinstance(frame, (FinishSender, CancelSender, SentUnreliable)):
-                ended = self._sender_ended.get(chanid & 7)
-                if ended is not None and (chanid >> 3) in ended:
+                ended = self._sender_ended.get(chanid_space(chanid))
+                if ended is not None and chanid_index(chanid) in ended:
                     raise RemoteProtocolError(
                         f"{frame.NAME}: channel {chanid} already got FINISH_SENDER or CANCEL_SENDER"
                     )
@@ -705,21 +713,17 @@ class Connection:
     ) -> None:
         """Accepted plain messages go to the application as one ``MessageRunReceived``.
 
-        If the newest queued event is already a run of this channel (the
-        previous datagram or chunk of the same read batch), they join it:
-        one event per channel per flush, however many datagrams it took.
-        (A channel whose events reach the queue is not parked.)
+        The event queue gathers consecutive runs of one channel (the
+        datagrams or chunks of one read batch) into one event, queued whole
+        (:mod:`.queue`); a parked channel's run is parked as it is.
         """
         cost = sum(costs)
         stats = self._stats
         stats.messages_received += len(payloads)
         stats.bytes_received += cost
         ch.delivered_run(len(payloads), cost)
-        events = self._events
-        last = events[-1] if events else None
-        if type(last) is MessageRunReceived and last.chanid == ch.chanid:
-            last.payloads.extend(payloads)
-            last.costs.extend(costs)
+        if self._parking.passes(ch.chanid):
+            self._events.add_run(ch.chanid, payloads, costs)
         else:
             self._emit(MessageRunReceived(ch.chanid, payloads, costs))
         self._after_delivery(ch, fresh, now)
@@ -759,9 +763,9 @@ class Connection:
         seen = set()
         for att in msg.attachments:
             c = att.chanid
-            if (c & 1) != self.peer:
+            if chanid_creator(c) != self.peer:
                 raise RemoteProtocolError(
-                    f"MESSAGE: attachment {c} has CREATOR {Side(c & 1).name.lower()}, "
+                    f"MESSAGE: attachment {c} has CREATOR {chanid_creator(c).name.lower()}, "
                     f"but the frame's sender is the {self.peer.name.lower()}"
                 )
             ch = self._channels.get(c)
@@ -769,8 +773,8 @@ class Connection:
                 raise RemoteProtocolError(f"MESSAGE: attachment {c} is an existing channel")
             seen.add(c)
             if ch is None and c not in self._parking:
-                destroyed = self._destroyed.get(c & 7)
-                if destroyed is not None and (c >> 3) in destroyed:
+                destroyed = self._destroyed.get(chanid_space(c))
+                if destroyed is not None and chanid_index(c) in destroyed:
                     lost.append(ChannelLost(c))  # forgotten before its handle arrived
                 else:
                     ch = self._add(self._new_state(c))
@@ -784,7 +788,7 @@ class Connection:
 
     def _new_state(self, chanid: int) -> Channel:
         cfg = self.config
-        if ((chanid >> 1) & 1) == self.side:
+        if chanid_sender(chanid) == self.side:
             ch = SenderChannel(
                 chanid,
                 self._send_window,
@@ -831,7 +835,7 @@ class Connection:
             else:
                 c, headers = att.chanid, att.headers
             ch = self._channels.get(c)
-            if (c & 1) != self.side or ch is None or c == parent:
+            if chanid_creator(c) != self.side or ch is None or c == parent:
                 raise LocalProtocolError(
                     f"attachment {c}: only channels this side created with new_channel() "
                     "and that are still open can be attached"
@@ -879,17 +883,18 @@ class Connection:
         """A channel ended normally: drop its state, remember it is gone."""
         if self._channels.pop(chanid, None) is not None:
             self._parking.ended(chanid)
-            local = (chanid & 1) == self.side
+            local = chanid_creator(chanid) == self.side
             self._remember(chanid, self._closed_local if local else self._destroyed)
         self._transit.freed(chanid)
 
     @staticmethod
     def _remember(chanid: int, table: dict[int, RangeSet]) -> None:
         """Add ``chanid`` to a per-space range set of indices."""
-        rs = table.get(chanid & 7)
+        space = chanid_space(chanid)
+        rs = table.get(space)
         if rs is None:
-            rs = table[chanid & 7] = RangeSet()
-        rs.add(chanid >> 3)
+            rs = table[space] = RangeSet()
+        rs.add(chanid_index(chanid))
 
     def _send_forget(self, chanid: int) -> None:
         sid = self._out.open(chanid)

@@ -14,10 +14,10 @@ can never arrive: the whole group is hidden and nothing of it surfaces.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 
 from aqueduct.proto.events import Event
+from aqueduct.proto.queue import EventQueue
 
 
 class _Group:
@@ -31,7 +31,7 @@ class _Group:
 class Parking:
     """Routes channel events either to the application queue or to a parked group."""
 
-    def __init__(self, events: deque[Event]) -> None:
+    def __init__(self, events: EventQueue) -> None:
         self._events = events
         self._groups: dict[int, _Group] = {}
         self._hidden: set[int] = set()
@@ -42,6 +42,12 @@ class Parking:
     def park(self, chanid: int) -> None:
         """``chanid`` appeared without a handle: hold its events."""
         self._groups[chanid] = _Group(chanid)
+
+    def passes(self, chanid: int) -> bool:
+        """True if ``chanid``'s events go straight to the application queue."""
+        if not (self._groups or self._hidden):
+            return True
+        return chanid not in self._groups and chanid not in self._hidden
 
     def emit(self, event: Event) -> None:
         """Queue a channel event for the application, or park (or hide) it."""

@@ -10,6 +10,7 @@ from aqueduct.wire.chanid import (
     chanid_index,
     chanid_oneshot,
     chanid_sender,
+    chanid_space,
     make_chanid,
 )
 from aqueduct.wire.errors import FrameError, WireError
@@ -82,6 +83,7 @@ __all__ = [
     "chanid_index",
     "chanid_oneshot",
     "chanid_sender",
+    "chanid_space",
     "decode_ack_nack",
     "decode_datagram",
     "decode_frame",

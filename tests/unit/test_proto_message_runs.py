@@ -175,3 +175,22 @@ def test_plain_datagrams_read_in_one_batch_join_one_run_event():
     (event,) = list(iter(pair.server.next_event, None))
     assert isinstance(event, MessageRunReceived) and event.payloads == [b"a", b"b", b"c"]
     assert len(event.costs) == 3
+
+
+def test_a_run_event_never_changes_once_it_was_read():
+    """Runs are gathered beside the queue and queued whole: a read event is final."""
+    pair = Pair()
+    pair.handshake()
+    pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
+    pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
+    pair.flush()
+    for value in (b"a", b"b", b"c"):
+        pair.client.send_message(ENTRYPOINT, value)
+    a, b, c = [a.data for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+    pair.server.receive_datagram(a, 1.0)
+    pair.server.receive_datagram(b, 1.0)
+    early = pair.server.next_event()
+    pair.server.receive_datagram(c, 1.0)  # the same channel, after the run was read
+    late = pair.server.next_event()
+    assert (early.payloads, late.payloads) == ([b"a", b"b"], [b"c"])
+    assert pair.server.next_event() is None
