@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from types import MappingProxyType
 
+from aqueduct.proto.announce import ANNOUNCE_TIMER, Announcements
+from aqueduct.proto.channels import ChannelTable
 from aqueduct.proto.config import ProtoConfig, peer_window
 from aqueduct.proto.errors import LocalProtocolError, RemoteProtocolError
 from aqueduct.proto.events import (
@@ -47,10 +48,7 @@ from aqueduct.wire.chanid import (
     ENTRYPOINT,
     Side,
     chanid_creator,
-    chanid_index,
     chanid_sender,
-    chanid_space,
-    make_chanid,
 )
 from aqueduct.wire.errors import WireError
 from aqueduct.wire.frames import (
@@ -71,7 +69,6 @@ from aqueduct.wire.frames import (
     Version,
     read_plain_messages,
 )
-from aqueduct.wire.rangeset import RangeSet
 from aqueduct.wire.sequence import StreamSequenceDecoder, decode_datagram
 from aqueduct.wire.varint import Headers
 
@@ -88,7 +85,6 @@ _SIDE_RULE: dict[type, str] = {
     ForgetChannel: _FROM_CREATOR,
 }
 _MAX_HELD_DATAGRAMS = 1024
-_ANNOUNCE_TIMER = -1  # the timer key of the SENT_UNRELIABLE reports (chanids are >= 0)
 
 
 class _InStream:
@@ -123,34 +119,29 @@ class Connection:
         self._stats = ConnectionStats()
         self._transit = TransitTracker()
         self._timers = Timers()
-        self._channels: dict[int, Channel] = {}
+        self._table = ChannelTable(self.side)
+        self._channels = self._table.live  # lookups go straight to the dict (hot path)
         self._in: dict[int, _InStream] = {}
         self._held: list[_InStream] = []
         self._held_datagrams: list[list[Frame]] = []
-        self._announce: set[int] = set()  # senders with unreported datagrams
-        self._announce_armed = False  # the report timer runs for them
-        self._announce_due = False  # it fired: the next transmit() reports
-        self._destroyed: dict[int, RangeSet] = {}  # remote-created, by low 3 bits
-        self._closed_local: dict[int, RangeSet] = {}  # locally created, ended normally
-        self._sender_ended: dict[int, RangeSet] = {}  # FINISH or CANCEL received, by low 3 bits
-        self._next_index: dict[int, int] = {}
+        self._announce = Announcements(self._timers, config.announce_delay)
         self._send_window = config.window  # until the peer announces its own
         self._rtt: float | None = None
         self._max_datagram = config.max_datagram_size
         self._terminated = False
         if is_client:
-            self._next_index[chanid_space(ENTRYPOINT)] = 1
-        self._add(self._new_state(ENTRYPOINT))
+            self._table.reserve(ENTRYPOINT)
+        self._table.add(self._new_state(ENTRYPOINT))
 
     # ================================================================ inspection
 
     @property
     def channels(self) -> Mapping[int, Channel]:
         """Read-only view of live channel states (tests assert it empties)."""
-        return MappingProxyType(self._channels)
+        return self._table.view()
 
     def channel_count(self) -> int:
-        return len(self._channels)
+        return len(self._table)
 
     def tracking_count(self) -> int:
         """Channels whose accessibility is still being tracked."""
@@ -177,13 +168,11 @@ class Connection:
 
     def transmit(self) -> list[Action]:
         """Actions to perform on QUIC, one ``StreamDataQueued`` per stream."""
-        if self._announce_due:
-            for chanid in self._announce:
+        if self._announce.due:
+            for chanid in self._announce.take_due():
                 ch = self._channels.get(chanid)
                 if ch is not None and ch.is_sender:
                     ch.flush_announce()
-            self._announce.clear()
-            self._announce_due = self._announce_armed = False
         if self._hs.owes_prefix and not self._terminated:
             self._out.finish(self._out.open())
         return self._out.drain()
@@ -195,7 +184,7 @@ class Connection:
         A cheap check for the runtime, which flushes after every UDP datagram
         even when that datagram (a bare QUIC ACK, say) changed nothing here.
         """
-        return not (self._events or self._announce_due or self._out.pending or self._hs.owes_prefix)
+        return not (self._events or self._announce.due or self._out.pending or self._hs.owes_prefix)
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -370,8 +359,8 @@ class Connection:
             return
         try:
             for chanid in self._timers.pop_due(now):
-                if chanid == _ANNOUNCE_TIMER:
-                    self._announce_due = True
+                if chanid == ANNOUNCE_TIMER:
+                    self._announce.due = True
                     continue
                 ch = self._channels.get(chanid)
                 if ch is None or ch.is_sender:
@@ -385,11 +374,8 @@ class Connection:
 
     def new_channel(self, sender_side: Side, oneshot: bool = False) -> int:
         """Allocate a chanid we create (sent in a MESSAGE later) and its local state."""
-        space = make_chanid(self.side, sender_side, oneshot, 0)
-        index = self._next_index.get(space, 0)
-        self._next_index[space] = index + 1
-        chanid = make_chanid(self.side, sender_side, oneshot, index)
-        self._add(self._new_state(chanid))
+        chanid = self._table.allocate(sender_side, oneshot)
+        self._table.add(self._new_state(chanid))
         self._transit.created(chanid)
         return chanid
 
@@ -414,31 +400,10 @@ class Connection:
             lost = ch.take_evicted()
             if lost:
                 self._lose(lost)
-        if self._announce and not self._announce_armed:
-            self._arm_announce(now)
+        announce = self._announce
+        if announce.senders and not announce.armed:
+            announce.arm(now)
         return ok
-
-    def _note_unannounced(self, chanid: int, urgent: bool) -> None:
-        """A sender has datagrams to report; ``urgent`` ones carry attachments.
-
-        A datagram carrying a handle is reported at the next transmit, as
-        before coalescing: the receiver can ack a datagram only once it is
-        reported, and a receiver closing right after reading it would
-        otherwise leave it nacked, its handle reported lost while the
-        application holds it.
-        """
-        self._announce.add(chanid)
-        if urgent:
-            self._announce_due = True
-
-    def _arm_announce(self, now: float) -> None:
-        """Start the SENT_UNRELIABLE report timer for datagrams just sent (see ``announce_delay``)."""
-        self._announce_armed = True
-        delay = self.config.announce_delay
-        if delay:
-            self._timers.schedule(_ANNOUNCE_TIMER, now + delay)
-        else:
-            self._announce_due = True
 
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: ``send()`` should wait for ``SendWindowOpened``."""
@@ -581,19 +546,16 @@ class Connection:
         if ch is not None:
             ch.routed = True
             return chanid
-        space, index = chanid_space(chanid), chanid_index(chanid)
         if chanid_creator(chanid) == self.peer:
-            destroyed = self._destroyed.get(space)
-            if destroyed is not None and index in destroyed:
+            if chanid in self._table.destroyed:
                 return chanid  # gone for good: frames are ignored (after the ending checks)
             # frames may beat the MESSAGE that attaches the channel: create it now
-            ch = self._add(self._new_state(chanid))
+            ch = self._table.add(self._new_state(chanid))
             ch.routed = True
             ch.echo()
             self._parking.park(chanid)
             return chanid
-        closed = self._closed_local.get(space)
-        if closed is None or index not in closed:
+        if chanid not in self._table.closed_locally:
             self._send_forget(chanid)
         return None
 
@@ -629,8 +591,7 @@ class Connection:
         if ch is None:
             # ended while this sequence was in flight; only a sender's ending can be checked
             if isinstance(frame, (FinishSender, CancelSender, SentUnreliable)):
-                ended = self._sender_ended.get(chanid_space(chanid))
-                if ended is not None and chanid_index(chanid) in ended:
+                if chanid in self._table.sender_ended:
                     raise RemoteProtocolError(
                         f"{frame.NAME}: channel {chanid} already got FINISH_SENDER or CANCEL_SENDER"
                     )
@@ -654,8 +615,9 @@ class Connection:
             self._free(ch.chanid)
             if lost:
                 self._lose(lost)
-        if self._announce and not self._announce_armed:  # queued datagrams left
-            self._arm_announce(now)
+        announce = self._announce
+        if announce.senders and not announce.armed:  # queued datagrams left
+            announce.arm(now)
 
     def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
         fresh = ch.ack_due is None
@@ -733,10 +695,10 @@ class Connection:
             ch.on_sent_unreliable(frame.count, now)
         elif isinstance(frame, FinishSender):
             ch.on_finish(frame.sent_reliable)
-            self._remember(ch.chanid, self._sender_ended)
+            self._table.sender_ended.add(ch.chanid)
         else:  # CancelSender
             ch.on_cancel()
-            self._remember(ch.chanid, self._sender_ended)
+            self._table.sender_ended.add(ch.chanid)
             self._emit(ChannelCancelled(ch.chanid))
             self._close_receiver(ch, now)
             return
@@ -773,11 +735,10 @@ class Connection:
                 raise RemoteProtocolError(f"MESSAGE: attachment {c} is an existing channel")
             seen.add(c)
             if ch is None and c not in self._parking:
-                destroyed = self._destroyed.get(chanid_space(c))
-                if destroyed is not None and chanid_index(c) in destroyed:
+                if c in self._table.destroyed:
                     lost.append(ChannelLost(c))  # forgotten before its handle arrived
                 else:
-                    ch = self._add(self._new_state(c))
+                    ch = self._table.add(self._new_state(c))
                     ch.echo()
             if ch is not None:
                 ch.attached = True
@@ -800,7 +761,7 @@ class Connection:
                 self._emit,
                 self._stats,
                 self._hs.datagram_prefix,
-                self._note_unannounced,
+                self._announce.note,
             )
             ch.max_datagram_size = self._max_datagram
             return ch
@@ -813,10 +774,6 @@ class Connection:
             self._out,
             self._stats,
         )
-
-    def _add(self, ch: Channel) -> Channel:
-        self._channels[ch.chanid] = ch
-        return ch
 
     def _sender(self, chanid: int) -> SenderChannel:
         if self._terminated:
@@ -871,30 +828,20 @@ class Connection:
                 self._close_receiver(ch, now)
         stack = list(nacked)
         while stack:
-            ch = self._channels.pop(stack.pop(), None)
+            ch = self._table.pop(stack.pop())
             if ch is None:
                 continue
             if not ch.is_sender:
                 stack.extend(ch.undequeued_attachments())
             ch.destroy(RESET_LOST)
-            self._remember(ch.chanid, self._destroyed)
+            self._table.destroyed.add(ch.chanid)
 
     def _free(self, chanid: int) -> None:
         """A channel ended normally: drop its state, remember it is gone."""
-        if self._channels.pop(chanid, None) is not None:
+        if self._table.pop(chanid) is not None:
             self._parking.ended(chanid)
-            local = chanid_creator(chanid) == self.side
-            self._remember(chanid, self._closed_local if local else self._destroyed)
+            self._table.ended(chanid)
         self._transit.freed(chanid)
-
-    @staticmethod
-    def _remember(chanid: int, table: dict[int, RangeSet]) -> None:
-        """Add ``chanid`` to a per-space range set of indices."""
-        space = chanid_space(chanid)
-        rs = table.get(space)
-        if rs is None:
-            rs = table[space] = RangeSet()
-        rs.add(chanid_index(chanid))
 
     def _send_forget(self, chanid: int) -> None:
         sid = self._out.open(chanid)
@@ -903,8 +850,8 @@ class Connection:
 
     def _on_forget(self, chanid: int) -> None:
         """FORGET_CHANNEL: destroy the state (overrides every other rule) and lose its children."""
-        ch = self._channels.pop(chanid, None)
-        self._remember(chanid, self._destroyed)
+        ch = self._table.pop(chanid)
+        self._table.destroyed.add(chanid)
         lost = self._transit.lose(chanid)[1:]
         if ch is not None:
             lost += ch.destroy(RESET_LOST)
@@ -919,7 +866,7 @@ class Connection:
         while stack:
             c = stack.pop()
             for chanid in self._transit.lose(c):
-                ch = self._channels.pop(chanid, None)
+                ch = self._table.pop(chanid)
                 if ch is not None:  # else it already ended; its handles still learn the loss
                     stack.extend(ch.destroy(RESET_LOST))
                     if ch.routed:
