@@ -27,7 +27,6 @@ from aqueduct.proto.events import (
     Attachment,
     ChannelCancelled,
     ChannelFinished,
-    ChannelLost,
     ConnectionTerminated,
     Event,
     HandshakeCompleted,
@@ -36,11 +35,12 @@ from aqueduct.proto.events import (
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
-from aqueduct.proto.output import RESET_LOST, Output, frame_record
+from aqueduct.proto.lifecycle import ChannelLifecycle
+from aqueduct.proto.output import Output, frame_record
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
-from aqueduct.proto.sender import Mode, SenderChannel, SenderState
+from aqueduct.proto.sender import Mode, SenderChannel
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker
@@ -76,7 +76,6 @@ __all__ = ["Connection", "Mode"]
 
 Channel = SenderChannel | ReceiverChannel
 
-_FORGET = b"\x0b"
 # who may send each routed frame (spec section 3): the sender side, the receiver side, the creator
 _FROM_SENDER, _FROM_RECEIVER, _FROM_CREATOR = "s->r", "r->s", "creator"
 _SIDE_RULE: dict[type, str] = {
@@ -129,6 +128,16 @@ class Connection:
         self._rtt: float | None = None
         self._max_datagram = config.max_datagram_size
         self._terminated = False
+        self._lifecycle = ChannelLifecycle(
+            self.side,
+            self._table,
+            self._transit,
+            self._parking,
+            self._events,
+            self._out,
+            self._stats,
+            self._new_state,
+        )
         if is_client:
             self._table.reserve(ENTRYPOINT)
         self._table.add(self._new_state(ENTRYPOINT))
@@ -394,12 +403,12 @@ class Connection:
         """
         ch = self._sender(chanid)
         self._check_networked(ch)
-        refs = self._attach(chanid, attachments) if attachments else ()
+        refs = self._lifecycle.attach(chanid, attachments) if attachments else ()
         ok = ch.send(headers, refs, payload)
         if not ok:
             lost = ch.take_evicted()
             if lost:
-                self._lose(lost)
+                self._lifecycle.lose(lost)
         announce = self._announce
         if announce.senders and not announce.armed:
             announce.arm(now)
@@ -435,9 +444,7 @@ class Connection:
             return
         if not ch.is_sender:
             raise LocalProtocolError(f"cancel: we hold the receiver of channel {chanid}, not the sender")
-        lost = ch.cancel()
-        if lost:
-            self._lose(lost)
+        self._lifecycle.cancel(ch)
 
     def close_receiver(self, chanid: int, now: float) -> None:
         """The application dropped its receiver: CLOSE_RECEIVER (nacks what is not acked).
@@ -449,7 +456,7 @@ class Connection:
             return
         if ch.is_sender:
             raise LocalProtocolError(f"close_receiver: we hold the sender of channel {chanid}")
-        self._close_receiver(ch, now)
+        self._lifecycle.close_receiver(ch, now)
 
     def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
         """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
@@ -556,7 +563,7 @@ class Connection:
             self._parking.park(chanid)
             return chanid
         if chanid not in self._table.closed_locally:
-            self._send_forget(chanid)
+            self._lifecycle.send_forget(chanid)
         return None
 
     def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
@@ -585,7 +592,7 @@ class Connection:
                 raise RemoteProtocolError(
                     f"FORGET_CHANNEL: only the creator may send it, and we created channel {chanid}"
                 )
-            self._on_forget(chanid)
+            self._lifecycle.forget(chanid)
             return
         ch = self._channels.get(chanid)
         if ch is None:
@@ -607,14 +614,14 @@ class Connection:
         elif isinstance(frame, AckNackUnreliable):
             lost = ch.on_ack_nack(frame.ranges)
             if lost:
-                self._lose(lost)
+                self._lifecycle.lose(lost)
         elif isinstance(frame, Dequeued):
             ch.on_dequeued(frame.num_bytes)
         else:  # CloseReceiver
             lost = ch.on_close_receiver()
-            self._free(ch.chanid)
+            self._lifecycle.free(ch.chanid)
             if lost:
-                self._lose(lost)
+                self._lifecycle.lose(lost)
         announce = self._announce
         if announce.senders and not announce.armed:  # queued datagrams left
             announce.arm(now)
@@ -628,7 +635,7 @@ class Connection:
         stats.messages_received += 1
         stats.bytes_received += cost
         if frame.attachments:
-            children, released = self._accept_attachments(frame)
+            children, released = self._lifecycle.accept_attachments(frame)
             ids = tuple(a.chanid for a in children)
             ch.delivered(frame, unreliable, cost, ids)
             self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
@@ -700,7 +707,7 @@ class Connection:
             ch.on_cancel()
             self._table.sender_ended.add(ch.chanid)
             self._emit(ChannelCancelled(ch.chanid))
-            self._close_receiver(ch, now)
+            self._lifecycle.close_receiver(ch, now)
             return
         self._after_receive(ch, now)
 
@@ -709,41 +716,9 @@ class Connection:
         if ch.finish_total is not None and ch.complete:
             ch.finish_close(now)
             self._emit(ChannelFinished(ch.chanid))
-            self._free(ch.chanid)
+            self._lifecycle.free(ch.chanid)
         else:
             self._timers.schedule(ch.chanid, ch.next_deadline())
-
-    def _accept_attachments(self, msg: Message) -> tuple[tuple[Attachment, ...], list[Event]]:
-        """Check a received MESSAGE's attachments (spec section 6) and create their channels.
-
-        Returns the attachments and events to emit right after this message's
-        ``MessageReceived`` (``ChannelLost`` for a channel forgotten before its
-        handle arrived).
-        """
-        out = []
-        lost: list[Event] = []
-        seen = set()
-        for att in msg.attachments:
-            c = att.chanid
-            if chanid_creator(c) != self.peer:
-                raise RemoteProtocolError(
-                    f"MESSAGE: attachment {c} has CREATOR {chanid_creator(c).name.lower()}, "
-                    f"but the frame's sender is the {self.peer.name.lower()}"
-                )
-            ch = self._channels.get(c)
-            if c == ENTRYPOINT or c in seen or (ch is not None and ch.attached):
-                raise RemoteProtocolError(f"MESSAGE: attachment {c} is an existing channel")
-            seen.add(c)
-            if ch is None and c not in self._parking:
-                if c in self._table.destroyed:
-                    lost.append(ChannelLost(c))  # forgotten before its handle arrived
-                else:
-                    ch = self._table.add(self._new_state(c))
-                    ch.echo()
-            if ch is not None:
-                ch.attached = True
-            out.append(Attachment(c, att.headers))
-        return tuple(out), lost
 
     # ================================================================ lifecycle
 
@@ -782,97 +757,6 @@ class Connection:
         if ch is None or not ch.is_sender:
             raise LocalProtocolError(f"channel {chanid}: we hold no sender of it")
         return ch
-
-    def _attach(self, parent: int, attachments: Iterable) -> tuple[AttachmentRef, ...]:
-        """Validate local attachments: channels we created, never attached before."""
-        refs = []
-        for att in attachments:
-            if isinstance(att, int):
-                c, headers = att, ()
-            else:
-                c, headers = att.chanid, att.headers
-            ch = self._channels.get(c)
-            if chanid_creator(c) != self.side or ch is None or c == parent:
-                raise LocalProtocolError(
-                    f"attachment {c}: only channels this side created with new_channel() "
-                    "and that are still open can be attached"
-                )
-            if ch.attached:
-                raise LocalProtocolError(f"attachment {c}: a channel can be attached only once")
-            refs.append(AttachmentRef(c, tuple(headers)))
-        for ref in refs:
-            self._channels[ref.chanid].attached = True
-        return tuple(refs)
-
-    def _close_receiver(self, ch: ReceiverChannel, now: float) -> None:
-        acked_orphans, nacked_orphans = ch.close(now)
-        self._free(ch.chanid)
-        self._drop_orphans(acked_orphans, nacked_orphans, now)
-
-    def _drop_orphans(self, acked: list[int], nacked: list[int], now: float) -> None:
-        """Channels attached to messages the application will never dequeue.
-
-        Those whose message was acked are accessible to the peer, so we end
-        them as the application would have (close a receiver, cancel a
-        sender). Those whose message the close nacks are lost for the peer:
-        we drop them silently, with everything queued on them.
-        """
-        for c in acked:
-            ch = self._channels.get(c)
-            if ch is None:
-                continue
-            if ch.is_sender:
-                if ch.state in (SenderState.OPEN, SenderState.FINISHING):
-                    self.cancel(c, now)
-            else:
-                self._close_receiver(ch, now)
-        stack = list(nacked)
-        while stack:
-            ch = self._table.pop(stack.pop())
-            if ch is None:
-                continue
-            if not ch.is_sender:
-                stack.extend(ch.undequeued_attachments())
-            ch.destroy(RESET_LOST)
-            self._table.destroyed.add(ch.chanid)
-
-    def _free(self, chanid: int) -> None:
-        """A channel ended normally: drop its state, remember it is gone."""
-        if self._table.pop(chanid) is not None:
-            self._parking.ended(chanid)
-            self._table.ended(chanid)
-        self._transit.freed(chanid)
-
-    def _send_forget(self, chanid: int) -> None:
-        sid = self._out.open(chanid)
-        self._out.write_frame(sid, ForgetChannel(), _FORGET)
-        self._out.finish(sid)
-
-    def _on_forget(self, chanid: int) -> None:
-        """FORGET_CHANNEL: destroy the state (overrides every other rule) and lose its children."""
-        ch = self._table.pop(chanid)
-        self._table.destroyed.add(chanid)
-        lost = self._transit.lose(chanid)[1:]
-        if ch is not None:
-            lost += ch.destroy(RESET_LOST)
-            self._stats.channels_lost += 1
-        if not self._parking.forgotten(chanid) and ch is not None:
-            self._emit(ChannelLost(chanid))
-        self._lose(lost)
-
-    def _lose(self, roots: list[int]) -> None:
-        """Channels we created became lost: destroy, FORGET if routed, tell the application."""
-        stack = list(roots)
-        while stack:
-            c = stack.pop()
-            for chanid in self._transit.lose(c):
-                ch = self._table.pop(chanid)
-                if ch is not None:  # else it already ended; its handles still learn the loss
-                    stack.extend(ch.destroy(RESET_LOST))
-                    if ch.routed:
-                        self._send_forget(chanid)
-                self._stats.channels_lost += 1
-                self._events.append(ChannelLost(chanid))
 
     def _violation(self, reason: str) -> None:
         """The peer broke a rule: close with PROTOCOL_VIOLATION (code 1) at once."""
