@@ -1,4 +1,4 @@
-"""One Aqueduct connection, sans-IO: dispatch, handshake, streams, channel tables.
+"""One Aqueduct connection, sans-IO: routing frames to channels, and the application's calls.
 
 The runtime feeds transport input (``receive_stream_data``, ``receive_datagram``,
 ...) and application requests (``send_message``, ``finish``, ...), then drains
@@ -6,9 +6,13 @@ The runtime feeds transport input (``receive_stream_data``, ``receive_datagram``
 application). Nothing here reads a clock: every call that may start a timer
 takes ``now``; ``get_timer()`` says when ``handle_timer`` wants to run.
 
-This module routes; the per-channel rules live in ``sender.py`` and
-``receiver.py``, accessibility in ``transit.py``, the window in ``flow.py``,
-the prefix in ``handshake.py`` and batching in ``output.py``. A rule broken
+This module routes; every other job has a room: transport input becomes
+routed frames in ``intake.py``, ids / lookup / tombstones are
+``channels.py``, attachments and loss propagation ``lifecycle.py``, the
+SENT_UNRELIABLE reports ``announce.py``, the event queue ``queue.py``; the
+per-channel rules live in ``sender.py`` and ``receiver.py``, accessibility
+in ``transit.py``, the window in ``flow.py``, the prefix in
+``handshake.py`` and batching in ``output.py``. A rule broken
 by the peer raises ``RemoteProtocolError`` anywhere below; the public entry
 points turn it into a close with code 1 (spec section 6).
 """
@@ -35,8 +39,9 @@ from aqueduct.proto.events import (
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
+from aqueduct.proto.intake import Intake
 from aqueduct.proto.lifecycle import ChannelLifecycle
-from aqueduct.proto.output import Output, frame_record
+from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
@@ -64,12 +69,10 @@ from aqueduct.wire.frames import (
     ForgetChannel,
     Frame,
     Message,
-    RouteTo,
     SentUnreliable,
     Version,
     read_plain_messages,
 )
-from aqueduct.wire.sequence import StreamSequenceDecoder, decode_datagram
 from aqueduct.wire.varint import Headers
 
 __all__ = ["Connection", "Mode"]
@@ -83,21 +86,6 @@ _SIDE_RULE: dict[type, str] = {
     **dict.fromkeys((AckReliable, AckNackUnreliable, CloseReceiver, Dequeued), _FROM_RECEIVER),
     ForgetChannel: _FROM_CREATOR,
 }
-_MAX_HELD_DATAGRAMS = 1024
-
-
-class _InStream:
-    """Decoding state of one incoming stream (= one sequence)."""
-
-    __slots__ = ("sid", "decoder", "started", "route", "ignore", "held")
-
-    def __init__(self, sid: int, decoder: StreamSequenceDecoder) -> None:
-        self.sid = sid
-        self.decoder = decoder
-        self.started = False
-        self.route: int | None = None
-        self.ignore = False  # rest of the sequence is for a channel we ignore
-        self.held: list[Frame] | None = None  # routed frames waiting for the peer's headers
 
 
 class Connection:
@@ -120,14 +108,25 @@ class Connection:
         self._timers = Timers()
         self._table = ChannelTable(self.side)
         self._channels = self._table.live  # lookups go straight to the dict (hot path)
-        self._in: dict[int, _InStream] = {}
-        self._held: list[_InStream] = []
-        self._held_datagrams: list[list[Frame]] = []
         self._announce = Announcements(self._timers, config.announce_delay)
         self._send_window = config.window  # until the peer announces its own
         self._rtt: float | None = None
         self._max_datagram = config.max_datagram_size
         self._terminated = False
+        self._intake = Intake(
+            self.side,
+            config,
+            self._hs,
+            self._table,
+            self._stats,
+            terminated=lambda: self._terminated,
+            route=self._route,
+            routed=self._routed,
+            receive_plain_run=self._receive_plain_run,
+            deliver_plain=self._deliver_plain,
+            prefix_frame=self._prefix_frame,
+            violation=self._violation,
+        )
         self._lifecycle = ChannelLifecycle(
             self.side,
             self._table,
@@ -225,143 +224,20 @@ class Connection:
         return max(2 * self._rtt, self.config.min_receipt_deadline)
 
     def receive_stream_data(self, stream_id: int, data: bytes, end_stream: bool, now: float) -> None:
-        if self._terminated:
-            return
-        try:
-            st = self._in.get(stream_id)
-            if st is None:
-                if not stream_id & 2:
-                    raise RemoteProtocolError(
-                        f"stream {stream_id}: bidirectional streams are not used by Aqueduct"
-                    )
-                if (stream_id & 1) == self.side:
-                    raise RemoteProtocolError(f"stream {stream_id}: data on a stream we opened")
-                st = self._in[stream_id] = _InStream(
-                    stream_id, StreamSequenceDecoder(self.config.limits)
-                )
-            elif st.route is not None and self._log is None:
-                joined = st.decoder.routed_input(data)
-                if joined is not None:
-                    data = self._receive_plain_run(st.route, joined, now)
-            frames = st.decoder.feed(data) if data else ()
-            if end_stream:
-                st.decoder.end()
-                del self._in[stream_id]
-            if self._log is not None:
-                for frame in frames:
-                    self._stream_frame(st, frame, now)
-                return
-            routed = self._routed
-            for frame in frames:
-                if st.route is not None:  # _dispatch's hot path, one call less per message
-                    routed(st.route, frame, False, now)
-                else:
-                    self._dispatch(st, frame, now)
-        except (RemoteProtocolError, WireError) as e:
-            self._violation(str(e))
+        """Bytes of an incoming QUIC stream (see :class:`~.intake.Intake`)."""
+        self._intake.receive_stream_data(stream_id, data, end_stream, now)
 
     def receive_stream_reset(self, stream_id: int, code: int, now: float) -> None:
         """A reset incoming stream: a partial frame is dropped, whole frames stay processed."""
-        self._in.pop(stream_id, None)
+        self._intake.receive_stream_reset(stream_id)
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         """One QUIC DATAGRAM: a batch of one (see ``receive_datagrams``)."""
-        self.receive_datagrams((data,), now)
+        self._intake.receive_datagrams((data,), now)
 
     def receive_datagrams(self, datas: Iterable[bytes], now: float) -> None:
-        """QUIC DATAGRAMs read together, in order, exactly as ``receive_datagram`` on each.
-
-        A UDP packet carries several datagrams and the runtime hands a whole
-        read batch over in one call, because the per-datagram chain of calls
-        cost more than the rest of the receive path. Consecutive plain
-        datagrams of one channel (``_plain_receiver``: ROUTE_TO and one plain
-        MESSAGE) are checked one by one (numbers, late drops, counters) but
-        delivered as one run, one ``_deliver_plain``: what it would have
-        joined into one ``MessageRunReceived`` anyway. Anything else first
-        delivers the run gathered so far, then takes the general path, so
-        events keep their order. A violation delivers the run accepted before
-        the violating datagram, then closes and ignores the rest.
-
-        Delivering once per run instead of once per datagram changes nothing
-        else: ``fresh`` is decided before the run's first accepted datagram
-        (accepting sets ``ack_due``, only a flush clears it), the deadline
-        ``_after_delivery`` schedules does not depend on unreliable numbers,
-        and a channel that got FINISH_SENDER cannot complete through a
-        datagram (completion waits for a flush to move the nack cursor), so
-        delivering cannot end the run's channel midway.
-        """
-        if self._terminated:
-            return
-        route_tag, message_tag = RouteTo.TAG, Message.TAG
-        max_payload = self.config.limits.max_payload_bytes
-        stats = self._stats
-        run: ReceiverChannel | None = None  # the channel of the plain run being gathered
-        run_id = -1  # its chanid (-1: no run)
-        payloads: list[bytes] = []  # accepted in the run, not yet delivered
-        costs: list[int] = []
-        fresh = False  # no ack was due on ``run`` before the run (see _after_delivery)
-        violation: str | None = None
-        try:
-            for data in datas:
-                ch: ReceiverChannel | None = None  # where this datagram goes plain, if it does
-                if len(data) > 2 and data[0] == route_tag and data[2] == message_tag:
-                    chanid = data[1]
-                    ch = run if chanid == run_id else self._plain_receiver(chanid)
-                    if ch is not None:
-                        first, more, more_costs, end = read_plain_messages(data, 2, max_payload)
-                        # (one MESSAGE: a second one is the general path's violation)
-                        if end != len(data) or len(more) != 1:
-                            ch = None
-                if ch is not run:  # the run ends here
-                    if payloads and run is not None:
-                        self._deliver_plain(run, payloads, costs, fresh, now)
-                        payloads, costs = [], []  # (the event keeps the delivered lists)
-                    run, run_id = ch, -1 if ch is None else data[1]
-                    fresh = ch is not None and ch.ack_due is None
-                if ch is None:
-                    self._receive_general_datagram(data, now)
-                    continue
-                stats.datagrams_received += 1
-                if ch.accept_unreliable(first, now):
-                    payloads += more
-                    costs += more_costs
-        except (RemoteProtocolError, WireError) as e:
-            violation = str(e)
-        if payloads and run is not None:  # accepted before the end (or before a violation)
-            self._deliver_plain(run, payloads, costs, fresh, now)
-        if violation is not None:
-            self._violation(violation)
-
-    def _plain_receiver(self, chanid: int) -> ReceiverChannel | None:
-        """The receiver a plain datagram ROUTE_TO ``chanid`` may go to without frame objects.
-
-        The general path checks the same rules in ``decode_datagram`` /
-        ``_routed``; this one needs none of them: the handshake is done, no
-        frame log wants records, a VERSION arrived (so none is required),
-        and the channel is a receiver we hold, not oneshot (whose message
-        may not be a datagram), already routed (``_route`` has nothing to
-        do). None sends the datagram down the general path.
-        """
-        hs = self._hs
-        if chanid >= 0x80 or self._log is not None or not hs.done or not hs.got_version:
-            return None
-        ch = self._channels.get(chanid)
-        if ch is None or ch.is_sender or ch.oneshot or not ch.routed:
-            return None
-        return ch
-
-    def _receive_general_datagram(self, data: bytes, now: float) -> None:
-        """Any datagram, decoded into frames (raises on a violation)."""
-        frames = decode_datagram(data, self.config.limits)
-        self._stats.datagrams_received += 1
-        self._hs.sequence_started(frames[0])
-        if isinstance(frames[0], Version):
-            self._hs.version_received()
-        if not self._hs.done:
-            if len(self._held_datagrams) < _MAX_HELD_DATAGRAMS:
-                self._held_datagrams.append(frames)
-            return
-        self._datagram_frames(frames, now)
+        """QUIC DATAGRAMs read together, in order (see :meth:`.intake.Intake.receive_datagrams`)."""
+        self._intake.receive_datagrams(datas, now)
 
     def handle_timer(self, now: float) -> None:
         if self._terminated:
@@ -476,37 +352,6 @@ class Connection:
 
     # ================================================================ dispatch
 
-    def _stream_frame(self, st: _InStream, frame: Frame, now: float) -> None:
-        if self._log is not None:
-            self._log(frame_record("received", f"stream {st.sid}", frame))
-        self._dispatch(st, frame, now)
-
-    def _dispatch(self, st: _InStream, frame: Frame, now: float) -> None:
-        """One frame of an incoming stream sequence, in order."""
-        if st.route is not None:  # the hot path: a routed frame on a routed sequence
-            self._routed(st.route, frame, False, now)
-            return
-        if st.held is not None:
-            st.held.append(frame)
-            return
-        if st.ignore:
-            return
-        if not st.started:
-            st.started = True
-            self._hs.sequence_started(frame)
-        if type(frame) is RouteTo:
-            if not self._hs.done:
-                st.held = [frame]
-                self._held.append(st)
-                return
-            chanid = self._route(frame.chanid)
-            if chanid is None:
-                st.ignore = True
-            else:
-                st.route = chanid
-        else:
-            self._prefix_frame(frame, now)
-
     def _prefix_frame(self, frame: Frame, now: float) -> None:
         hs = self._hs
         if isinstance(frame, Version):
@@ -524,28 +369,7 @@ class Connection:
             if not self.is_client:
                 hs.send_headers()
             self._events.append(HandshakeCompleted(frame.headers))
-            self._release_held(now)
-
-    def _release_held(self, now: float) -> None:
-        """The peer's headers arrived: process the routed frames that waited for them."""
-        held, self._held = self._held, []
-        for st in held:
-            frames, st.held = st.held or [], None
-            for frame in frames:
-                if self._terminated:
-                    return
-                self._dispatch(st, frame, now)  # (logged when it arrived)
-        datagrams, self._held_datagrams = self._held_datagrams, []
-        for frames in datagrams:
-            self._datagram_frames(frames, now)
-
-    def _datagram_frames(self, frames: list[Frame], now: float) -> None:
-        route, msg = frames[-2], frames[-1]
-        if self._log is not None:
-            self._log(frame_record("received", "datagram", msg) | {"chanid": route.chanid})
-        chanid = self._route(route.chanid)
-        if chanid is not None:
-            self._routed(chanid, msg, True, now)
+            self._intake.release_held(now)
 
     def _route(self, chanid: int) -> int | None:
         """ROUTE_TO ``chanid``: the channel to route to, or None to ignore the sequence."""
