@@ -65,9 +65,9 @@ class BoundedQuicServer(QuicServer):
     """``QuicServer`` with at most ``max_handshakes`` handshakes in progress."""
 
     def __init__(self, *, max_handshakes: int = DEFAULT_MAX_HANDSHAKES, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
         if max_handshakes < 1:
             raise ValueError(f"max_handshakes must be at least 1, got {max_handshakes}")
+        super().__init__(**kwargs)
         self.max_handshakes = max_handshakes
         self._handshaking: set[Any] = set()  # protocols whose handshake is under way
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
