@@ -33,7 +33,7 @@ from aioquic.quic.crypto import CryptoPair
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pull_quic_header
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
-DEFAULT_MAX_HANDSHAKES = 100
+DEFAULT_MAX_HANDSHAKES = 256
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
 
 
