@@ -276,7 +276,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
     common = ["--transport", transport, "--certs", certs]
     if args.quiet:
         common.append("--quiet")
-    bridge = await _spawn("--role", "bridge", *common)
+    bridge = await _spawn("--role", "bridge", *common, *(["--profile"] if args.profile else []))
     procs: list[asyncio.subprocess.Process] = []
     try:
         port = (await _json_line(bridge, 60))["port"]
@@ -347,6 +347,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=float, default=300.0, help="seconds a producer may take to connect, and to be acked")
     p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--profile", action="store_true", help="profile the bridge process (cProfile, top functions on stderr)")
     # internal: the roles of the processes a run starts
     p.add_argument("--role", choices=["bridge", "producers"], help=argparse.SUPPRESS)
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
@@ -390,6 +391,15 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.role == "bridge":
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(asyncio.run, bridge_role(args))
+            print("bridge profile (top 25 by own time):", file=sys.stderr)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            return 0
         asyncio.run(bridge_role(args))
         return 0
     if args.role == "producers":

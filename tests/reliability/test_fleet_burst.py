@@ -25,7 +25,7 @@ HANG_GUARD = 600.0  # seconds; a healthy run takes well under a minute
 async def test_a_thousand_quic_producers_in_one_burst_all_connect_exactly_once(figures: Figures) -> None:
     args = argparse.Namespace(
         producers=[PRODUCERS], transports=["quic"], messages=MESSAGES, rate=10.0,
-        procs=2, limit=HANG_GUARD / 2, quiet=True,
+        procs=2, limit=HANG_GUARD / 2, quiet=True, profile=False,
     )
     (result,) = await asyncio.wait_for(main_async(args), HANG_GUARD)
     figures.sent = PRODUCERS * MESSAGES
