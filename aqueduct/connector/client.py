@@ -197,9 +197,11 @@ class Connector:
         (``None``, the default: until the worker answers or refuses). ``backoff``:
         (first, cap) seconds between attempts, doubled per failure, each delay
         drawn at random between the first and the current step (full jitter).
-        ``idle_timeout`` (aqueduct:// only): seconds of silence after which the bridge
-        counts as dead and the client reconnects; keep-alive PINGs keep a healthy
-        idle connection up, so it only bounds how long a dead bridge goes unnoticed.
+        ``idle_timeout``: seconds of silence after which the bridge counts as dead
+        and the client reconnects: on aqueduct:// always (keep-alive PINGs keep a
+        healthy idle connection up, so it only bounds how long a dead bridge goes
+        unnoticed); on both transports while waiting for the OK (a worker whose
+        listener accepted the connection but never answers it is retried).
         """
         self.url = url
         self.program = program
@@ -399,7 +401,12 @@ class Connector:
             await link.send(session.data_to_send())
             while ended is None:
                 try:
-                    data = await link.receive()
+                    if handshaken:
+                        data = await link.receive()
+                    else:  # a worker that accepted but never answers (overloaded) is retried
+                        data = await asyncio.wait_for(link.receive(), self.idle_timeout)
+                except TimeoutError:
+                    data, reason = b"", f"no OK within {self.idle_timeout} s"
                 except (OSError, ConnectionError) as exc:
                     data, reason = b"", str(exc) or type(exc).__name__
                 else:

@@ -170,3 +170,29 @@ async def test_produce_connect_timeout_gives_the_exact_error() -> None:
         rf"\('127\.0\.0\.1', {port}\)\)\n",
         err,
     ), err
+
+
+async def test_a_worker_that_accepts_but_never_answers_is_retried() -> None:
+    """An overloaded listener (connection accepted, no OK) must not hang the first attempt."""
+    held: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda r, w: held.append(w), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = Connector(f"tcp://127.0.0.1:{port}", connect_timeout=1.0, idle_timeout=0.2, backoff=BACKOFF)
+    try:
+        try:
+            await asyncio.wait_for(conn.connect(), TIMEOUT)
+        except ConnectionError as exc:
+            message = str(exc)
+        else:
+            raise AssertionError("connected to a silent listener")
+    finally:
+        for w in held:
+            w.close()
+        server.close()
+        await server.wait_closed()
+    assert conn.stats.retries >= 2
+    assert re.fullmatch(
+        rf"no handshake with tcp://127\.0\.0\.1:{port} within 1\.0 s "
+        rf"\({conn.stats.retries} failed attempts, last: no OK within 0\.2 s\)",
+        message,
+    ), message
