@@ -47,10 +47,18 @@ PROGRAM = "fleet"
 # ---------------------------------------------------------------- measurements
 
 
+_statm: int | None = None
+
+
 def rss_bytes() -> int:
-    """This process's resident set size now (Linux /proc)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    """This process's resident set size now (Linux /proc).
+
+    The file stays open: a bridge out of file descriptors must still report.
+    """
+    global _statm
+    if _statm is None:
+        _statm = os.open("/proc/self/statm", os.O_RDONLY)
+    return int(os.pread(_statm, 200, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def percentile(values: list[float], q: float) -> float:
