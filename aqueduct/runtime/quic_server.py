@@ -12,8 +12,10 @@ CONNECTION_CLOSE carrying ``CONNECTION_REFUSED`` (RFC 9000 section 20.1),
 built from the Initial keys alone (no TLS work, no connection state): the
 client sees a refused connection and retries with its own backoff, instead
 of waiting for an idle timeout. Handshakes that finished (or failed) free
-their slot; the count is pruned lazily, so the check costs at most
-``max_handshakes`` steps.
+their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
+closed (its client gave up or is too slow to finish); the count is pruned
+lazily, when it is full, so the check costs at most ``max_handshakes``
+steps.
 
 It also makes forgetting an ended connection cost O(its connection ids)
 instead of a scan of every connection's ids (aioquic's
@@ -35,6 +37,11 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 
 DEFAULT_MAX_HANDSHAKES = 256
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a handshake may hold its slot. A client that gave up (its own
+attempt timed out, it retries with a new connection) leaves its half-done
+handshake behind until the idle timeout (a minute on the bridge): without
+this, a storm fills every slot with abandoned handshakes."""
 
 
 def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes) -> bytes:
@@ -69,8 +76,9 @@ class BoundedQuicServer(QuicServer):
             raise ValueError(f"max_handshakes must be at least 1, got {max_handshakes}")
         super().__init__(**kwargs)
         self.max_handshakes = max_handshakes
-        self._handshaking: set[Any] = set()  # protocols whose handshake is under way
+        self._handshaking: dict[Any, float] = {}  # protocol -> when its handshake began
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
+        self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
 
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
         assert isinstance(data, bytes)
@@ -93,16 +101,23 @@ class BoundedQuicServer(QuicServer):
         if not known:
             protocol = self._protocols.get(header.destination_cid)
             if protocol is not None:
-                self._handshaking.add(protocol)
+                self._handshaking[protocol] = self._loop.time()
 
     def _full(self) -> bool:
         if len(self._handshaking) < self.max_handshakes:
             return False
-        self._handshaking = {p for p in self._handshaking if not _settled(p)}
+        expired = self._loop.time() - HANDSHAKE_TIMEOUT
+        for protocol, began in list(self._handshaking.items()):
+            if _settled(protocol):
+                del self._handshaking[protocol]
+            elif began < expired:
+                del self._handshaking[protocol]
+                protocol.close()  # frees the slot now; the client retries if it still cares
+                self.expired += 1
         return len(self._handshaking) >= self.max_handshakes
 
     def _connection_terminated(self, protocol: Any) -> None:
-        self._handshaking.discard(protocol)
+        self._handshaking.pop(protocol, None)
         quic = protocol._quic
         cids = {c.cid for c in quic._host_cids}
         cids.add(quic._original_destination_connection_id)

@@ -4,7 +4,8 @@ Real loopback UDP. The client that holds the only handshake slot is an
 aioquic connection driven by hand that never answers the server's
 handshake (a stalled client in a storm); the next client's Initial gets
 CONNECTION_REFUSED at once, and a ``Connector`` refused the same way
-connects by itself once the stalled handshake expired.
+connects by itself once the server gave up on the stalled handshake
+(long before the connection's idle timeout).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aioquic.quic.packet import QuicErrorCode
 
 from aqueduct.connector.client import Connector
 from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.runtime import quic_server
 from aqueduct.runtime.quic_server import BoundedQuicServer
 from aqueduct.runtime.tls import client_configuration
 
@@ -39,12 +41,13 @@ async def reply(sock: socket.socket) -> bytes:
     return await asyncio.wait_for(loop.sock_recv(sock, 65_535), TIMEOUT)
 
 
-async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(certs) -> None:
+async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(certs, monkeypatch) -> None:
     from aqueduct.connector.aqueduct_transport import serve_aqueduct
 
+    monkeypatch.setattr(quic_server, "HANDSHAKE_TIMEOUT", 0.5)  # the stalled one's slot frees after 0.5 s
     server = await serve_aqueduct(
         "127.0.0.1", 0, MemorySink(), certfile=certs.server_cert, keyfile=certs.server_key,
-        max_handshakes=1, idle_timeout=1.0,  # the stalled handshake expires after 1 s
+        max_handshakes=1, idle_timeout=TIMEOUT * 2,  # the idle timeout never frees it here
     )
     stalled, refused = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
     try:
