@@ -35,9 +35,9 @@ from aioquic.quic.crypto import CryptoPair
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pull_quic_header
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
-DEFAULT_MAX_HANDSHAKES = 256
+DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 15.0
 """Seconds a handshake may hold its slot. A client that gave up (its own
 attempt timed out, it retries with a new connection) leaves its half-done
 handshake behind until the idle timeout (a minute on the bridge): without
