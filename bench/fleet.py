@@ -208,6 +208,17 @@ async def producer_role(args: argparse.Namespace) -> None:
     release = asyncio.Event()
     results: list[dict[str, Any]] = []
 
+    async def send(conn: Connector, i: int) -> None:
+        """Open the producer's stream, send its paced messages, wait for their acks."""
+        stream = await conn.stream(i, f"fleet/{i}")
+        start = loop.time()
+        for n in range(stream.resume_from, args.messages):
+            await stream.send(b"%d:%d" % (i, n), message_id=n)
+            delay = start + (n + 1) / args.rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await conn.wait_all_acked()
+
     async def one(i: int, burst: float) -> None:
         conn = Connector(url, program=PROGRAM, instance=f"p{i}", cafile=cafile)
         out: dict[str, Any] = {"connected": False}
@@ -215,14 +226,7 @@ async def producer_role(args: argparse.Namespace) -> None:
             await asyncio.wait_for(conn.connect(), args.limit)
             out["connected"] = True
             out["connect_s"] = time.time() - burst
-            stream = await conn.stream(i, f"fleet/{i}")
-            start = loop.time()
-            for n in range(stream.resume_from, args.messages):
-                await stream.send(b"%d:%d" % (i, n), message_id=n)
-                delay = start + (n + 1) / args.rate - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await conn.wait_all_acked(args.limit)
+            await asyncio.wait_for(send(conn, i), args.limit)
             out["acked"] = True
         except (OSError, TimeoutError) as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"[:200]
