@@ -91,6 +91,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="credits per connector session: its un-durable frames in flight (default: %(default)s)",
     )
     p.add_argument(
+        "--credit-budget", type=positive_int, metavar="N",
+        help="credits all connector sessions together may hold, so memory does not grow with "
+        "the number of producers; each session then holds up to its fair share, at most "
+        "--credits (default: no shared bound, --credits per session)",
+    )
+    p.add_argument(
         "--max-lag", type=positive_int, default=d["max_lag"].default, metavar="RECORDS",
         help="stop granting credits while this many durable records wait for Spark (default: %(default)s)",
     )
@@ -162,6 +168,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_records_per_trigger=args.max_records_per_trigger,
         trigger_interval=args.trigger_interval,
         credits=args.credits,
+        credit_budget=args.credit_budget,
         max_lag=args.max_lag,
         retention=args.retention,
         spark_log_level=args.spark_log_level,

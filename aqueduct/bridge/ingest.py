@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aqueduct.bridge.commits import acks_for
+from aqueduct.bridge.credit_budget import CreditBudget
 from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
     HelloAccepted,
@@ -77,6 +78,10 @@ class IngestConfig:
 
     max_lag: int = 200_000  # records Spark may lag behind before credits stop
     commit_delay: float = 0.002  # seconds to gather a group before committing
+    #: credits all sessions may hold together (None: each session has its own,
+    #: unbounded in total); see :mod:`aqueduct.bridge.credit_budget`
+    credit_budget: int | None = None
+    session_credits: int = 4096  # under a budget: the most one session may hold
 
 
 T = TypeVar("T")
@@ -135,6 +140,11 @@ class Ingest:
             self._complete[sid] = self.log.complete_offset(sid)
             self._committed[sid] = self.log.snapshot(sid).earliest
         self._dirty = asyncio.Event()
+        self._budget = (
+            CreditBudget(self.config.credit_budget, self.config.session_credits)
+            if self.config.credit_budget is not None
+            else None
+        )
 
     # ------------------------------------------------------------ session side
 
@@ -159,6 +169,8 @@ class Ingest:
             self._live[name] = peer
             self.counters.sessions = len(self._sessions)
             self._ack_committed(peer, name)
+            if self._budget is not None and (grant := self._budget.join(peer, event.credits)):
+                peer.grant_credits(grant)
         elif isinstance(event, SessionEnded):
             self._forget(peer)
 
@@ -181,6 +193,8 @@ class Ingest:
 
     def _forget(self, peer: WorkerPeer) -> None:
         state = self._sessions.pop(peer, None)
+        if self._budget is not None:
+            self._budget.leave(peer)
         if state is not None and self._live.get(state.connector) is peer:
             del self._live[state.connector]
         self.counters.sessions = len(self._sessions)
@@ -264,7 +278,7 @@ class Ingest:
             state = self._sessions.get(peer)  # None: the session ended meanwhile
             if state is not None:
                 state.committing -= n
-                state.withheld += n
+                state.withheld += n if self._budget is None else self._budget.earned(peer, n)
         self._release_credits()
         if cancelled:
             raise asyncio.CancelledError
@@ -284,6 +298,8 @@ class Ingest:
         points_by_connector = points_by_connector or {}
         open_tap = self.lag <= self.config.max_lag
         for peer, state in list(self._sessions.items()):
+            if self._budget is not None:
+                state.withheld += self._budget.top_up(peer)
             credits = state.withheld if open_tap else 0
             points = points_by_connector.get(state.connector, []) if self._live.get(state.connector) is peer else []
             if credits or points:

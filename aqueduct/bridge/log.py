@@ -441,11 +441,14 @@ class DurableLog:
         #: Every file write after opening runs here, one job at a time, in submission order.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aqueduct-log-io")
         self._streams: dict[int, _StreamWriter] = {}
+        #: connector -> its stream ids: a HELLO's OK must not scan every stream of the log
+        self._by_connector: dict[str, set[int]] = {}
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
                 meta, entries = _recover_stream(d)
                 writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
                 writer.open_files()
+                self._by_connector.setdefault(meta.connector, set()).add(meta.stream_id)
 
     # -- streams -----------------------------------------------------------
 
@@ -489,6 +492,7 @@ class DurableLog:
         if s is None:
             s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
             files = s.create_files
+            self._by_connector.setdefault(connector, set()).add(stream_id)
         elif s.meta.connector != connector:
             raise LogError(
                 f"stream {stream_id} belongs to connector {s.meta.connector!r}, not {connector!r}"
@@ -531,9 +535,8 @@ class DurableLog:
     def references_of(self, connector: str) -> list[tuple[int, str, int]]:
         """``(stream id, name, durable point of reference)`` of a connector's streams (for OK)."""
         return [
-            (sid, s.meta.stream_name, self.durable_reference(sid))
-            for sid, s in sorted(self._streams.items())
-            if s.meta.connector == connector
+            (sid, self._streams[sid].meta.stream_name, self.durable_reference(sid))
+            for sid in sorted(self._by_connector.get(connector, ()))
         ]
 
     # -- appending ---------------------------------------------------------

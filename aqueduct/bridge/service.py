@@ -69,6 +69,7 @@ class BridgeConfig:
     trigger_interval: float = 1.0
     credits: int = WorkerConfig().initial_credits
     max_lag: int = IngestConfig().max_lag
+    credit_budget: int | None = None  # credits all sessions together may hold (None: credits each)
     retention: float | None = None
     query_name: str = "aqueduct"
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
@@ -135,7 +136,10 @@ class Bridge:
         self.log = await asyncio.to_thread(
             DurableLog, c.log_dir, retention_seconds=c.retention or 0.0
         )
-        self.ingest = Ingest(self.log, IngestConfig(max_lag=c.max_lag))
+        self.ingest = Ingest(
+            self.log,
+            IngestConfig(max_lag=c.max_lag, credit_budget=c.credit_budget, session_credits=c.credits),
+        )
         self._poll_commit_file()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
         await self._start_listeners()
@@ -194,7 +198,9 @@ class Bridge:
     async def _start_listeners(self) -> None:
         c = self.config
         assert self.ingest is not None
-        worker = WorkerConfig(cookie=c.cookie, initial_credits=c.credits)
+        # Under a shared budget the ingest grants every credit, the first ones included.
+        initial = c.credits if c.credit_budget is None else 0
+        worker = WorkerConfig(cookie=c.cookie, initial_credits=initial)
         if c.quic is not None:
             certfile, keyfile = self._tls_files()
             server = await serve_aqueduct(

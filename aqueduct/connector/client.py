@@ -12,7 +12,11 @@ One background task owns the connection. It handshakes, re-notifies every
 stream from the OK's points of reference and re-sends what they do not cover
 (the sans-IO :class:`~aqueduct.connector.outbound.Outbox` plans that), and
 after RESTART or a lost connection reconnects with exponential backoff. The
-caller never re-sends. ``send`` returns once the message is buffered and
+first connection retries with the same backoff: a fleet of producers
+started before its bridge (or restarted together after an outage) connects
+as soon as the bridge answers, and the jitter spreads their attempts so
+they do not arrive as one burst. Only ``connect_timeout``, if set, makes
+``connect`` give up. The caller never re-sends. ``send`` returns once the message is buffered and
 has a credit to go out on; the buffer of unacknowledged messages per stream
 is bounded (``max_buffer``) so memory stays bounded when the worker is slow.
 """
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import random
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -64,6 +69,9 @@ class CreditTimeout(TimeoutError):
     """
 
 
+MAX_ERRORS = 100
+
+
 class Link(Protocol):
     """One connection to a worker, as the client drives it."""
 
@@ -78,7 +86,9 @@ class Stats:
 
     sent: int = 0  # MESSAGE frames written (re-sends included)
     connections: int = 0  # successful handshakes
-    errors: list[str] = field(default_factory=list)  # why connections ended
+    retries: int = 0  # connection attempts that failed before a handshake (first one included)
+    #: why connections ended, the latest ``MAX_ERRORS`` (a producer may retry for hours)
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
 
 
 class ConnectorStream:
@@ -178,14 +188,20 @@ class Connector:
         credits_timeout: float | None = None,
         max_buffer: int = 10_000,
         cafile: str | None = None,
-        connect_timeout: float = 30.0,
+        connect_timeout: float | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         idle_timeout: float = 10.0,
     ) -> None:
-        """``idle_timeout`` (aqueduct:// only): seconds of silence after which the bridge
-        counts as dead and the client reconnects; keep-alive PINGs keep a healthy
-        idle connection up, so it only bounds how long a dead bridge goes unnoticed.
+        """``connect_timeout``: seconds ``connect`` keeps retrying the first connection
+        (``None``, the default: until the worker answers or refuses). ``backoff``:
+        (first, cap) seconds between attempts, doubled per failure, each delay
+        drawn at random between the first and the current step (full jitter).
+        ``idle_timeout``: seconds of silence after which the bridge counts as dead
+        and the client reconnects: on aqueduct:// always (keep-alive PINGs keep a
+        healthy idle connection up, so it only bounds how long a dead bridge goes
+        unnoticed); on both transports while waiting for the OK (a worker whose
+        listener accepted the connection but never answers it is retried).
         """
         self.url = url
         self.program = program
@@ -218,15 +234,27 @@ class Connector:
         await self.close()
 
     async def connect(self) -> None:
-        """Start the connection task and wait for the first handshake."""
+        """Start the connection task and wait for the first handshake.
+
+        Failed attempts are retried with backoff (``stats.retries`` counts
+        them); after ``connect_timeout`` seconds without a handshake this
+        raises ``ConnectionError`` naming the attempts and the last failure.
+        A worker that refuses the session (ERROR) raises ``ConnectorRefused``
+        at once: retrying would not help.
+        """
         self._runner = asyncio.get_running_loop().create_task(self._run())
         try:
             await self._wait(lambda: self.connected, self.connect_timeout)
         except TimeoutError:
             await self.close()
-            last = self.stats.errors[-1] if self.stats.errors else "no answer"
+            failed = self.stats.retries
+            detail = (
+                f"{failed} failed attempt{'s' if failed != 1 else ''}, last: {self.stats.errors[-1]}"
+                if failed and self.stats.errors
+                else "no answer to the first attempt"
+            )
             raise ConnectionError(
-                f"no handshake with {self.url} within {self.connect_timeout} s ({last})"
+                f"no handshake with {self.url} within {self.connect_timeout} s ({detail})"
             ) from None
         except BaseException:
             await self.close()
@@ -325,7 +353,8 @@ class Connector:
                 try:
                     link = await self._open_link()
                 except (OSError, ConnectionError, TimeoutError) as exc:
-                    self.stats.errors.append(f"connect: {exc}")
+                    self.stats.errors.append(f"connect: {exc or type(exc).__name__}")
+                    self.stats.retries += 1
                     failures += 1
                     await asyncio.sleep(self._delay(failures))
                     continue
@@ -334,6 +363,8 @@ class Connector:
                     self._fatal = ConnectorRefused(ended.reason)
                     return
                 self.stats.errors.append(ended.reason)
+                if not handshaken:
+                    self.stats.retries += 1
                 if ended.origin == "restart":
                     failures = 0
                     continue
@@ -349,8 +380,14 @@ class Connector:
         return self._outbox.resent
 
     def _delay(self, failures: int) -> float:
+        """Capped exponential backoff with full jitter.
+
+        Drawing the whole delay at random (not just a fraction of it) is what
+        spreads a fleet that failed together: thousands of producers whose
+        bridge came back retry over the whole window instead of in waves.
+        """
         low, high = self.backoff
-        return min(high, low * 2 ** min(failures, 16)) * random.uniform(0.5, 1.0)
+        return random.uniform(low, min(high, low * 2 ** min(failures, 16)))
 
     async def _serve(self, link: Link) -> tuple[SessionEnded, bool]:
         """Run one session over ``link`` until it ends; also say whether OK arrived."""
@@ -364,7 +401,12 @@ class Connector:
             await link.send(session.data_to_send())
             while ended is None:
                 try:
-                    data = await link.receive()
+                    if handshaken:
+                        data = await link.receive()
+                    else:  # a worker that accepted but never answers (overloaded) is retried
+                        data = await asyncio.wait_for(link.receive(), self.idle_timeout)
+                except TimeoutError:
+                    data, reason = b"", f"no OK within {self.idle_timeout} s"
                 except (OSError, ConnectionError) as exc:
                     data, reason = b"", str(exc) or type(exc).__name__
                 else:

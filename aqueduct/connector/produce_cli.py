@@ -4,6 +4,10 @@ Message ids are positions (line number, or generated sequence number), so a
 re-run with the same ``--program``/``--instance`` resumes exactly where the
 worker's durable state ends: lines / ids below the OK's point of reference
 are skipped, nothing is sent twice and nothing is missed.
+
+A worker that is not there yet is retried with jittered backoff (the
+progress lines and the summary's ``retries`` say how often) until it
+answers, or until ``--connect-timeout`` if given.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--payload-size", type=int, default=100, help="bytes per generated payload (default 100)")
     p.add_argument("--stream-name", default="produce", help="stream name prefix (default 'produce')")
     p.add_argument("--mode", choices=[m.value for m in Mode], default="ordered", help="stream delivery mode over Aqueduct")
+    p.add_argument("--connect-timeout", type=float, default=None, help="give up if no connection within this many seconds (default: retry until the worker answers)")
     p.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the final acks (default 60)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -82,12 +87,18 @@ class _Progress:
         self.start: dict[int, int] = {}  # stream id -> resume point of the first OK
 
     async def report(self, conn: Connector, streams: list[ConnectorStream]) -> None:
+        """A line a second on stderr; before the first connection, the retries so far."""
         while not self.quiet:
             await asyncio.sleep(1.0)
+            stats = conn.stats
+            if not stats.connections:
+                last = stats.errors[-1] if stats.errors else "no answer yet"
+                print(f"connecting to {conn.url}: {stats.retries} retries ({last})", file=sys.stderr)
+                continue
             acked = _committed(streams, self.start)
             print(
                 f"sent {self.sent} acked {acked} resent {conn.resent} "
-                f"connections {conn.stats.connections}",
+                f"connections {stats.connections} retries {stats.retries}",
                 file=sys.stderr,
             )
 
@@ -101,8 +112,10 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
         instance=args.instance,
         cookie=args.cookie,
         cafile=args.cafile,
+        connect_timeout=args.connect_timeout,
     )
     streams: list[ConnectorStream] = []
+    reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
     try:
         async with conn:
             n = args.streams if args.count is not None else 1
@@ -116,24 +129,23 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
                 else _lines(s, files)
                 for s in streams
             ]
-            reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
-            try:
-                await _send_all(streams, sources, args.rate, progress)
-                if Mode(args.mode) is not Mode.UNRELIABLE:
-                    try:
-                        await conn.wait_all_acked(args.ack_timeout)
-                    except TimeoutError:
-                        summary["errors"].append(f"not all acked within {args.ack_timeout} s")
-            finally:
-                reporter.cancel()
+            await _send_all(streams, sources, args.rate, progress)
+            if Mode(args.mode) is not Mode.UNRELIABLE:
+                try:
+                    await conn.wait_all_acked(args.ack_timeout)
+                except TimeoutError:
+                    summary["errors"].append(f"not all acked within {args.ack_timeout} s")
             summary["resumed"] = conn.resent
     except ConnectorRefused as exc:
         summary["errors"].append(f"refused: {exc.reason}")
     except (OSError, TimeoutError) as exc:
         summary["errors"].append(f"connection: {exc}")
+    finally:
+        reporter.cancel()
     summary["sent"] = progress.sent
     summary["acked"] = _committed(streams, progress.start)
     summary["connections"] = conn.stats.connections
+    summary["retries"] = conn.stats.retries
     return summary
 
 
@@ -181,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, sort_keys=True))
     if not args.quiet:
         print(
-            f"sent {summary['sent']} acked {summary['acked']} resent {summary['resumed']}",
+            f"sent {summary['sent']} acked {summary['acked']} resent {summary['resumed']} "
+            f"retries {summary['retries']}",
             file=sys.stderr,
         )
     for error in summary["errors"]:

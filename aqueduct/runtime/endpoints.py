@@ -17,7 +17,6 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aioquic.asyncio.server import QuicServer
 from aioquic.quic.connection import QuicConnection
 
 from aqueduct.proto.config import ProtoConfig
@@ -28,6 +27,7 @@ from aqueduct.runtime.framelog import open_frame_log
 from aqueduct.runtime.handles import Receiver, Sender
 from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
 from aqueduct.runtime.payload import CONNECTION_HEADERS
+from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
 from aqueduct.runtime.tls import (
     client_configuration,
     require_client_certificate,
@@ -37,6 +37,11 @@ from aqueduct.runtime.udp import ReadBatch, open_udp
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
+SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
+"""Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
+full Initials) overflows when a fleet connects at once, and every Initial
+dropped there costs its client a retransmission timeout. The kernel caps it
+at ``net.core.rmem_max``."""
 
 
 class Connection:
@@ -153,7 +158,7 @@ class Server:
     def __init__(self) -> None:
         self._accepted: asyncio.Queue[ServerConnection | None] = asyncio.Queue()
         self._connections: set[ServerConnection] = set()
-        self._quic_server: QuicServer | None = None
+        self._quic_server: BoundedQuicServer | None = None
         self._closed = False
 
     @property
@@ -224,6 +229,7 @@ async def serve(
     frame_log: PathLike | None = None,
     idle_timeout: float = 60.0,
     keepalive: bool = False,
+    max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
     **options: Any,
 ) -> Server:
     """Listen for Aqueduct connections on ``host``:``port`` (0 = any free port).
@@ -233,7 +239,11 @@ async def serve(
     ``middleware`` see/modify every message's headers; ``frame_log`` writes
     a JSON-lines frame log; ``keepalive`` sends a QUIC PING every third of
     the idle timeout so idle connections stay up (clients usually do that);
-    other ``options`` go to the core's ``ProtoConfig``.
+    ``max_handshakes`` bounds the handshakes in progress: a new client
+    beyond it is refused at once (CONNECTION_REFUSED) and retries, so a
+    storm of clients cannot stall the loop or time each other out
+    (:mod:`aqueduct.runtime.quic_server`); other ``options`` go to the
+    core's ``ProtoConfig``.
     """
     config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
     conn_headers = _connection_headers(headers)
@@ -250,9 +260,15 @@ async def serve(
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
-    # aioquic's serve(), on a socket whose reader reads whole batches (runtime.udp)
+    # aioquic's serve(), bounded, on a socket whose reader reads whole batches (runtime.udp)
     _, server._quic_server = await open_udp(
-        lambda: QuicServer(configuration=config, create_protocol=create_protocol), addr, family, batch
+        lambda: BoundedQuicServer(
+            configuration=config, create_protocol=create_protocol, max_handshakes=max_handshakes
+        ),
+        addr,
+        family,
+        batch,
+        receive_buffer=SERVER_RECEIVE_BUFFER,
     )
     return server
 

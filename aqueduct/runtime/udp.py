@@ -75,13 +75,22 @@ class ReadBatch:
 
 
 async def open_udp(
-    protocol_factory: Callable[[], Any], local_addr: tuple[str, int], family: int, batch: ReadBatch
+    protocol_factory: Callable[[], Any],
+    local_addr: tuple[str, int],
+    family: int,
+    batch: ReadBatch,
+    receive_buffer: int | None = None,
 ) -> tuple[asyncio.DatagramTransport, Any]:
-    """Bind a UDP socket to ``local_addr`` and serve it with ``batch`` as its reader."""
+    """Bind a UDP socket to ``local_addr`` and serve it with ``batch`` as its reader.
+
+    ``receive_buffer`` sets ``SO_RCVBUF`` (the kernel caps it at ``net.core.rmem_max``).
+    """
     loop = asyncio.get_running_loop()
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.setblocking(False)
+        if receive_buffer is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         sock.bind(local_addr)
         transport, protocol = await loop.create_datagram_endpoint(protocol_factory, sock=sock)
     except BaseException:

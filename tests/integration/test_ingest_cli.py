@@ -27,7 +27,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ((), ["serve", "status"]),
         (("serve",), ["--quic", "--tcp", "--wallaroo-tcp", "--log", "--cookie", "--cert", "--master", "--sink",
                       "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
-                      "--max-lag"]),
+                      "--max-lag", "--credit-budget"]),
         (("status",), ["--log", "--json"]),
     ],
 )  # fmt: skip
@@ -59,6 +59,12 @@ def test_serve_rejects_a_malformed_address(tmp_path: Path) -> None:
     done = run_cli("serve", "--log", str(tmp_path / "log"), "--tcp", "localhost")
     assert done.returncode == 2
     assert "expected HOST:PORT, got 'localhost'" in done.stderr
+
+
+def test_serve_rejects_a_credit_budget_that_is_not_positive(tmp_path: Path) -> None:
+    done = run_cli("serve", "--log", str(tmp_path / "log"), "--tcp", "127.0.0.1:0", "--credit-budget", "0")
+    assert done.returncode == 2
+    assert "argument --credit-budget: must be a positive integer, got 0" in done.stderr
 
 
 def test_status_of_a_missing_log_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,0 +1,431 @@
+"""Fleet benchmark: thousands of producers connecting to one bridge in one burst.
+
+::
+
+    python -m bench.fleet --producers 100 1000 --transports quic tcp --json
+
+For each transport and fleet size N, a bridge process (the real ingest:
+connector listener, ``Ingest`` and ``DurableLog`` with group commit and
+fsync, in a temporary directory) is started, then N producers, each a
+``Connector`` with one stream, run as asyncio tasks spread over a few
+processes (``--procs``). They are released together (one burst), each sends
+``--messages`` messages paced at ``--rate`` per second, waits until all are
+acknowledged and then stays connected, idle, until every producer is done:
+the bridge's RSS is then sampled with all N sessions open.
+
+There is no Spark: the bridge acknowledges a record as soon as it is
+durable (an infinitely fast Spark), and **exactly-once is checked from the
+log**: every producer's stream must hold exactly ids ``0..messages-1``
+(its durable end and its point of reference both equal ``messages``; the
+log's range set refuses a second copy of an id, so equal counts mean
+nothing lost and nothing doubled).
+
+Reported per run: producers connected / failed, their connection retries,
+handshakes per second (N over the time from the burst to the last first
+handshake), the bridge loop's lag (p50 / p99 / max of a 10 ms ticker's
+overshoot during the run), bridge RSS before, with all sessions idle, and
+the peak, the RSS per session, and the exactly-once verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TICK = 0.01  # the lag ticker's period (seconds)
+PROGRAM = "fleet"
+
+
+# ---------------------------------------------------------------- measurements
+
+
+_statm: int | None = None
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (Linux /proc).
+
+    The file stays open: a bridge out of file descriptors must still report.
+    """
+    global _statm
+    if _statm is None:
+        _statm = os.open("/proc/self/statm", os.O_RDONLY)
+    return int(os.pread(_statm, 200, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class LagTicker:
+    """How late the event loop runs a 10 ms timer: the loop's responsiveness."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(TICK)
+            self.samples.append(max(0.0, loop.time() - before - TICK))
+
+    def summary(self) -> dict[str, float]:
+        s = self.samples
+        return {
+            "lag_p50_s": percentile(s, 0.50),
+            "lag_p99_s": percentile(s, 0.99),
+            "lag_max_s": max(s, default=0.0),
+        }
+
+
+# ---------------------------------------------------------------- bridge role
+
+
+async def bridge_role(args: argparse.Namespace) -> None:
+    """Serve connectors into a durable log; answer ``report`` and ``stop`` on stdin."""
+    from aqueduct.bridge.ingest import Ingest
+    from aqueduct.bridge.log import DurableLog
+
+    class AckingIngest(Ingest):
+        """The bridge's ingest, committed downstream the moment it is durable."""
+
+        async def commit(self) -> None:
+            await super().commit()
+            self.on_committed({sid: self.log.durable_end(sid) for sid in self.log.stream_ids()})
+
+    ticker = LagTicker()
+    with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:
+        log = DurableLog(Path(tmp) / "log")
+        ingest = AckingIngest(log)
+        tasks = [asyncio.ensure_future(ingest.run()), asyncio.ensure_future(ticker.run())]
+        if args.transport == "tcp":
+            from aqueduct.connector.tcp import serve_tcp
+
+            server = await serve_tcp("127.0.0.1", 0, ingest)
+        else:
+            from aqueduct.connector.aqueduct_transport import serve_aqueduct
+            from aqueduct.runtime.certs import cert_paths
+
+            certs = cert_paths(args.certs)
+            server = await serve_aqueduct(
+                "127.0.0.1", 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key
+            )
+        baseline = peak = rss_bytes()  # listening, no session yet
+        print(json.dumps({"port": server.port}), flush=True)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                await asyncio.sleep(0.5)
+                peak = max(peak, rss_bytes())
+                if not args.quiet:
+                    c = ingest.counters
+                    print(
+                        f"  bridge: sessions {c.sessions} messages {c.messages} "
+                        f"lag p99 {ticker.summary()['lag_p99_s'] * 1000:.0f} ms "
+                        f"rss {rss_bytes() / 1e6:.0f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+        tasks.append(asyncio.ensure_future(watch()))
+        try:
+            while line := (await reader.readline()).decode().strip():
+                if line == "report":  # every producer is done and idle
+                    now = rss_bytes()
+                    peak = max(peak, now)
+                    sessions = ingest.counters.sessions
+                    print(json.dumps({
+                        "sessions_idle": sessions,
+                        "rss_baseline_mb": baseline / 1e6,
+                        "rss_idle_mb": now / 1e6,
+                        "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
+                        **ticker.summary(),
+                    }), flush=True)
+                elif line.startswith("stop "):
+                    await ingest.commit()
+                    expected = int(line.split()[1])
+                    print(json.dumps({
+                        "rss_peak_mb": peak / 1e6,
+                        **verify(log, expected),
+                    }), flush=True)
+                    break
+        finally:
+            await server.close()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            log.close()
+
+
+def verify(log: Any, expected: int) -> dict[str, Any]:
+    """Exactly-once from the log: each stream holds ids ``0..expected-1``, once each."""
+    bad = []
+    for sid in log.stream_ids():
+        end, reference = log.durable_end(sid), log.durable_reference(sid)
+        if end != expected or reference != expected:
+            bad.append({"stream": sid, "records": end, "point": reference})
+    return {
+        "streams": len(log.stream_ids()),
+        "records": sum(log.durable_end(sid) for sid in log.stream_ids()),
+        "exactly_once_bad_streams": bad[:20],
+        "exactly_once_bad_count": len(bad),
+    }
+
+
+# ---------------------------------------------------------------- producer role
+
+
+async def producer_role(args: argparse.Namespace) -> None:
+    """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
+    from aqueduct.connector.client import Connector
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    scheme = "tcp" if args.transport == "tcp" else "aqueduct"
+    cafile = None
+    if args.transport == "quic":
+        from aqueduct.runtime.certs import cert_paths
+
+        cafile = str(cert_paths(args.certs).ca)
+    url = f"{scheme}://127.0.0.1:{args.port}"
+    release = asyncio.Event()
+    results: list[dict[str, Any]] = []
+
+    async def send(conn: Connector, i: int) -> None:
+        """Open the producer's stream, send its paced messages, wait for their acks."""
+        stream = await conn.stream(i, f"fleet/{i}")
+        start = loop.time()
+        for n in range(stream.resume_from, args.messages):
+            await stream.send(b"%d:%d" % (i, n), message_id=n)
+            delay = start + (n + 1) / args.rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await conn.wait_all_acked()
+
+    async def one(i: int, burst: float) -> None:
+        conn = Connector(url, program=PROGRAM, instance=f"p{i}", cafile=cafile)
+        out: dict[str, Any] = {"connected": False}
+        try:
+            await asyncio.wait_for(conn.connect(), args.limit)
+            out["connected"] = True
+            out["connect_s"] = time.time() - burst
+            await asyncio.wait_for(send(conn, i), args.limit)
+            out["acked"] = True
+        except Exception as exc:  # noqa: BLE001 - every failure is a figure of the run
+            out["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        out["retries"] = conn.stats.retries
+        results.append(out)
+        try:
+            await release.wait()
+        finally:
+            await conn.close(flush_timeout=1.0)
+
+    print("ready", flush=True)
+    line = (await reader.readline()).decode().split()
+    burst = float(line[1])  # wall clock of the burst, the same in every process
+    await asyncio.sleep(max(0.0, burst - time.time()))
+    tasks = [asyncio.ensure_future(one(i, burst)) for i in range(args.first, args.first + args.count)]
+    while len(results) < len(tasks):
+        await asyncio.sleep(0.2)
+    connect = [r["connect_s"] for r in results if r["connected"]]
+    errors = sorted({r["error"] for r in results if "error" in r})
+    print(json.dumps({
+        "connected": len(connect),
+        "acked": sum(1 for r in results if r.get("acked")),
+        "retries": sum(r["retries"] for r in results),
+        "last_connect_s": max(connect, default=0.0),
+        "connect_s": sorted(connect),
+        "errors": errors[:5],
+    }), flush=True)
+    await reader.readline()  # "close"
+    release.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+async def _spawn(*role: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fleet", *role,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        limit=16 * 1024 * 1024,
+    )
+
+
+async def _json_line(proc: asyncio.subprocess.Process, timeout: float) -> Any:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+    if not line:
+        raise RuntimeError(f"process {proc.pid} ended early (exit {await proc.wait()})")
+    return json.loads(line) if line.startswith(b"{") else line.decode().strip()
+
+
+def _say(proc: asyncio.subprocess.Process, text: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(text.encode() + b"\n")
+
+
+async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
+    """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
+    common = ["--transport", transport, "--certs", certs]
+    if args.quiet:
+        common.append("--quiet")
+    bridge = await _spawn("--role", "bridge", *common, *(["--profile"] if args.profile else []))
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        port = (await _json_line(bridge, 60))["port"]
+        nprocs = max(1, min(args.procs, n))
+        share = -(-n // nprocs)
+        for k in range(nprocs):
+            first, count = k * share, min(share, n - k * share)
+            if count > 0:
+                procs.append(await _spawn(
+                    "--role", "producers", *common, "--port", str(port), "--first", str(first),
+                    "--count", str(count), "--messages", str(args.messages),
+                    "--rate", str(args.rate), "--limit", str(args.limit),
+                ))
+        for p in procs:
+            assert await _json_line(p, 60) == "ready"
+        burst = time.time() + 0.5
+        for p in procs:
+            _say(p, f"go {burst}")
+        results = [await _json_line(p, 3 * args.limit + 60) for p in procs]
+        _say(bridge, "report")
+        report = await _json_line(bridge, 60)
+        for p in procs:
+            _say(p, "close")
+        for p in procs:
+            await asyncio.wait_for(p.wait(), 60)
+        _say(bridge, f"stop {args.messages}")
+        final = await _json_line(bridge, 120)
+        await asyncio.wait_for(bridge.wait(), 60)
+    finally:
+        for p in [*procs, bridge]:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+    connected = sum(r["connected"] for r in results)
+    times = sorted(t for r in results for t in r["connect_s"])
+    span = times[-1] if times else 0.0
+    return {
+        "transport": transport,
+        "producers": n,
+        "processes": len(procs),
+        "connected": connected,
+        "failed": n - connected,
+        "acked_producers": sum(r["acked"] for r in results),
+        "retries": sum(r["retries"] for r in results),
+        "handshakes_per_s": connected / span if span else 0.0,
+        "connect_p50_s": percentile(times, 0.5),
+        "connect_p99_s": percentile(times, 0.99),
+        "last_connect_s": span,
+        "errors": sorted({e for r in results for e in r["errors"]})[:5],
+        "exactly_once": final["exactly_once_bad_count"] == 0 and final["streams"] == n,
+        "checked_from": "log (no Spark)",
+        **report,
+        **final,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.fleet",
+        description="N producers (one stream each) connect to one bridge in one burst; "
+        "reports connected/failed, handshakes/s, bridge loop lag p99, bridge RSS, exactly-once.",
+    )
+    p.add_argument("--producers", type=int, nargs="+", default=[100, 1000], help="fleet sizes (default 100 1000)")
+    p.add_argument("--transports", nargs="+", choices=["quic", "tcp"], default=["quic", "tcp"], help="default both")
+    p.add_argument("--messages", type=int, default=20, help="messages per producer (default 20)")
+    p.add_argument("--rate", type=float, default=10.0, help="messages per second per producer (default 10)")
+    p.add_argument("--procs", type=int, default=4, help="producer processes (default 4)")
+    p.add_argument("--limit", type=float, default=300.0, help="seconds a producer may take to connect, and to be acked")
+    p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--profile", action="store_true", help="profile the bridge process (cProfile, top functions on stderr)")
+    # internal: the roles of the processes a run starts
+    p.add_argument("--role", choices=["bridge", "producers"], help=argparse.SUPPRESS)
+    p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
+    p.add_argument("--certs", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--first", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    return p
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['transport']:4} N={r['producers']:>6}: connected {r['connected']} failed {r['failed']} "
+        f"retries {r['retries']} | {r['handshakes_per_s']:.0f} handshakes/s (last at "
+        f"{r['last_connect_s']:.1f} s) | loop lag p99 {r['lag_p99_s'] * 1000:.0f} ms "
+        f"max {r['lag_max_s'] * 1000:.0f} ms | RSS idle {r['rss_idle_mb']:.0f} MB peak "
+        f"{r['rss_peak_mb']:.0f} MB, {r['rss_per_session_kb']:.1f} kB/session | "
+        f"exactly once: {'yes' if r['exactly_once'] else 'NO'} ({r['records']} records)"
+    )
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from aqueduct.runtime.certs import generate_certs
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
+    out = []
+    with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-certs-") as certs:
+        generate_certs(certs)
+        for transport in args.transports:
+            for n in args.producers:
+                if not args.quiet:
+                    print(f"fleet: {transport} with {n} producers ...", file=sys.stderr, flush=True)
+                r = await run_one(args, transport, n, certs)
+                out.append(r)
+                if not args.quiet:
+                    print(_line(r), file=sys.stderr, flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.role == "bridge":
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(asyncio.run, bridge_role(args))
+            print("bridge profile (top 25 by own time):", file=sys.stderr)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            return 0
+        asyncio.run(bridge_role(args))
+        return 0
+    if args.role == "producers":
+        asyncio.run(producer_role(args))
+        return 0
+    results = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            print(_line(r))
+    ok = all(r["failed"] == 0 and r["exactly_once"] for r in results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

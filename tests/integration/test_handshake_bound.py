@@ -1,0 +1,88 @@
+"""A server bounds the QUIC handshakes in progress; a client beyond the bound is refused, then retries.
+
+Real loopback UDP. The client that holds the only handshake slot is an
+aioquic connection driven by hand that never answers the server's
+handshake (a stalled client in a storm); the next client's Initial gets
+CONNECTION_REFUSED at once, and a ``Connector`` refused the same way
+connects by itself once the server gave up on the stalled handshake
+(long before the connection's idle timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import ConnectionTerminated
+from aioquic.quic.packet import QuicErrorCode
+
+from aqueduct.connector.client import Connector
+from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.runtime import quic_server
+from aqueduct.runtime.quic_server import BoundedQuicServer
+from aqueduct.runtime.tls import client_configuration
+
+TIMEOUT = 30.0
+
+
+def initial(port: int, sock: socket.socket) -> QuicConnection:
+    """Send a fresh client's Initial to the server from ``sock``; return the (stalled) client."""
+    quic = QuicConnection(configuration=client_configuration("localhost", None, False, None, None))
+    quic.connect(("127.0.0.1", port), now=0.0)
+    for data, _ in quic.datagrams_to_send(now=0.0):
+        sock.sendto(data, ("127.0.0.1", port))
+    return quic
+
+
+async def reply(sock: socket.socket) -> bytes:
+    loop = asyncio.get_running_loop()
+    return await asyncio.wait_for(loop.sock_recv(sock, 65_535), TIMEOUT)
+
+
+async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(certs, monkeypatch) -> None:
+    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+
+    monkeypatch.setattr(quic_server, "HANDSHAKE_TIMEOUT", 0.5)  # the stalled one's slot frees after 0.5 s
+    server = await serve_aqueduct(
+        "127.0.0.1", 0, MemorySink(), certfile=certs.server_cert, keyfile=certs.server_key,
+        max_handshakes=1, idle_timeout=TIMEOUT * 2,  # the idle timeout never frees it here
+    )
+    stalled, refused = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    try:
+        for s in (stalled, refused):
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+        initial(server.port, stalled)
+        await reply(stalled)  # the server answered: its handshake is under way
+        second = initial(server.port, refused)
+        second.receive_datagram(await reply(refused), ("127.0.0.1", server.port), now=0.0)
+        timer = second.get_timer()
+        assert timer is not None
+        second.handle_timer(timer)  # aioquic reports the close once draining is over
+        events = []
+        while (event := second.next_event()) is not None:
+            events.append(event)
+        closes = [e for e in events if isinstance(e, ConnectionTerminated)]
+        assert [c.error_code for c in closes] == [QuicErrorCode.CONNECTION_REFUSED]
+
+        conn = Connector(
+            f"aqueduct://127.0.0.1:{server.port}", cafile=str(certs.ca), backoff=(0.05, 0.5)
+        )
+        try:
+            await asyncio.wait_for(conn.connect(), TIMEOUT)
+            assert conn.connected
+        finally:
+            await conn.close()
+    finally:
+        stalled.close()
+        refused.close()
+        await server.close()
+
+
+def test_the_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="^max_handshakes must be at least 1, got 0$"):
+        BoundedQuicServer(configuration=None, max_handshakes=0)  # type: ignore[arg-type]
+
+
