@@ -161,17 +161,22 @@ def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path
         assert any(r.get("frame") == "MESSAGE" for r in log) == logged
 
 
-def test_plain_datagrams_read_in_one_batch_join_one_run_event():
+def _plain_datagrams(values: list[bytes]) -> tuple[Pair, list[bytes]]:
+    """A handshaken pair and the plain datagrams its client sends for ``values``, not delivered."""
     pair = Pair()
     pair.handshake()
     pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
     pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
     pair.flush()
-    for value in (b"a", b"b", b"c"):
+    for value in values:
         pair.client.send_message(ENTRYPOINT, value)
-    datagrams = [a for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+    return pair, [a.data for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+
+
+def test_plain_datagrams_read_in_one_batch_join_one_run_event():
+    pair, datagrams = _plain_datagrams([b"a", b"b", b"c"])
     for datagram in datagrams:  # read back to back, no event taken in between
-        pair.server.receive_datagram(datagram.data, 1.0)
+        pair.server.receive_datagram(datagram, 1.0)
     (event,) = list(iter(pair.server.next_event, None))
     assert isinstance(event, MessageRunReceived) and event.payloads == [b"a", b"b", b"c"]
     assert len(event.costs) == 3
@@ -179,14 +184,7 @@ def test_plain_datagrams_read_in_one_batch_join_one_run_event():
 
 def test_a_run_event_never_changes_once_it_was_read():
     """Runs are gathered beside the queue and queued whole: a read event is final."""
-    pair = Pair()
-    pair.handshake()
-    pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
-    pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
-    pair.flush()
-    for value in (b"a", b"b", b"c"):
-        pair.client.send_message(ENTRYPOINT, value)
-    a, b, c = [a.data for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
+    pair, (a, b, c) = _plain_datagrams([b"a", b"b", b"c"])
     pair.server.receive_datagram(a, 1.0)
     pair.server.receive_datagram(b, 1.0)
     early = pair.server.next_event()
