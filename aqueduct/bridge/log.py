@@ -42,6 +42,7 @@ import fcntl
 import json
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -79,6 +80,13 @@ from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_OPEN_STREAMS = 512
+"""Streams whose index and segment stay open between group commits (2 descriptors each).
+
+A log holds thousands of streams; keeping every one's files open would
+spend the process's descriptors (the bridge also needs one per connection).
+Streams written to recently stay open; the others reopen on their next write.
+"""
 
 T = TypeVar("T")
 
@@ -181,21 +189,43 @@ class _StreamWriter:
         )
         self.pending = _Pending()
         self.segment: SegmentWriter | None = None
-        self._index_fd = -1  # opened by open_files(), on the thread that may write
+        self._index_fd = -1  # opened on the I/O thread when the stream is written to
+
+    @property
+    def files_open(self) -> bool:
+        return self._index_fd >= 0
 
     def open_files(self) -> None:
-        """Open the index for appending and the last segment to go on (the writing thread)."""
-        if self.entries:
+        """Open the index for appending and the last segment to go on (I/O thread).
+
+        Files are open only while a stream is written to (see
+        :attr:`DurableLog.max_open_streams`); reopening the last segment cuts
+        any torn tail a crash left after its last indexed batch.
+        """
+        if self._index_fd >= 0:
+            return
+        if self.entries and self.segment is None:
             last = self.entries[-1]
             self.segment = SegmentWriter(self.directory, last.segment, last.position + last.length)
         self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+
+    def check_files(self) -> None:
+        """At open: the last segment must hold what the index says (fail now, not at a commit)."""
+        if self.entries:
+            last = self.entries[-1]
+            path = self.directory / segment_name(last.segment)
+            size = path.stat().st_size if path.exists() else 0
+            if size < last.position + last.length:
+                raise OSError(
+                    f"segment {path} is shorter than its index says "
+                    f"({last.position + last.length} bytes)"
+                )
 
     def create_files(self) -> None:
         """Create a new stream's directory, metadata and empty index (I/O thread)."""
         self.directory.mkdir(exist_ok=True)
         write_atomically(self.directory / META_FILE, self.meta.to_json())
         write_atomically(self.directory / INDEX_FILE, MAGIC)
-        self.open_files()
 
     def _rebuild_received(self) -> RangeSet:
         """Ids below the oldest retained point of reference, ids carried over from
@@ -347,9 +377,12 @@ class _StreamWriter:
         if drop:
             self._carry_received_ids(drop)
             self.entries = [e for e in self.entries if e.segment not in drop]
-            os.close(self._index_fd)
+            was_open = self._index_fd >= 0
+            if was_open:
+                os.close(self._index_fd)
             rewrite_index(self.directory / INDEX_FILE, self.entries)
-            self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+            if was_open:
+                self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
             for base in drop:
                 (self.directory / segment_name(base)).unlink(missing_ok=True)
             fsync_dir(self.directory)
@@ -375,10 +408,13 @@ class _StreamWriter:
         write_atomically(self.directory / CARRIED_FILE, json.dumps(list(carried)).encode())
 
     def close(self) -> None:
+        """Release the stream's files (it reopens them on its next write)."""
         if self.segment is not None:
             self.segment.close()
+            self.segment = None
         if self._index_fd >= 0:
             os.close(self._index_fd)
+            self._index_fd = -1
 
 
 def _stable_ids(view: StreamIndex) -> Iterator[int]:
@@ -414,6 +450,10 @@ class DurableLog:
     segment (truncation drops whole segments). ``retention_seconds`` keeps
     segments this long after their last write even once they are
     committed downstream, so that a query can be re-run over them.
+    ``max_open_streams`` bounds the streams whose files stay open between
+    group commits (the least recently written are closed, and reopen on
+    their next write), so thousands of streams do not cost thousands of
+    descriptors.
     """
 
     def __init__(
@@ -422,8 +462,12 @@ class DurableLog:
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         retention_seconds: float = 0.0,
+        max_open_streams: int = DEFAULT_MAX_OPEN_STREAMS,
     ) -> None:
+        if max_open_streams < 1:
+            raise LogError(f"max_open_streams must be at least 1, got {max_open_streams}")
         self.path = Path(path)
+        self.max_open_streams = max_open_streams
         self.segment_bytes = segment_bytes
         self.retention_seconds = retention_seconds
         self.path.mkdir(parents=True, exist_ok=True)
@@ -441,13 +485,15 @@ class DurableLog:
         #: Every file write after opening runs here, one job at a time, in submission order.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aqueduct-log-io")
         self._streams: dict[int, _StreamWriter] = {}
+        #: Streams whose files are open, least recently written first (I/O thread only).
+        self._opened: OrderedDict[int, _StreamWriter] = OrderedDict()
         #: connector -> its stream ids: a HELLO's OK must not scan every stream of the log
         self._by_connector: dict[str, set[int]] = {}
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
                 meta, entries = _recover_stream(d)
                 writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
-                writer.open_files()
+                writer.check_files()
                 self._by_connector.setdefault(meta.connector, set()).add(meta.stream_id)
 
     # -- streams -----------------------------------------------------------
@@ -583,12 +629,20 @@ class DurableLog:
 
     def _write_group(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
         """Write, fsync, then index and fsync each sealed batch (I/O thread)."""
+        opened = self._opened
+        for s, _ in sealed:
+            s.open_files()
+            opened[s.meta.stream_id] = s
+            opened.move_to_end(s.meta.stream_id)
         written = [(s, s.write(part, self.segment_bytes)) for s, part in sealed]
         for s, _ in written:
             assert s.segment is not None
             s.segment.sync()
         for s, entry in written:
             s.publish(entry)
+        while len(opened) > self.max_open_streams:  # least recently written first
+            _, idle = opened.popitem(last=False)
+            idle.close()
         return {s.meta.stream_id: entry.end_offset for s, entry in written}
 
     def commit(self, now: float | None = None) -> dict[int, int]:
@@ -663,6 +717,7 @@ class DurableLog:
         for s in self._streams.values():
             s.close()
         self._streams.clear()
+        self._opened.clear()
 
     def __enter__(self) -> DurableLog:
         return self

@@ -62,7 +62,7 @@ class LogMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="aqlog-"))
         self.path = self.dir / "log"
-        self.log = DurableLog(self.path, segment_bytes=1500)
+        self.log = DurableLog(self.path, segment_bytes=1500, max_open_streams=1)  # every commit closes and reopens files
         self.log.open_stream(ORDERED, "o", "c/1").result()
         self.log.open_stream(UNORDERED, "u", "c/1", mode=Mode.UNORDERED).result()
         self.committed: dict[int, list[Rec]] = {ORDERED: [], UNORDERED: []}
@@ -140,7 +140,7 @@ class LogMachine(RuleBasedStateMachine):
         elif where == "index":
             with open(d / "index", "ab") as f:
                 f.write(garbage)
-        self.log = DurableLog(self.path, segment_bytes=1500)
+        self.log = DurableLog(self.path, segment_bytes=1500, max_open_streams=1)
 
     @precondition(lambda self: any(self.committed.values()))
     @rule(sid=st.sampled_from([ORDERED, UNORDERED]), frac=st.floats(0, 1))
