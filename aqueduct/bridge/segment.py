@@ -66,13 +66,15 @@ class SegmentWriter:
             self.size = len(HEADER)
         else:
             self._fd = os.open(path, os.O_WRONLY)
-            if os.fstat(self._fd).st_size < valid_length:
+            size = os.fstat(self._fd).st_size
+            if size < valid_length:
                 os.close(self._fd)
                 raise OSError(
                     f"segment {path} is shorter than its index says ({valid_length} bytes)"
                 )
-            os.ftruncate(self._fd, valid_length)
-            os.fsync(self._fd)
+            if size > valid_length:  # a torn tail: cut it (an fsync only then, reopens are common)
+                os.ftruncate(self._fd, valid_length)
+                os.fsync(self._fd)
             self.size = valid_length
         os.lseek(self._fd, self.size, os.SEEK_SET)
 
