@@ -103,7 +103,9 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
         async def commit(self) -> None:
             await super().commit()
-            self.on_committed({sid: self.log.durable_end(sid) for sid in self.log.stream_ids()})
+            positions = {sid: self.log.durable_end(sid) for sid in self.log.stream_ids()}
+            self.on_committed(positions)
+            self.truncate_below(positions)
 
     ticker = LagTicker()
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:

@@ -82,31 +82,37 @@ def acks_for(log: PositionLog, positions: Mapping[int, int]) -> dict[int, int]:
 
 
 class CommitListener(StreamingQueryListener):
-    """Calls ``on_committed(positions)`` each time an ``aqueduct`` query commits further.
+    """Calls ``on_committed(consumer, positions)`` when a watched query commits further.
 
     Runs in the driver, on Spark's listener thread (py4j callback): the
     callback must hand the positions to the bridge's own loop (e.g.
     ``loop.call_soon_threadsafe``) rather than touch the log directly.
-    ``query_name`` restricts it to one query; positions only move forward.
+    Only queries passed to :meth:`watch` (by id, or by name before they
+    start) count, each as the consumer it reads the log as; positions only
+    move forward.
     """
 
-    def __init__(
-        self,
-        on_committed: Callable[[dict[int, int]], None],
-        *,
-        query_name: str | None = None,
-    ) -> None:
+    def __init__(self, on_committed: Callable[[str, dict[int, int]], None]) -> None:
         self.on_committed = on_committed
-        self.query_name = query_name
-        self._last: dict[int, int] = {}
+        self._consumers: dict[str, str] = {}  # query id or name -> consumer name
+        self._last: dict[str, dict[int, int]] = {}  # query id or name -> last positions
         self._lock = threading.Lock()
+
+    def watch(self, query: str, consumer: str) -> None:
+        """Report the commits of the query with this id or name as ``consumer``'s."""
+        with self._lock:
+            self._consumers[query] = consumer
+            self._last.setdefault(query, {})
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
-        if self.query_name is not None and progress.name != self.query_name:
+        with self._lock:
+            key = str(progress.id) if str(progress.id) in self._consumers else progress.name
+            consumer = self._consumers.get(key)
+        if consumer is None:
             return
         for source in progress.sources:
             if SOURCE_DESCRIPTION_MARK not in source.description or not source.endOffset:
@@ -116,24 +122,25 @@ class CommitListener(StreamingQueryListener):
             except ValueError:
                 continue
             with self._lock:
-                advanced = {
-                    sid: pos for sid, pos in positions.items() if pos > self._last.get(sid, -1)
-                }
-                self._last.update(advanced)
+                last = self._last[key]
+                advanced = {sid: pos for sid, pos in positions.items() if pos > last.get(sid, -1)}
+                last.update(advanced)
             if advanced:
-                self.on_committed(positions)
+                self.on_committed(consumer, positions)
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        pass
+        with self._lock:
+            self._consumers.pop(str(event.id), None)
+            self._last.pop(str(event.id), None)
 
 
 def install_commit_listener(
-    spark: Any, on_committed: Callable[[dict[int, int]], None], *, query_name: str | None = None
+    spark: Any, on_committed: Callable[[str, dict[int, int]], None]
 ) -> CommitListener:
     """Register a :class:`CommitListener` on ``spark.streams`` and return it."""
-    listener = CommitListener(on_committed, query_name=query_name)
+    listener = CommitListener(on_committed)
     spark.streams.addListener(listener)
     return listener

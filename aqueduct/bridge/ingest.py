@@ -23,9 +23,11 @@ when producers may send more and what they may forget:
   not yet durable when a producer reconnected, or arriving out of order).
 * **Exactly-once acks.** :meth:`Ingest.on_committed` is called with the
   per-stream log offsets of the last micro-batch Spark committed in its
-  sink. Each connector then gets an ACK with the points of reference
-  covering those offsets, and the log drops segments below them (unless
-  retention keeps them).
+  sink (the minimum over the queries that drive acks, see
+  :mod:`aqueduct.bridge.consumers`). Each connector then gets an ACK with
+  the points of reference covering those offsets. :meth:`Ingest.truncate_below`
+  separately lets the log drop segments no registered consumer needs
+  (unless retention keeps them).
 
 Everything here runs on the bridge's event loop thread, except the group
 commit's file work: the log writes and fsyncs each group on its own I/O
@@ -136,6 +138,7 @@ class Ingest:
         self._live: dict[str, WorkerPeer] = {}  # connector -> its newest session
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
+        self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
         for sid in self.log.stream_ids():
             self._complete[sid] = self.log.complete_offset(sid)
             self._committed[sid] = self.log.snapshot(sid).earliest
@@ -313,13 +316,18 @@ class Ingest:
         """Per stream, the log offset below which Spark has committed everything."""
         return dict(self._committed)
 
-    def on_committed(self, positions: Mapping[int, int]) -> None:
-        """Spark committed every record below ``positions`` (stream -> offset) in its sink.
+    def complete_offsets(self) -> dict[int, int]:
+        """Per stream, the end of its last complete epoch (what a query may read)."""
+        return dict(self._complete)
 
-        Acks the new points of reference to the owning connectors, drops
-        log segments that nothing needs any more, and reopens the credit tap
-        if the backlog shrank. Positions that do not advance are ignored, so
-        the prompt signal and the safety net may both report the same batch.
+    def on_committed(self, positions: Mapping[int, int]) -> None:
+        """Every query that drives acks committed each record below ``positions`` in its sink.
+
+        Acks the new points of reference to the owning connectors and
+        reopens the credit tap if the backlog shrank. Positions that do not
+        advance are ignored, so the prompt signal and the safety net may
+        both report the same batch. Truncation is separate
+        (:meth:`truncate_below`): a slower consumer may still need the records.
         """
         known = set(self.log.stream_ids())
         advanced = {
@@ -332,8 +340,18 @@ class Ingest:
             owner = self.log.snapshot(sid).meta.connector
             points_by_connector.setdefault(owner, []).append((sid, point))
         self._committed.update(advanced)
-        for sid, offset in advanced.items():
-            self.log.truncate(sid, offset).add_done_callback(_report_failed_write)
         if advanced:  # for `aqueduct-bridge status`: how far producers were told
             self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
         self._release_credits(points_by_connector)
+
+    def truncate_below(self, positions: Mapping[int, int]) -> None:
+        """Let the log drop segments below ``positions``, never above what was acked.
+
+        An acked point of reference is read from the record before the
+        acked offset, so that record must stay until the ack moved on.
+        """
+        for sid, offset in positions.items():
+            bound = min(offset, self._committed.get(sid, 0))
+            if bound > self._truncated.get(sid, 0) and sid in self._complete:
+                self._truncated[sid] = bound
+                self.log.truncate(sid, bound).add_done_callback(_report_failed_write)

@@ -7,15 +7,21 @@
    group-commit task;
 2. listens for connectors over QUIC (Aqueduct) and/or plain TCP; each
    connection's session hands its events to the ingest;
-3. starts Spark (``local[*]`` by default, or any master URL whose executors
-   can read the log path) and the streaming query
-   ``readStream.format("aqueduct") -> sink`` with a checkpoint;
-4. feeds "Spark committed the batch ending at these offsets" back to the
-   ingest, which ACKs producers and truncates the log. The prompt signal is
-   a ``StreamingQueryListener`` in this (driver) process; its callback runs
-   on a py4j thread, so it only hops onto the event loop. The safety net is
-   the reader's commit file, polled: it covers batches committed while no
-   listener was watching (before a restart) and lost callbacks.
+3. unless a :class:`~aqueduct.bridge.receiver.Receiver` drives it from the
+   user's own Spark application, starts Spark (``local[*]`` by default, or
+   any master URL whose executors can read the log path) and one query:
+   ``readStream.format("aqueduct")`` into a no-code sink or the user's
+   ``--pipeline`` (:mod:`aqueduct.bridge.pipeline`), as consumer
+   ``default``;
+4. feeds "query Q committed the batch ending at these offsets" back to
+   :class:`~aqueduct.bridge.positions.ConsumerPositions`, which has the
+   ingest ACK producers (once every ack consumer committed) and truncate
+   the log (below what every registered consumer needs). The prompt signal
+   is a ``StreamingQueryListener`` in this (driver) process; its callback
+   runs on a py4j thread, so it only hops onto the event loop. The safety
+   net is each consumer's commit file, polled: it covers batches committed
+   while no listener was watching (before a restart, or in another Spark
+   application) and lost callbacks.
 
 Spark calls block (session start ~10 s, ``query.stop``), so they run in a
 worker thread; the log and ingest are only ever touched on the loop thread.
@@ -34,9 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from aqueduct.bridge.commits import install_commit_listener, read_committed
+from aqueduct.bridge.commits import install_commit_listener
+from aqueduct.bridge.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DurableLog, LogError
+from aqueduct.bridge.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
+from aqueduct.bridge.pipeline import PipelineError
+from aqueduct.bridge.positions import ConsumerPositions
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
@@ -45,7 +54,7 @@ from aqueduct.runtime.certs import cert_paths, generate_certs
 
 logger = logging.getLogger(__name__)
 
-SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the reader's commit file
+SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
 WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
 TLS_DIR = "tls"  # where generated certificates go inside the log directory
 
@@ -63,6 +72,7 @@ class BridgeConfig:
     keyfile: Path | None = None
     master: str = "local[*]"
     sink: str = "parquet"
+    pipeline: str | None = None  # MODULE:FUNCTION building the query from the DataFrame
     output_dir: Path = Path("aqueduct-output")
     checkpoint_dir: Path | None = None
     max_records_per_trigger: int | None = None
@@ -71,6 +81,8 @@ class BridgeConfig:
     max_lag: int = IngestConfig().max_lag
     credit_budget: int | None = None  # credits all sessions together may hold (None: credits each)
     retention: float | None = None
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES  # truncation drops whole segments of this size
+    max_consumer_lag: int | None = None  # records; a consumer behind more is dropped
     query_name: str = "aqueduct"
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
 
@@ -106,7 +118,10 @@ class Bridge:
     """One bridge instance; ``await start()``, then ``await stop()``.
 
     Pass ``spark`` to reuse an existing SparkSession (tests share one); the
-    bridge then leaves it running on stop.
+    bridge then leaves it running on stop. ``start(run_query=False)``
+    starts everything but Spark: the :class:`~aqueduct.bridge.receiver.Receiver`
+    does that, with the user's queries, through :meth:`attach_spark` and
+    :meth:`watch`.
     """
 
     def __init__(self, config: BridgeConfig, spark: Any = None) -> None:
@@ -115,6 +130,7 @@ class Bridge:
         self._own_spark = spark is None
         self.log: DurableLog | None = None
         self.ingest: Ingest | None = None
+        self.positions: ConsumerPositions | None = None
         self.query: Any = None
         self._listener: Any = None
         self._listeners: list[Any] = []  # connector transport servers
@@ -129,24 +145,28 @@ class Bridge:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Open the log, listen for connectors, start Spark and the query."""
+    async def start(self, run_query: bool = True) -> None:
+        """Open the log, listen for connectors, start Spark and (unless told not to) the query."""
         c = self.config
         # Opening recovers every stream (reads, cuts torn writes): off the loop.
         self.log = await asyncio.to_thread(
-            DurableLog, c.log_dir, retention_seconds=c.retention or 0.0
+            DurableLog, c.log_dir, retention_seconds=c.retention or 0.0, segment_bytes=c.segment_bytes
         )
         self.ingest = Ingest(
             self.log,
             IngestConfig(max_lag=c.max_lag, credit_budget=c.credit_budget, session_credits=c.credits),
         )
-        self._poll_commit_file()  # acks and truncation for batches committed before a restart
+        self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
+        if run_query:
+            self.positions.register(DEFAULT_CONSUMER, acks=True)
+        self.positions.poll()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
         await self._start_listeners()
-        loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._start_spark, loop)
+        if run_query:
+            loop = asyncio.get_running_loop()
+            await asyncio.to_thread(self._start_spark, loop)
+            self._spawn(self._watchdog(), "query-watchdog")
         self._spawn(self._safety_net(), "commit-file")
-        self._spawn(self._watchdog(), "query-watchdog")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -171,10 +191,11 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self.query is not None:
+        if self._spark is not None and (self.query is not None or self._listener is not None):
             await asyncio.to_thread(self._stop_spark)
+        if self.positions is not None:
+            self.positions.poll()
         if self.ingest is not None:
-            self._poll_commit_file()
             await self.ingest.commit()
         if self.log is not None:
             await asyncio.to_thread(self.log.close)
@@ -220,51 +241,55 @@ class Bridge:
 
     # ------------------------------------------------------------ Spark
 
-    def _start_spark(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Create/reuse the session, register the source, install the listener, start the query."""
+    def attach_spark(self, spark: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Listen to ``spark``'s queries (call from any thread; ``loop`` is the bridge's)."""
         from aqueduct.bridge.source import register
+
+        register(spark)
+
+        def committed(consumer: str, positions: dict[int, int]) -> None:  # on Spark's listener thread
+            loop.call_soon_threadsafe(self._on_spark_commit, consumer, positions)
+
+        self._spark = spark
+        self._listener = install_commit_listener(spark, committed)
+
+    def watch(self, query: Any, consumer: str) -> None:
+        """Count ``query``'s commits (listener signal) as ``consumer``'s; any thread."""
+        assert self._listener is not None, "attach_spark first"
+        self._listener.watch(str(query.id), consumer)
+
+    def _start_spark(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Create/reuse the session, install the listener, start the sink or pipeline query."""
+        from aqueduct.bridge.pipeline import local_session, start_pipeline, start_sink
 
         c = self.config
         if self._spark is None:
-            from pyspark.sql import SparkSession
-
-            builder = SparkSession.builder.master(c.master).appName("aqueduct-bridge")
-            defaults = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-            if c.master.startswith("local"):  # an embedded driver needs no network exposure
-                defaults |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-            for key, value in defaults.items():
-                builder = builder.config(key, value)
-            self._spark = builder.getOrCreate()
-            self._spark.sparkContext.setLogLevel(c.spark_log_level)
+            self._spark = local_session(c.master, c.spark_log_level)
         spark = self._spark
-        register(spark)
-
-        def committed(positions: dict[int, int]) -> None:  # on Spark's listener thread
-            loop.call_soon_threadsafe(self._on_spark_commit, positions)
-
-        self._listener = install_commit_listener(spark, committed, query_name=c.query_name)
+        self.attach_spark(spark, loop)
         for path in remove_torn_checkpoint_writes(c.checkpoint):
             logger.warning("removed %s, a checkpoint write cut short by a crash", path)
-        reader = spark.readStream.format("aqueduct").option("log", str(c.log_dir))
+        reader = (
+            spark.readStream.format("aqueduct")
+            .option("log", str(c.log_dir))
+            .option("consumer", DEFAULT_CONSUMER)
+        )
         if c.max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
-        writer = (
-            reader.load()
-            .writeStream.queryName(c.query_name)
-            .option("checkpointLocation", str(c.checkpoint))
-            .trigger(processingTime=f"{c.trigger_interval} seconds")
-        )
-        if c.sink == "parquet":
-            writer = writer.format("parquet").option("path", str(c.output_dir))
-        elif c.sink == "console":
-            writer = writer.format("console").option("truncate", "false")
+        df = reader.load()
+        if c.pipeline is not None:
+            self.query = start_pipeline(c.pipeline, df, query_name=c.query_name, checkpoint=c.checkpoint)
         else:
-            writer = writer.format("memory")
-        self.query = writer.start()
+            self.query = start_sink(
+                df, c.sink, query_name=c.query_name, checkpoint=c.checkpoint,
+                output_dir=c.output_dir, trigger_interval=c.trigger_interval,
+            )  # fmt: skip
+        self.watch(self.query, DEFAULT_CONSUMER)
 
     def _stop_spark(self) -> None:
         spark = self._spark
-        self.query.stop()
+        if self.query is not None:
+            self.query.stop()
         if self._listener is not None:
             spark.streams.removeListener(self._listener)
             self._listener = None
@@ -272,23 +297,18 @@ class Bridge:
             spark.stop()
             self._spark = None
 
-    def _on_spark_commit(self, positions: dict[int, int]) -> None:
-        if self.ingest is not None and self.log is not None:
+    def _on_spark_commit(self, consumer: str, positions: dict[int, int]) -> None:
+        if self.positions is not None and self.log is not None:
             self._batches += 1
             # Acks, trims the log and records the acked offsets for `status`
             # (the reader's commit file trails by a batch; acked.json does not).
-            self.ingest.on_committed(positions)
-
-    def _poll_commit_file(self) -> None:
-        assert self.ingest is not None
-        positions = read_committed(self.config.log_dir)
-        if positions:
-            self.ingest.on_committed(positions)
+            self.positions.on_committed(consumer, positions)
 
     async def _safety_net(self) -> None:
         while True:
             await asyncio.sleep(SAFETY_NET_INTERVAL)
-            self._poll_commit_file()
+            assert self.positions is not None
+            self.positions.poll()
 
     async def _watchdog(self) -> None:
         """End the bridge if the query died: acks would stop and producers stall silently."""
@@ -347,7 +367,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
     print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
     try:
         await bridge.start()
-    except LogError as exc:  # e.g. another bridge holds the log
+    except (LogError, PipelineError) as exc:  # e.g. another bridge holds the log
         print(f"aqueduct-bridge: {exc}", file=out, flush=True)
         await bridge.stop()
         return 1

@@ -48,6 +48,13 @@ from pyspark.sql.types import (
 
 from aqueduct.bridge.admission import admit
 from aqueduct.bridge.commits import commit_file, parse_offsets
+from aqueduct.bridge.consumers import (
+    DEFAULT_CONSUMER,
+    ConsumerError,
+    check_consumer_name,
+    check_not_dropped,
+    register_consumer,
+)
 from aqueduct.bridge.index import IndexEntry, write_atomically
 from aqueduct.bridge.schema import SPARK_COLUMNS, SPARK_FIELDS
 from aqueduct.bridge.segment import read_batches
@@ -84,7 +91,7 @@ class SourceOptions:
 
     log: str
     max_records_per_trigger: int | None = None
-    consumer: str = "default"
+    consumer: str = DEFAULT_CONSUMER
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -117,11 +124,11 @@ class SourceOptions:
                 raise AqueductOptionError(
                     f"aqueduct source: maxRecordsPerTrigger must be a positive integer, got {limit!r}"
                 )
-        consumer = opts.get("consumer", "default")
-        if not consumer.replace("-", "").replace("_", "").isalnum():
-            raise AqueductOptionError(
-                f"aqueduct source: consumer must be letters, digits, '-' or '_', got {consumer!r}"
-            )
+        consumer = opts.get("consumer", DEFAULT_CONSUMER)
+        try:
+            check_consumer_name(consumer)
+        except ConsumerError as e:
+            raise AqueductOptionError(f"aqueduct source: {e}") from None
         return cls(log, max_records, consumer)
 
 
@@ -168,8 +175,9 @@ def _check_not_truncated(streams: Mapping[int, StreamIndex], starts: Mapping[int
         if pos < s.earliest:
             raise AqueductDataLoss(
                 f"aqueduct source: stream {sid} records [{pos}, {s.earliest}) were truncated "
-                "from the log before this query read them (the log is truncated below the "
-                "offsets one query committed: run one query per log, or use retention)"
+                "from the log before this query read them (the log keeps records only for "
+                "registered consumers: give each query its own 'consumer' name, see "
+                "`aqueduct-bridge consumers list`)"
             )
 
 
@@ -187,8 +195,17 @@ class AqueductStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turn = 0
 
     def initialOffset(self) -> dict[str, int]:
-        """The earliest records still stored."""
-        streams = load_streams(Path(self.options.log))
+        """The earliest records still stored; registers the query's consumer.
+
+        Spark asks only when a query starts without a checkpoint, so this is
+        where a consumer joins (or, dropped before, joins anew). Registering
+        first and reading the log after means truncation cannot pass the
+        start this returns, except in the moment before the bridge re-reads
+        the registry, which the data-loss check then reports.
+        """
+        log = Path(self.options.log)
+        register_consumer(log, self.options.consumer, {})
+        streams = load_streams(log)
         return _offsets({sid: s.earliest for sid, s in streams.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -204,6 +221,10 @@ class AqueductStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """End of the next micro-batch: whole epochs, at most the limit (see admission)."""
         starts = parse_offsets(start)
+        try:
+            check_not_dropped(Path(self.options.log), self.options.consumer)
+        except ConsumerError as e:
+            raise AqueductDataLoss(f"aqueduct source: {e}") from None
         streams = load_streams(Path(self.options.log))
         _check_not_truncated(streams, starts)
         completes = {sid: s.complete for sid, s in streams.items()}

@@ -96,6 +96,7 @@ async def test_streams_commits_truncation_and_acks_never_write_on_the_loop(tmp_p
                         await asyncio.sleep(0.01)
                 # Spark committed everything: acks, truncation of the full segments, acked.json.
                 ingest.on_committed({sid: 33 for sid in (1, 2, 3)})
+                ingest.truncate_below({sid: 33 for sid in (1, 2, 3)})
                 await conn.wait_all_acked(TIMEOUT)
     finally:
         await server.close()

@@ -16,14 +16,17 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 QUERY_TIMEOUT = 240  # seconds; only to turn a hang into a failure
 
 
-def run_available_now(spark, log: Path, out: Path, checkpoint: Path, **options: str) -> None:
-    """One availableNow run of a query from the log into a Parquet sink."""
+def run_available_now(
+    spark, log: Path, out: Path, checkpoint: Path, name: str = "available-now", **options: str
+) -> None:
+    """One availableNow run of a query (named ``name``) from the log into a Parquet sink."""
     reader = spark.readStream.format("aqueduct").option("log", str(log))
     for k, v in options.items():
         reader = reader.option(k, v)
     q = (
         reader.load()
-        .writeStream.format("parquet")
+        .writeStream.queryName(name)
+        .format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -53,7 +56,8 @@ def test_exact_rows_reach_the_sink_and_the_listener_reports_commits(spark, tmp_p
     commit_log_entries: list[int] = []
     fired = threading.Event()
 
-    def on_committed(positions: dict[int, int]) -> None:
+    def on_committed(consumer: str, positions: dict[int, int]) -> None:
+        assert consumer == "default"
         # Spark must have written the batch's commit log entry (and so the sink
         # committed it) before the listener hears of the batch.
         commit_log_entries.append(len(list((tmp_path / "ck" / "commits").glob("[0-9]*"))))
@@ -61,6 +65,7 @@ def test_exact_rows_reach_the_sink_and_the_listener_reports_commits(spark, tmp_p
         fired.set()
 
     listener = install_commit_listener(spark, on_committed)
+    listener.watch("listened", "default")
     try:
         with DurableLog(tmp_path / "log") as log:
             log.open_stream(1, "orders", "shop/a", boundaries=True)
@@ -72,7 +77,7 @@ def test_exact_rows_reach_the_sink_and_the_listener_reports_commits(spark, tmp_p
             log.append(Record.build(2, b"c0", message_id=7, key=b"k"))
             log.append(Record.build(2, b"eph"))  # EPHEMERAL: no message id
             log.commit()
-            run_available_now(spark, log.path, tmp_path / "out", tmp_path / "ck")
+            run_available_now(spark, log.path, tmp_path / "out", tmp_path / "ck", name="listened")
             rows = spark.read.parquet(str(tmp_path / "out")).collect()
             # the open epoch and the BOUNDARY marker are not rows
             assert sink_rows(spark, tmp_path / "out") == sorted(

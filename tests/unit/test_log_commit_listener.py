@@ -1,7 +1,8 @@
 """The commit listener's decisions, fed progress events as Spark serializes them.
 
 The end-to-end firing under real Spark is in tests/spark; this covers which
-sources count, that positions only move forward, and the query filter.
+sources count, that positions only move forward, and that only watched
+queries count, each as its consumer.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from aqueduct.bridge.commits import CommitListener
 PYTHON_SOURCE = "org.apache.spark.sql.execution.datasources.v2.python.PythonMicroBatchStream@1a2b"
 
 
-def progress(name: str | None, *sources: tuple[str, object]) -> QueryProgressEvent:
+def progress(
+    name: str | None, *sources: tuple[str, object], query_id: str | None = None
+) -> QueryProgressEvent:
     """A progress event in the JSON shape Spark 4.3 produces."""
     return QueryProgressEvent.fromJson(
         {
             "progress": {
-                "id": str(uuid.uuid4()),
+                "id": query_id or str(uuid.uuid4()),
                 "runId": str(uuid.uuid4()),
                 "name": name,
                 "timestamp": "2026-01-01T00:00:00.000Z",
@@ -45,26 +48,34 @@ def progress(name: str | None, *sources: tuple[str, object]) -> QueryProgressEve
     )
 
 
+def _recording() -> tuple[list[tuple[str, dict[int, int]]], CommitListener]:
+    calls: list[tuple[str, dict[int, int]]] = []
+    return calls, CommitListener(lambda consumer, positions: calls.append((consumer, positions)))
+
+
 def test_reports_aqueduct_offsets_once_and_only_forward() -> None:
-    calls: list[dict[int, int]] = []
-    listener = CommitListener(calls.append)
+    calls, listener = _recording()
+    listener.watch("q", "default")
     kafka = ("KafkaV2[Subscribe[t]]", {"t": {"0": 5}})
     listener.onQueryProgress(progress("q", kafka, (PYTHON_SOURCE, {"1": 5, "2": 0})))
     listener.onQueryProgress(progress("q", (PYTHON_SOURCE, {"1": 5, "2": 0})))  # idle re-report
     listener.onQueryProgress(progress("q", (PYTHON_SOURCE, {"1": 5, "2": 3})))
-    assert calls == [{1: 5, 2: 0}, {1: 5, 2: 3}]
+    assert calls == [("default", {1: 5, 2: 0}), ("default", {1: 5, 2: 3})]
 
 
-def test_query_name_filter() -> None:
-    calls: list[dict[int, int]] = []
-    listener = CommitListener(calls.append, query_name="bridge")
+def test_only_watched_queries_count_each_as_its_consumer() -> None:
+    calls, listener = _recording()
+    query_id = str(uuid.uuid4())
+    listener.watch(query_id, "orders")  # by id: a query the user started and handed over
+    listener.watch("bridge", "default")  # by name: before the query exists
     listener.onQueryProgress(progress("other", (PYTHON_SOURCE, {"1": 5})))
     listener.onQueryProgress(progress("bridge", (PYTHON_SOURCE, {"1": 7})))
-    assert calls == [{1: 7}]
+    listener.onQueryProgress(progress(None, (PYTHON_SOURCE, {"1": 2}), query_id=query_id))
+    assert calls == [("default", {1: 7}), ("orders", {1: 2})]
 
 
 def test_other_python_sources_with_foreign_offsets_are_ignored() -> None:
-    calls: list[dict[int, int]] = []
-    listener = CommitListener(calls.append)
-    listener.onQueryProgress(progress(None, (PYTHON_SOURCE, {"partition-1": {"index": 3}})))
+    calls, listener = _recording()
+    listener.watch("q", "default")
+    listener.onQueryProgress(progress("q", (PYTHON_SOURCE, {"partition-1": {"index": 3}})))
     assert calls == []

@@ -1,0 +1,95 @@
+"""The query ``aqueduct-bridge serve`` runs: a no-code sink, or the user's pipeline.
+
+``--sink parquet|console|memory`` writes the raw rows. ``--pipeline
+module:function`` hands the log's streaming DataFrame to the user's
+``function(df)``, which returns what to run: a ``DataStreamWriter`` (the
+bridge names it ``--query-name``, gives it ``--checkpoint`` and starts it)
+or a ``StreamingQuery`` it started itself (then name, checkpoint and
+trigger are all its own). Whatever goes wrong in between is reported as a
+:class:`PipelineError` naming the pipeline, never as a traceback from deep
+inside Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class PipelineError(RuntimeError):
+    """The ``--pipeline`` cannot be loaded, raised, or returned something unusable."""
+
+
+def load_pipeline(spec: str) -> Callable[[Any], Any]:
+    """Import ``module:function`` (the module found on ``sys.path``) and return the function."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise PipelineError(f"--pipeline {spec!r}: expected MODULE:FUNCTION, e.g. my_job:build")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see
+        raise PipelineError(f"--pipeline {spec}: cannot import {module_name!r}: {exc!r}") from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise PipelineError(f"--pipeline {spec}: {module_name} has no function {attr!r}")
+    return function
+
+
+def start_pipeline(
+    spec: str, df: Any, *, query_name: str, checkpoint: Path
+) -> Any:
+    """Run the user's ``build(df)`` and return the started ``StreamingQuery``."""
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+    build = load_pipeline(spec)
+    try:
+        result = build(df)
+    except Exception as exc:  # noqa: BLE001 - reported with the pipeline's name
+        raise PipelineError(f"--pipeline {spec} raised {exc!r}") from exc
+    if isinstance(result, StreamingQuery):
+        return result
+    if isinstance(result, DataStreamWriter):
+        writer = result.queryName(query_name).option("checkpointLocation", str(checkpoint))
+        try:
+            return writer.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. a sink option Spark rejects
+            raise PipelineError(f"--pipeline {spec}: starting its query failed: {exc}") from exc
+    raise PipelineError(
+        f"--pipeline {spec} returned {type(result).__name__}; expected a DataStreamWriter "
+        "(df.writeStream...) or a StreamingQuery it started"
+    )
+
+
+def start_sink(
+    df: Any, sink: str, *, query_name: str, checkpoint: Path, output_dir: Path, trigger_interval: float
+) -> Any:
+    """Start the no-code query: the raw rows into Parquet, the console or memory."""
+    writer = (
+        df.writeStream.queryName(query_name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{trigger_interval} seconds")
+    )
+    if sink == "parquet":
+        writer = writer.format("parquet").option("path", str(output_dir))
+    elif sink == "console":
+        writer = writer.format("console").option("truncate", "false")
+    else:
+        writer = writer.format("memory")
+    return writer.start()
+
+
+def local_session(master: str, log_level: str, app_name: str = "aqueduct-bridge") -> Any:
+    """A SparkSession for the bridge's own driver (UI off; loopback only for ``local``)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    defaults = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if master.startswith("local"):  # an embedded driver needs no network exposure
+        defaults |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    for key, value in defaults.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark

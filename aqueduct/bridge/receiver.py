@@ -1,0 +1,276 @@
+"""The bridge inside your own Spark driver: :class:`Receiver`.
+
+A data engineer keeps their own PySpark application (a script run with
+``python`` or ``spark-submit``, or a notebook): their parsing, joins and
+sinks. The receiver adds what makes producers worth pointing at it::
+
+    with Receiver(spark, log="/data/aq", quic="0.0.0.0:4433") as rx:
+        events = rx.stream().select(from_json(col("payload").cast("string"), schema).alias("e"))
+        q = events.writeStream.foreachBatch(upsert).option("checkpointLocation", ck).start()
+        rx.ack_after(q)
+        q.awaitTermination()
+
+It runs the connector listeners, the durable log and the group commit on
+an event loop in a background thread of the driver process (the same
+:class:`~aqueduct.bridge.service.Bridge` that ``aqueduct-bridge serve``
+runs, minus its own query). :meth:`Receiver.stream` is the log as a
+streaming DataFrame, read as a named consumer; :meth:`Receiver.ack_after`
+says which queries' commits release producer acks. A producer hears that
+a message is safe only after every such query committed the micro-batch
+holding it in its sink.
+
+Errors surface in the caller's thread: starting raises what went wrong
+(a log held by another process, a port in use); a failure of the
+background work later (a disk that stops taking fsyncs) stops the queries
+handed to :meth:`~Receiver.ack_after`, so ``awaitTermination`` returns,
+and leaving the ``with`` block raises :class:`ReceiverError`. Leaving the
+block by any route (Ctrl-C included) stops those queries, makes buffered
+records durable and releases the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import fields
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aqueduct.bridge.consumers import DEFAULT_CONSUMER, check_consumer_name
+from aqueduct.bridge.service import Bridge, BridgeConfig, BridgeProgress
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds a call into the background loop may take before it is reported
+#: as hung (opening a log of many streams is the slowest; a hang guard only).
+CALL_TIMEOUT = 300.0
+
+STARTING = ("earliest", "latest")
+
+
+class ReceiverError(RuntimeError):
+    """The receiver's background work failed, or it was used the wrong way."""
+
+
+def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` (``[v6]:PORT`` too) or ``(host, port)`` to a tuple, with a clear error."""
+    if value is None or isinstance(value, tuple):
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"Receiver {what}: expected 'HOST:PORT', got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+class Receiver:
+    """Connector listeners and the durable log in this driver, acking after your queries.
+
+    Keyword arguments are those of ``aqueduct-bridge serve`` that concern
+    receiving (see :class:`~aqueduct.bridge.service.BridgeConfig`):
+    ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
+    ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
+    when not given), ``credits``, ``credit_budget``, ``max_lag``,
+    ``retention``, ``segment_bytes`` and ``max_consumer_lag``.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        log: str | Path,
+        *,
+        quic: str | tuple[str, int] | None = None,
+        tcp: str | tuple[str, int] | None = None,
+        wallaroo_tcp: str | tuple[str, int] | None = None,
+        cookie: str | bytes = b"",
+        **settings: Any,
+    ) -> None:
+        allowed = {
+            "certfile", "keyfile", "credits", "credit_budget", "max_lag", "retention",
+            "segment_bytes", "max_consumer_lag",
+        }  # fmt: skip
+        unknown = sorted(set(settings) - allowed)
+        if unknown:
+            raise TypeError(f"Receiver got unknown setting(s) {unknown}; known: {sorted(allowed)}")
+        listeners = {
+            "quic": _address(quic, "quic"),
+            "tcp": _address(tcp, "tcp"),
+            "wallaroo_tcp": _address(wallaroo_tcp, "wallaroo_tcp"),
+        }
+        if not any(listeners.values()):
+            raise ValueError("Receiver needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
+        assert {f.name for f in fields(BridgeConfig)} >= allowed
+        self.spark = spark
+        self.config = BridgeConfig(
+            log_dir=Path(log),
+            cookie=cookie.encode() if isinstance(cookie, str) else cookie,
+            **listeners,
+            **settings,
+        )
+        self._bridge = Bridge(self.config, spark=spark)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._consumers: set[str] = set()  # consumers this receiver handed a stream to
+        self._queries: list[Any] = []  # queries handed to ack_after
+        self._failure_watch: concurrent.futures.Future[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Receiver:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        if exc is None and self.failed:
+            raise ReceiverError(self.failed)
+
+    def start(self) -> None:
+        """Open the log and listen for connectors; raises here if either fails."""
+        if self._loop is not None:
+            raise ReceiverError("Receiver already started")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="aqueduct-receiver", daemon=True)
+        self._thread.start()
+        try:
+            self._bridge.attach_spark(self.spark, loop)
+            self._call(self._bridge.start(run_query=False))
+        except BaseException:
+            self.stop()
+            raise
+        self._failure_watch = asyncio.run_coroutine_threadsafe(self._stop_queries_on_failure(), loop)
+
+    def stop(self) -> None:
+        """Stop the queries handed to :meth:`ack_after`, make buffered records durable, release the log."""
+        loop = self._loop
+        if loop is None:
+            return
+        self._stop_queries()
+        if self._failure_watch is not None:
+            self._failure_watch.cancel()
+        try:
+            self._call(self._bridge.stop())
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            assert self._thread is not None
+            self._thread.join(CALL_TIMEOUT)
+            loop.close()
+            self._loop = None
+
+    @property
+    def failed(self) -> str | None:
+        """Why the background work stopped, or None while it runs."""
+        return self._bridge.failed
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(CALL_TIMEOUT)
+
+    def _on_loop(self, function: Callable[[], T]) -> T:
+        async def run() -> T:
+            return function()
+
+        return self._call(run())
+
+    def _stop_queries(self) -> None:
+        for query in self._queries:
+            if query.isActive:
+                query.stop()
+
+    async def _stop_queries_on_failure(self) -> None:
+        await self._bridge.stopped.wait()
+        if self._bridge.failed:
+            logger.error("aqueduct receiver failed: %s; stopping its queries", self._bridge.failed)
+            await asyncio.to_thread(self._stop_queries)
+
+    # ------------------------------------------------------------ queries
+
+    def stream(self, consumer: str = DEFAULT_CONSUMER, *, starting: str = "earliest", **options: str) -> Any:
+        """The log as a streaming DataFrame, read as the consumer named ``consumer``.
+
+        ``starting`` says where a consumer new to this log begins:
+        ``"earliest"`` (every record still retained) or ``"latest"`` (the
+        end of the last complete epoch). A consumer the log already knows
+        resumes from its query's checkpoint instead. ``options`` go to the
+        ``aqueduct`` source (e.g. ``maxRecordsPerTrigger``).
+        """
+        check_consumer_name(consumer)
+        if starting not in STARTING:
+            raise ValueError(f"Receiver.stream: starting must be one of {STARTING}, got {starting!r}")
+        if consumer in self._consumers:
+            raise ReceiverError(
+                f"consumer {consumer!r} already has a stream in this receiver; every query "
+                "needs a consumer name of its own (stream(consumer='...'))"
+            )
+        if self._loop is None:
+            raise ReceiverError("Receiver.stream: start the receiver first (use it in a with block)")
+        positions = self._bridge.positions
+        assert positions is not None
+        self._on_loop(lambda: positions.register(consumer, acks=False, latest=starting == "latest"))
+        self._consumers.add(consumer)
+        reader = (
+            self.spark.readStream.format("aqueduct")
+            .option("log", str(self.config.log_dir))
+            .option("consumer", consumer)
+        )
+        if starting == "latest":
+            reader = reader.option("startingOffsets", "latest")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def ack_after(self, query: Any, consumer: str | None = None) -> None:
+        """Ack producers only once ``query`` committed their records, as ``consumer``.
+
+        ``consumer`` may be left out when this receiver handed out exactly
+        one stream. Several queries may drive acks; a record is acked
+        once all of them committed it.
+        """
+        if consumer is None:
+            if len(self._consumers) != 1:
+                raise ReceiverError(
+                    "Receiver.ack_after: name the consumer the query reads "
+                    f"(ack_after(query, consumer=...)); this receiver has {sorted(self._consumers)}"
+                )
+            (consumer,) = self._consumers
+        elif consumer not in self._consumers:
+            raise ReceiverError(
+                f"Receiver.ack_after: no stream of consumer {consumer!r} was made by this "
+                f"receiver (it has {sorted(self._consumers)})"
+            )
+        positions = self._bridge.positions
+        assert positions is not None
+        self._on_loop(lambda: positions.register(consumer, acks=True))
+        self._bridge.watch(query, consumer)
+        self._queries.append(query)
+
+    # ------------------------------------------------------------ reporting
+
+    @property
+    def quic_address(self) -> tuple[str, int] | None:
+        return self._bridge.quic_address
+
+    @property
+    def tcp_address(self) -> tuple[str, int] | None:
+        return self._bridge.tcp_address
+
+    @property
+    def wallaroo_address(self) -> tuple[str, int] | None:
+        return self._bridge.wallaroo_address
+
+    @property
+    def cafile(self) -> Path | None:
+        """The CA certificate QUIC connectors verify the receiver with (when generated)."""
+        return self._bridge.cafile
+
+    def progress(self) -> BridgeProgress:
+        """Counters and positions right now (sessions, records, lag, batches)."""
+        return self._on_loop(self._bridge.progress)

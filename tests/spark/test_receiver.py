@@ -1,0 +1,208 @@
+"""The receiver inside a user's own Spark application, with real Spark.
+
+The user's query here is what a data engineer writes: JSON payloads parsed
+with ``from_json``, written through ``foreachBatch`` to files of their own.
+The receiver runs in this process (the test session's SparkSession), the
+producers are connector clients over loopback TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.functions import col, from_json
+from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+from aqueduct.bridge import Receiver, ReceiverError
+from aqueduct.bridge.consumers import ConsumerError, load_consumers
+from aqueduct.bridge.log import LogError
+from aqueduct.bridge.view import load_streams
+from aqueduct.connector.client import Connector
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+TIMEOUT = 120.0  # only turns a hang into a failure
+SCHEMA = StructType([StructField("user", StringType()), StructField("amount", DoubleType())])
+
+
+def parsed(rx: Receiver, consumer: str = "default", **options: Any) -> Any:
+    """The user's parsing: JSON payloads to columns, non-JSON dropped."""
+    return (
+        rx.stream(consumer, **options)
+        .select("stream_id", "message_id", from_json(col("payload").cast("string"), SCHEMA).alias("e"))
+        .where(col("e.user").isNotNull())
+        .select("stream_id", "message_id", "e.user", "e.amount")
+    )
+
+
+class BatchFiles:
+    """An idempotent ``foreachBatch`` sink: one file per batch id, replaced whole.
+
+    ``gate``, while cleared, holds each batch inside the sink (after it read
+    its rows, before it wrote them): the query cannot commit meanwhile.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        rows = [r.asDict() for r in batch_df.orderBy("stream_id", "message_id").collect()]
+        if rows:
+            self.entered.set()
+            assert self.gate.wait(TIMEOUT)
+        tmp = self.out / f".{batch_id}.tmp"
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, self.out / f"{batch_id:08d}.json")
+
+    def rows(self) -> list[dict]:
+        return [r for p in sorted(self.out.glob("*.json")) for r in json.loads(p.read_text())]
+
+
+def start(df: Any, sink: BatchFiles, checkpoint: Path) -> Any:
+    return (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0.3 seconds")
+        .start()
+    )
+
+
+@pytest.fixture
+def stop_queries(spark: Any) -> Iterator[None]:
+    yield
+    for q in spark.streams.active:
+        q.stop()
+
+
+async def send_events(conn: Connector, stream_id: int, users: list[str], epoch: int = 5) -> Any:
+    """Each user as a JSON event, a BOUNDARY every ``epoch``, one non-JSON payload; the stream."""
+    s = await conn.stream(stream_id, f"events-{stream_id}")
+    for i, user in enumerate(users):
+        await s.send(json.dumps({"user": user, "amount": float(i)}).encode())
+        if (i + 1) % epoch == 0:
+            await s.send(None, boundary=True)
+    await s.send(b"not json: dropped by the user's filter")
+    await s.send(None, boundary=True)
+    return s
+
+
+async def until(predicate: Any, what: str) -> None:
+    for _ in range(int(TIMEOUT / 0.1)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_own_foreach_batch_pipeline_gets_every_message_once_and_acks_follow_its_commit(
+    spark: Any, tmp_path: Path, stop_queries: None
+) -> None:
+    sink = BatchFiles(tmp_path / "out")
+    sink.gate.clear()  # the first batch with rows waits inside the sink
+    users = [f"u{i}" for i in range(40)]
+    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0))
+    await asyncio.to_thread(rx.start)
+    try:
+        query = start(parsed(rx), sink, tmp_path / "ck")
+        rx.ack_after(query)
+        url = f"tcp://127.0.0.1:{rx.tcp_address[1]}"
+        async with Connector(url, program="shop", instance="a") as conn:
+            stream = await send_events(conn, 1, users)
+            await until(sink.entered.is_set, "a batch inside the user's sink")
+            # Durable in the log, read by Spark, being written: not committed, so not acked.
+            assert stream.acked == 0 and stream.unacked
+            assert rx.progress().durable_records > 0
+            sink.gate.set()
+            await conn.wait_all_acked(TIMEOUT)
+        rows = sink.rows()
+        assert [r["user"] for r in rows] == users  # each once, in order
+        assert len({r["message_id"] for r in rows}) == len(users)
+    finally:
+        await asyncio.to_thread(rx.stop)
+    assert not query.isActive  # leaving the receiver stops the queries that drive its acks
+    assert load_consumers(tmp_path / "log")["default"].acks
+
+
+async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts_at_the_latest_epoch(
+    spark: Any, tmp_path: Path, stop_queries: None
+) -> None:
+    fast, slow, late = (BatchFiles(tmp_path / n) for n in ("fast", "slow", "late"))
+    slow.gate.clear()
+    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512)
+    await asyncio.to_thread(rx.start)
+    try:
+        q_fast = start(parsed(rx, "fast"), fast, tmp_path / "ck-fast")
+        q_slow = start(parsed(rx, "slow"), slow, tmp_path / "ck-slow")
+        rx.ack_after(q_fast, consumer="fast")  # only the fast query's sink releases acks
+        url = f"tcp://127.0.0.1:{rx.tcp_address[1]}"
+        first = [f"a{i}" for i in range(60)]
+        async with Connector(url, program="shop", instance="a") as conn:
+            await send_events(conn, 1, first)
+            await conn.wait_all_acked(TIMEOUT)  # the slow consumer does not hold producers back
+            # ... but it holds the log: nothing it has not committed is truncated.
+            assert load_streams(tmp_path / "log")[1].earliest == 0
+            assert slow.entered.is_set() or not slow.rows()
+
+            # A consumer joining now at the latest epoch end sees only what comes after.
+            q_late = start(parsed(rx, "late", starting="latest"), late, tmp_path / "ck-late")
+            await until(lambda: q_late.lastProgress is not None, "the late query's first batch")
+            second = [f"b{i}" for i in range(10)]
+            await send_events(conn, 2, second)
+            await conn.wait_all_acked(TIMEOUT)
+            slow.gate.set()
+            await until(lambda: len(slow.rows()) == 70, "the slow consumer catching up")
+            await until(lambda: len(late.rows()) == 10, "the late consumer's rows")
+            # Every consumer is past the first segments now: truncation moves on.
+            await until(lambda: load_streams(tmp_path / "log")[1].earliest > 0, "truncation")
+        assert [r["user"] for r in fast.rows()] == first + second
+        assert [r["user"] for r in slow.rows()] == first + second
+        assert [r["user"] for r in late.rows()] == second
+    finally:
+        await asyncio.to_thread(rx.stop)
+    consumers = load_consumers(tmp_path / "log")
+    assert sorted(consumers) == ["fast", "late", "slow"]
+    assert [c.name for c in consumers.values() if c.acks] == ["fast"]
+
+
+async def test_misuse_is_refused_with_a_clear_error(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one of quic=, tcp= or wallaroo_tcp="):
+        Receiver(spark, tmp_path / "log")
+    with pytest.raises(ValueError, match="expected 'HOST:PORT', got 'nowhere'"):
+        Receiver(spark, tmp_path / "log", tcp="nowhere")
+    with pytest.raises(TypeError, match="unknown setting"):
+        Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0", sink="parquet")
+    rx = Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0")
+    with pytest.raises(ReceiverError, match="start the receiver first"):
+        rx.stream()
+    await asyncio.to_thread(rx.start)
+    try:
+        with pytest.raises(ConsumerError, match="consumer name must be"):
+            rx.stream("no/slashes")
+        with pytest.raises(ValueError, match="starting must be one of"):
+            rx.stream(starting="middle")
+        rx.stream("a")
+        with pytest.raises(ReceiverError, match="already has a stream"):
+            rx.stream("a")
+        rx.stream("b")
+        with pytest.raises(ReceiverError, match="name the consumer"):
+            rx.ack_after(object())
+        with pytest.raises(ReceiverError, match="no stream of consumer 'c'"):
+            rx.ack_after(object(), consumer="c")
+        # A second receiver on the same log is refused, and the first goes on.
+        other = Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0")
+        with pytest.raises(LogError, match="is already open for writing"):
+            await asyncio.to_thread(other.start)
+        assert rx.progress().sessions == 0
+    finally:
+        await asyncio.to_thread(rx.stop)
