@@ -23,7 +23,7 @@ test: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check aqueduct demo interop tests bench
+	$(VENV)/bin/ruff check aqueduct demo interop tests bench examples
 
 demo: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m demo

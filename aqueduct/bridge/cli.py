@@ -1,9 +1,12 @@
-"""The ``aqueduct-bridge`` console script: ``serve`` and ``status``.
+"""The ``aqueduct-bridge`` console script: ``serve``, ``status`` and ``consumers``.
 
 * ``serve`` runs the bridge: QUIC and/or TCP listeners for connectors, the
-  durable log, and the Spark query that reads it, until SIGINT/SIGTERM.
+  durable log, and the Spark query that reads it (a no-code ``--sink`` or
+  the user's ``--pipeline``), until SIGINT/SIGTERM.
 * ``status`` reads a log directory (the bridge may be running) and prints
   each stream's positions, lag and acked point of reference.
+* ``consumers list|drop`` shows the queries registered as readers of a log
+  and drops one that is gone, so that it stops pinning the log.
 
 Spark's Python workers must run this interpreter (the data source lives in
 this package), so ``PYSPARK_PYTHON`` is set to ``sys.executable`` unless the
@@ -68,7 +71,18 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--master", default=d["master"].default, help="Spark master URL (default: %(default)s)")
     p.add_argument(
         "--sink", choices=("parquet", "console", "memory"), default=d["sink"].default,
-        help="Spark sink (default: %(default)s)",
+        help="no-code Spark sink of the raw rows (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pipeline", metavar="MODULE:FUNCTION",
+        help="your own query instead of --sink: FUNCTION(df) gets the log as a streaming "
+        "DataFrame and returns a DataStreamWriter (the bridge names it --query-name, gives it "
+        "--checkpoint and starts it) or a StreamingQuery it started; MODULE is imported from "
+        "the current directory or PYTHONPATH. Producers are acked after its sink committed",
+    )
+    p.add_argument(
+        "--query-name", default=d["query_name"].default,
+        help="name of the bridge's Spark query (default: %(default)s)",
     )
     p.add_argument(
         "--output", type=Path, default=Path("aqueduct-output"), metavar="DIR",
@@ -105,6 +119,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="keep committed log segments this long for reprocessing (default: truncate at once)",
     )
     p.add_argument(
+        "--segment-bytes", type=positive_int, metavar="BYTES", default=d["segment_bytes"].default,
+        help="size after which a stream starts a new log segment; truncation frees whole "
+        "segments (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-consumer-lag", type=positive_int, metavar="RECORDS",
+        help="drop a consumer that does not drive acks once it is this many records behind, "
+        "so it cannot pin the log forever; its query then fails with a data-loss error "
+        "(default: never)",
+    )
+    p.add_argument(
         "--spark-log-level", default=d["spark_log_level"].default,
         choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
         help="log level of the Spark session (default: %(default)s)",
@@ -129,15 +154,39 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _add_consumers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "consumers",
+        help="list the queries reading a log, or drop one that is gone",
+        description=(
+            "Every Spark query reading a log is a named consumer (the source's 'consumer' "
+            "option). The log is truncated only below what every live consumer committed, "
+            "and producers are acked once every consumer marked 'acks' committed."
+        ),
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="{list,drop}")
+    ls = actions.add_parser("list", help="consumers with their position and lag")
+    ls.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    drop = actions.add_parser(
+        "drop",
+        help="stop a consumer from pinning the log (its query then fails with a data-loss error)",
+    )
+    drop.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
+    drop.add_argument("name", help="the consumer to drop")
+    drop.add_argument("--json", action="store_true", help="print the dropped entry as JSON")
+
+
 def parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed so tests can check ``--help``)."""
     p = argparse.ArgumentParser(
         prog="aqueduct-bridge",
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status,consumers}")
     _add_serve(sub)
     _add_status(sub)
+    _add_consumers(sub)
     return p
 
 
@@ -153,6 +202,15 @@ def _serve(args: argparse.Namespace) -> int:
     if (args.cert is None) != (args.key is None):
         print("aqueduct-bridge serve: --cert and --key go together", file=sys.stderr)
         return 2
+    if args.pipeline is not None:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
+        from aqueduct.bridge.pipeline import PipelineError, load_pipeline
+
+        try:  # fail before Spark takes ten seconds to start
+            load_pipeline(args.pipeline)
+        except PipelineError as exc:
+            print(f"aqueduct-bridge serve: {exc}", file=sys.stderr)
+            return 2
     config = BridgeConfig(
         log_dir=args.log,
         quic=args.quic,
@@ -163,6 +221,8 @@ def _serve(args: argparse.Namespace) -> int:
         keyfile=args.key,
         master=args.master,
         sink=args.sink,
+        pipeline=args.pipeline,
+        query_name=args.query_name,
         output_dir=args.output,
         checkpoint_dir=args.checkpoint or args.output / "_checkpoint",
         max_records_per_trigger=args.max_records_per_trigger,
@@ -171,6 +231,8 @@ def _serve(args: argparse.Namespace) -> int:
         credit_budget=args.credit_budget,
         max_lag=args.max_lag,
         retention=args.retention,
+        segment_bytes=args.segment_bytes,
+        max_consumer_lag=args.max_consumer_lag,
         spark_log_level=args.spark_log_level,
     )
     return run_forever(config, status_interval=args.status_interval)
@@ -193,11 +255,35 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _consumers(args: argparse.Namespace) -> int:
+    import json
+
+    from aqueduct.bridge.consumers import ConsumerError, drop_consumer
+    from aqueduct.bridge.status import consumer_rows, format_consumers
+    from aqueduct.bridge.view import NotALog, check_log_dir
+
+    try:
+        check_log_dir(args.log)
+        if args.action == "drop":
+            dropped = drop_consumer(args.log, args.name, "dropped by `aqueduct-bridge consumers drop`")
+            if args.json:
+                print(json.dumps({"name": dropped.name, "dropped": dropped.dropped}))
+            else:
+                print(f"dropped consumer {dropped.name!r}: the log no longer keeps records for it")
+            return 0
+        rows = consumer_rows(args.log)
+    except (NotALog, ConsumerError) as exc:
+        print(f"aqueduct-bridge consumers: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(rows, indent=2) if args.json else format_consumers(rows))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``aqueduct-bridge``; returns the exit status."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args = parser().parse_args(argv)
-    handlers = {"serve": _serve, "status": _status}
+    handlers = {"serve": _serve, "status": _status, "consumers": _consumers}
     return handlers[args.command](args)
 
 

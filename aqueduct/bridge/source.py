@@ -60,6 +60,8 @@ from aqueduct.bridge.schema import SPARK_COLUMNS, SPARK_FIELDS
 from aqueduct.bridge.segment import read_batches
 from aqueduct.bridge.view import StreamIndex, check_log_dir, load_streams
 
+EARLIEST, LATEST = -2, -1  # startingOffsets' per-stream markers, as in Kafka's
+
 #: Upper bound on records per Spark input partition (a stream's range is
 #: split into several partitions above it, for parallelism).
 PARTITION_RECORDS = 1 << 20
@@ -92,16 +94,19 @@ class SourceOptions:
     log: str
     max_records_per_trigger: int | None = None
     consumer: str = DEFAULT_CONSUMER
+    #: where a new query starts: "earliest", "latest", or {stream id: offset}
+    #: (-2 for that stream's earliest, -1 for its latest complete epoch end)
+    starting_offsets: str | Mapping[int, int] = "earliest"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's (case-insensitive, lower-cased) option map."""
-        known = {"log", "maxrecordspertrigger", "consumer"}
+        known = {"log", "maxrecordspertrigger", "consumer", "startingoffsets"}
         unknown = sorted(k for k in options if k.lower() not in known)
         if unknown:
             raise AqueductOptionError(
                 f"aqueduct source: unknown option(s) {', '.join(unknown)}; "
-                "known: log, maxRecordsPerTrigger, consumer"
+                "known: log, maxRecordsPerTrigger, consumer, startingOffsets"
             )
         opts = {k.lower(): v for k, v in options.items()}
         log = opts.get("log")
@@ -129,7 +134,51 @@ class SourceOptions:
             check_consumer_name(consumer)
         except ConsumerError as e:
             raise AqueductOptionError(f"aqueduct source: {e}") from None
-        return cls(log, max_records, consumer)
+        return cls(log, max_records, consumer, _starting_offsets(opts.get("startingoffsets", "earliest")))
+
+
+def _starting_offsets(text: str) -> str | dict[int, int]:
+    """``earliest``, ``latest`` or a JSON object ``{"<stream id>": offset, -2 or -1}``."""
+    if text in ("earliest", "latest"):
+        return text
+    problem = (
+        "aqueduct source: startingOffsets must be 'earliest', 'latest' or a JSON object "
+        f'{{"<stream id>": <offset>, -2 (earliest) or -1 (latest)}}, got {text!r}'
+    )
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise AqueductOptionError(problem) from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and v >= -2
+        for k, v in doc.items()
+    ):
+        raise AqueductOptionError(problem)
+    return {int(k): v for k, v in doc.items()}
+
+
+def _start_of(s: StreamIndex, wanted: int) -> int:
+    """Where a stream starts for ``startingOffsets`` entry ``wanted``: always an epoch boundary."""
+    if wanted == EARLIEST:
+        return s.earliest
+    if wanted == LATEST:
+        return s.complete
+    if wanted < s.earliest:
+        raise AqueductDataLoss(
+            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, "
+            f"but the log keeps it only from {s.earliest}"
+        )
+    if wanted > s.complete:
+        raise AqueductOptionError(
+            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, "
+            f"beyond the end of its last complete epoch ({s.complete})"
+        )
+    if wanted < s.complete and s.first_offset_of_epoch_at_least(s.epoch_at(wanted)) != wanted:
+        raise AqueductOptionError(
+            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, inside "
+            "an epoch; a query starts at an epoch boundary so it never sees part of one"
+        )
+    return wanted
 
 
 class AqueductDataSource(DataSource):
@@ -195,18 +244,29 @@ class AqueductStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turn = 0
 
     def initialOffset(self) -> dict[str, int]:
-        """The earliest records still stored; registers the query's consumer.
+        """Where ``startingOffsets`` says (default: the earliest records still stored).
 
         Spark asks only when a query starts without a checkpoint, so this is
-        where a consumer joins (or, dropped before, joins anew). Registering
-        first and reading the log after means truncation cannot pass the
-        start this returns, except in the moment before the bridge re-reads
-        the registry, which the data-loss check then reports.
+        also where its consumer joins the log's registry (or, dropped
+        before, joins anew). From the earliest record, it registers first
+        and reads the log after, so truncation cannot pass the start this
+        returns except in the moment before the bridge re-reads the
+        registry, which the data-loss check then reports.
         """
         log = Path(self.options.log)
-        register_consumer(log, self.options.consumer, {})
+        wanted = self.options.starting_offsets
+        if wanted == "earliest":
+            register_consumer(log, self.options.consumer, {})
         streams = load_streams(log)
-        return _offsets({sid: s.earliest for sid, s in streams.items()})
+        default = LATEST if wanted == "latest" else EARLIEST
+        per_stream = wanted if isinstance(wanted, Mapping) else {}
+        unknown = sorted(set(per_stream) - set(streams))
+        if unknown:
+            raise AqueductOptionError(f"aqueduct source: startingOffsets names streams the log does not have: {unknown}")
+        start = {sid: _start_of(s, per_stream.get(sid, default)) for sid, s in streams.items()}
+        if wanted != "earliest":
+            register_consumer(log, self.options.consumer, start)
+        return _offsets(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_trigger is None:

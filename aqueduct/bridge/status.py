@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aqueduct.bridge.acked import read_acked
 from aqueduct.bridge.commits import read_committed
+from aqueduct.bridge.consumers import load_consumers, position
 from aqueduct.bridge.view import load_streams
 
 
@@ -64,14 +65,64 @@ _COLUMNS = (
 )
 
 
+def _table(rows: list[dict], columns: tuple[tuple[str, str], ...]) -> list[str]:
+    cells = [[str(r[key]) for key, _ in columns] for r in rows]
+    header = [title for _, title in columns]
+    widths = [max(len(c) for c in col) for col in zip(header, *cells, strict=False)]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in [header, *cells]]
+
+
 def format_table(report: dict) -> str:
     """A fixed-width table of :func:`read_status`'s report, plus a totals line."""
-    rows = [[str(r[key]) for key, _ in _COLUMNS] for r in report["streams"]]
-    header = [title for _, title in _COLUMNS]
-    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in [header, *rows]]
+    lines = _table(report["streams"], _COLUMNS)
     lines.append(
-        f"{len(rows)} streams, {report['total_records']:,} records, "
+        f"{len(report['streams'])} streams, {report['total_records']:,} records, "
         f"lag {report['total_lag']:,} (log {report['log']})"
     )
+    return "\n".join(lines)
+
+
+def consumer_rows(log_dir: Path) -> list[dict]:
+    """Every registered consumer of the log: role, committed records, lag, dropped or not.
+
+    Positions come from each consumer's commit file, which its query
+    writes one micro-batch late, so a running consumer looks up to one
+    batch further behind than it is.
+    """
+    streams = load_streams(log_dir)
+    rows = []
+    for c in load_consumers(log_dir).values():
+        committed = read_committed(log_dir, c.name) or {}
+        behind = {sid: max(0, s.complete - position(c, committed, sid)) for sid, s in streams.items()}
+        rows.append(
+            {
+                "name": c.name,
+                "acks": c.acks,
+                "state": "dropped" if c.dropped else "live",
+                "committed": sum(position(c, committed, sid) for sid in streams),
+                "lag": sum(behind.values()),
+                "streams_behind": sum(1 for n in behind.values() if n),
+                "registered_at": c.registered_at,
+                "dropped": c.dropped,
+            }
+        )
+    return rows
+
+
+_CONSUMER_COLUMNS = (
+    ("name", "CONSUMER"),
+    ("acks", "ACKS"),
+    ("state", "STATE"),
+    ("committed", "COMMITTED"),
+    ("lag", "LAG"),
+    ("streams_behind", "STREAMS BEHIND"),
+)
+
+
+def format_consumers(rows: list[dict]) -> str:
+    """A fixed-width table of :func:`consumer_rows`."""
+    if not rows:
+        return "no consumers registered (a query registers when it first starts)"
+    lines = _table(rows, _CONSUMER_COLUMNS)
+    lines += [f"{r['name']}: dropped, {r['dropped']}" for r in rows if r["dropped"]]
     return "\n".join(lines)

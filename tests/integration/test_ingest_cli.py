@@ -24,11 +24,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("command", "mentions"),
     [
-        ((), ["serve", "status"]),
+        ((), ["serve", "status", "consumers"]),
         (("serve",), ["--quic", "--tcp", "--wallaroo-tcp", "--log", "--cookie", "--cert", "--master", "--sink",
                       "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
-                      "--max-lag", "--credit-budget"]),
+                      "--max-lag", "--credit-budget", "--pipeline", "--query-name", "--segment-bytes",
+                      "--max-consumer-lag"]),
         (("status",), ["--log", "--json"]),
+        (("consumers",), ["list", "drop"]),
+        (("consumers", "list"), ["--log", "--json"]),
+        (("consumers", "drop"), ["--log", "name"]),
     ],
 )  # fmt: skip
 def test_every_command_explains_itself(command: tuple[str, ...], mentions: list[str]) -> None:
@@ -123,3 +127,62 @@ def test_a_second_bridge_on_the_same_log_is_refused(tmp_path: Path) -> None:
         done = run_cli("serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"))
     assert done.returncode == 1
     assert "is already open for writing" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("no_colon", "--pipeline 'no_colon': expected MODULE:FUNCTION, e.g. my_job:build"),
+        ("aq_missing_module:build", "--pipeline aq_missing_module:build: cannot import 'aq_missing_module'"),
+        ("aq_user_job:nothing", "--pipeline aq_user_job:nothing: aq_user_job has no function 'nothing'"),
+        ("aq_broken_job:build", "cannot import 'aq_broken_job': NameError"),
+    ],
+)
+def test_serve_names_a_pipeline_it_cannot_load_before_starting_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, error: str
+) -> None:
+    (tmp_path / "aq_user_job.py").write_text("def build(df):\n    return df.writeStream\n")
+    (tmp_path / "aq_broken_job.py").write_text("undefined_name\n")
+    monkeypatch.chdir(tmp_path)  # the user's module sits in the working directory
+    done = run_cli("serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"), "--pipeline", spec)
+    assert done.returncode == 2
+    assert error in done.stderr
+    assert not (tmp_path / "log").exists()  # refused before anything was created
+
+
+def test_consumers_are_listed_with_their_lag_and_a_gone_one_is_dropped(tmp_path: Path) -> None:
+    from aqueduct.bridge.commits import commit_file
+    from aqueduct.bridge.consumers import register_consumer
+
+    log_dir = tmp_path / "log"
+    with DurableLog(log_dir) as log:
+        log.open_stream(1, "orders", "shop/a")
+        for i in range(10):
+            log.append(Record.build(1, b"x", message_id=i))
+        log.append(Record.build(1, message_id=10, boundary=True))
+        log.commit()
+    assert run_cli("consumers", "list", "--log", str(log_dir)).stdout.startswith("no consumers registered")
+    register_consumer(log_dir, "spark-job", {}, acks=True)
+    register_consumer(log_dir, "audit", {})
+    commit_file(log_dir, "spark-job").parent.mkdir()
+    commit_file(log_dir, "spark-job").write_text(json.dumps({"offsets": {"1": 11}}))
+
+    listed = json.loads(run_cli("consumers", "list", "--log", str(log_dir), "--json").stdout)
+    by_name = {r["name"]: r for r in listed}
+    assert (by_name["spark-job"]["acks"], by_name["spark-job"]["lag"]) == (True, 0)
+    assert (by_name["audit"]["acks"], by_name["audit"]["lag"], by_name["audit"]["state"]) == (False, 11, "live")
+    table = run_cli("consumers", "list", "--log", str(log_dir)).stdout
+    assert "CONSUMER" in table and "audit" in table
+
+    done = run_cli("consumers", "drop", "--log", str(log_dir), "audit")
+    assert done.returncode == 0, done.stderr
+    assert "dropped consumer 'audit'" in done.stdout
+    listed = json.loads(run_cli("consumers", "list", "--log", str(log_dir), "--json").stdout)
+    assert {r["name"]: r["state"] for r in listed} == {"audit": "dropped", "spark-job": "live"}
+
+    unknown = run_cli("consumers", "drop", "--log", str(log_dir), "nobody")
+    assert unknown.returncode == 2
+    assert "no consumer named 'nobody'" in unknown.stderr
+    not_a_log = run_cli("consumers", "list", "--log", str(tmp_path))
+    assert not_a_log.returncode == 2
+    assert "is not an aqueduct log" in not_a_log.stderr

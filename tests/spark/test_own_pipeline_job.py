@@ -40,7 +40,9 @@ def launch(program: list[str], port: int, tmp: Path, name: str) -> subprocess.Po
     args = ["--log", str(tmp / "log"), "--out", str(tmp / "out"), "--tcp", f"127.0.0.1:{port}", "--trigger", "0.5"]
     with open(tmp / f"{name}.log", "wb") as out:
         # A session of its own: spark-submit's JVM, the Python driver and its JVM die as a group.
-        return subprocess.Popen([*program, str(EXAMPLE), *args], stdout=out, stderr=out, start_new_session=True)
+        return subprocess.Popen(
+            [*program, str(EXAMPLE), *args], stdout=out, stderr=out, env=env, start_new_session=True
+        )
 
 
 def rows(out: Path) -> list[dict]:

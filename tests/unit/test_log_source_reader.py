@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from aqueduct.bridge.commits import acks_for, parse_offsets, read_committed
+from aqueduct.bridge.consumers import load_consumers
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.schema import SPARK_SCHEMA
 from aqueduct.bridge.source import (
@@ -132,8 +133,12 @@ def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> N
         ({"log": "/nonexistent/aq"}, "does not exist"),
         ({"maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger must be a positive integer, got '0'"),
         ({"maxRecordsPerTrigger": "ten"}, "positive integer, got 'ten'"),
-        ({"startingOffsets": "earliest"}, "unknown option"),
-        ({"consumer": "../x"}, "consumer must be"),
+        ({"startingOffset": "earliest"}, r"unknown option\(s\) startingOffset; known: "),
+        ({"startingOffsets": "middle"}, "startingOffsets must be 'earliest', 'latest' or a JSON object"),
+        ({"startingOffsets": '{"1": -3}'}, "startingOffsets must be"),
+        ({"startingOffsets": '{"x": 1}'}, "startingOffsets must be"),
+        ({"startingOffsets": "[1]"}, "startingOffsets must be"),
+        ({"consumer": "../x"}, "consumer name must be 1-128 letters"),
     ],
 )
 def test_options_are_validated(log: DurableLog, options: dict, message: str) -> None:
@@ -162,3 +167,58 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
             r.latestOffset(start, ReadAllAvailable())
         assert r.initialOffset() == {"1": 2}  # a new query starts at what is left
+
+
+def epochs(log: DurableLog) -> None:
+    """Stream 10: epochs [0, 3) and [3, 6) closed, one record of a third open; stream 2: 2 records."""
+    for i in range(7):
+        log.append(Record.build(10, b"e%d" % i, message_id=i, boundary=i in (2, 5)))
+    for i in range(2):
+        log.append(Record.build(2, b"x", message_id=i))
+    log.commit()
+
+
+@pytest.mark.parametrize(
+    ("starting", "start"),
+    [
+        ("earliest", {"2": 0, "10": 0}),
+        ("latest", {"2": 2, "10": 6}),  # the end of the last complete epoch, never inside one
+        ('{"10": 3}', {"2": 0, "10": 3}),  # unnamed streams start at their earliest
+        ('{"10": -1, "2": -2}', {"2": 0, "10": 6}),
+    ],
+)
+def test_starting_offsets_start_at_an_epoch_boundary(log: DurableLog, starting: str, start: dict) -> None:
+    epochs(log)
+    r = reader(log, startingOffsets=starting, consumer="c")
+    assert r.initialOffset() == start
+    consumer = load_consumers(log.path)["c"]
+    assert not consumer.acks  # a consumer of the source alone never drives producer acks
+    assert consumer.start == ({} if starting == "earliest" else {int(k): v for k, v in start.items()})
+
+
+@pytest.mark.parametrize(
+    ("starting", "error", "message"),
+    [
+        ('{"10": 1}', AqueductOptionError, "stream 10 at 1, inside an epoch"),
+        ('{"10": 7}', AqueductOptionError, r"beyond the end of its last complete epoch \(6\)"),
+        ('{"99": 0}', AqueductOptionError, r"names streams the log does not have: \[99\]"),
+    ],
+)
+def test_starting_offsets_that_cannot_be_honoured_are_refused(
+    log: DurableLog, starting: str, error: type, message: str
+) -> None:
+    epochs(log)
+    with pytest.raises(error, match=message):
+        reader(log, startingOffsets=starting).initialOffset()
+    assert "default" not in load_consumers(log.path)  # nothing registered for a refused start
+
+
+def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path) -> None:
+    with DurableLog(tmp_path / "log", segment_bytes=1) as lg:
+        lg.open_stream(1, "s", "c/1")
+        for i in range(3):
+            lg.append(Record.build(1, b"", message_id=i))
+            lg.commit()
+        assert lg.truncate(1, 2).result() == 2
+        with pytest.raises(AqueductDataLoss, match="stream 1 at 0, but the log keeps it only from 2"):
+            reader(lg, startingOffsets='{"1": 0}').initialOffset()
