@@ -181,6 +181,34 @@ async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts
     assert [c.name for c in consumers.values() if c.acks] == ["fast"]
 
 
+async def test_a_consumer_too_far_behind_is_dropped_stops_pinning_the_log_and_its_query_fails(
+    spark: Any, tmp_path: Path, stop_queries: None
+) -> None:
+    main, audit = BatchFiles(tmp_path / "main"), BatchFiles(tmp_path / "audit")
+    audit.gate.clear()  # the audit query hangs in its sink: it falls behind
+    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512, max_consumer_lag=20)
+    await asyncio.to_thread(rx.start)
+    try:
+        rx.ack_after(start(parsed(rx), main, tmp_path / "ck-main"))
+        q_audit = start(parsed(rx, "audit"), audit, tmp_path / "ck-audit")
+        users = [f"a{i}" for i in range(60)]
+        async with Connector(f"tcp://127.0.0.1:{rx.tcp_address[1]}", program="shop", instance="a") as conn:
+            s1 = await conn.stream(1, "events-1")
+            for part in range(3):
+                await send_users(s1, users[part * 20 : part * 20 + 20])
+                await conn.wait_all_acked(TIMEOUT)
+            await until(lambda: load_consumers(tmp_path / "log")["audit"].dropped is not None, "the drop")
+            # Dropped, it no longer holds the log: truncation follows the main query alone.
+            await until(lambda: load_streams(tmp_path / "log")[1].earliest > 0, "truncation")
+        assert "more than max_consumer_lag 20" in str(load_consumers(tmp_path / "log")["audit"].dropped)
+        audit.gate.set()
+        await until(lambda: not q_audit.isActive, "the audit query to fail")
+        assert "consumer 'audit' was dropped" in str(q_audit.exception())
+        assert [r["user"] for r in main.rows()] == users
+    finally:
+        await asyncio.to_thread(rx.stop)
+
+
 async def test_misuse_is_refused_with_a_clear_error(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one of quic=, tcp= or wallaroo_tcp="):
         Receiver(spark, tmp_path / "log")
