@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.functions import col, from_json  # noqa: E402
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType  # noqa: E402
 
-from aqueduct.bridge import Receiver  # noqa: E402
+from aqueduct.bridge import Receiver, repair_checkpoint  # noqa: E402
 
 SCHEMA = StructType([StructField("user", StringType()), StructField("amount", DoubleType())])
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             query = (
                 events.writeStream.foreachBatch(lambda df, batch_id: write_batch(args.out, df, batch_id))
-                .option("checkpointLocation", str(checkpoint))
+                .option("checkpointLocation", repair_checkpoint(checkpoint))  # after a kill
                 .trigger(processingTime=f"{args.trigger} seconds")
                 .start()
             )

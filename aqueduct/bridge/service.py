@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from aqueduct.bridge.checkpoint import repair_checkpoint
 from aqueduct.bridge.commits import install_commit_listener
 from aqueduct.bridge.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.ingest import Ingest, IngestConfig
@@ -267,8 +268,7 @@ class Bridge:
             self._spark = local_session(c.master, c.spark_log_level)
         spark = self._spark
         self.attach_spark(spark, loop)
-        for path in remove_torn_checkpoint_writes(c.checkpoint):
-            logger.warning("removed %s, a checkpoint write cut short by a crash", path)
+        repair_checkpoint(c.checkpoint)
         reader = (
             spark.readStream.format("aqueduct")
             .option("log", str(c.log_dir))
@@ -398,25 +398,3 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
 def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:
     """Blocking entry point for ``aqueduct-bridge serve``."""
     return asyncio.run(serve(config, status_interval))
-
-
-def remove_torn_checkpoint_writes(checkpoint: Path) -> list[Path]:
-    """Delete the temporary files a crash leaves in Spark's checkpoint logs.
-
-    Spark writes each offsets/commits entry to a hidden ``.N.<uuid>.tmp``
-    file (plus its ``.crc``) and renames it into place. A SIGKILL between the
-    two leaves the temporary file behind, and Spark 4 then refuses to start
-    the query (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) although no batch
-    was recorded. Such files are never part of the log, so removing them
-    loses nothing; the entry they were about to become is simply re-planned.
-    """
-    removed: list[Path] = []
-    for log_dir in (checkpoint / "offsets", checkpoint / "commits"):
-        if not log_dir.is_dir():
-            continue
-        for path in log_dir.iterdir():
-            name = path.name
-            if name.startswith(".") and (name.endswith(".tmp") or name.endswith(".tmp.crc")):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-    return removed
