@@ -11,11 +11,13 @@ the one the bridge sends for that offset.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from aqueduct.bridge.acked import read_acked
 from aqueduct.bridge.commits import read_committed
 from aqueduct.bridge.consumers import load_consumers, position
+from aqueduct.bridge.lag import consumer_lag
 from aqueduct.bridge.view import load_streams
 
 
@@ -50,6 +52,7 @@ def read_status(log_dir: Path, consumer: str = "default") -> dict:
         "streams": rows,
         "total_records": sum(r["head"] for r in rows),
         "total_lag": sum(r["lag"] for r in rows),
+        "consumers": consumer_rows(log_dir),
     }
 
 
@@ -79,29 +82,33 @@ def format_table(report: dict) -> str:
         f"{len(report['streams'])} streams, {report['total_records']:,} records, "
         f"lag {report['total_lag']:,} (log {report['log']})"
     )
+    if report["consumers"]:
+        lines += ["", format_consumers(report["consumers"])]
     return "\n".join(lines)
 
 
-def consumer_rows(log_dir: Path) -> list[dict]:
+def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
     """Every registered consumer of the log: role, committed records, lag, dropped or not.
 
+    The lag is in records and bytes of complete epochs not committed yet
+    (total and the worst stream) and the age of the oldest such record.
     Positions come from each consumer's commit file, which its query
     writes one micro-batch late, so a running consumer looks up to one
     batch further behind than it is.
     """
     streams = load_streams(log_dir)
+    now = time.time() if now_s is None else now_s
     rows = []
     for c in load_consumers(log_dir).values():
         committed = read_committed(log_dir, c.name) or {}
-        behind = {sid: max(0, s.complete - position(c, committed, sid)) for sid, s in streams.items()}
+        positions = {sid: position(c, committed, sid) for sid in streams}
         rows.append(
             {
                 "name": c.name,
                 "acks": c.acks,
                 "state": "dropped" if c.dropped else "live",
-                "committed": sum(position(c, committed, sid) for sid in streams),
-                "lag": sum(behind.values()),
-                "streams_behind": sum(1 for n in behind.values() if n),
+                "committed": sum(positions.values()),
+                **consumer_lag(streams, positions, now).to_json(),
                 "registered_at": c.registered_at,
                 "dropped": c.dropped,
             }
@@ -114,15 +121,22 @@ _CONSUMER_COLUMNS = (
     ("acks", "ACKS"),
     ("state", "STATE"),
     ("committed", "COMMITTED"),
-    ("lag", "LAG"),
+    ("lag_records", "LAG"),
+    ("lag_bytes", "LAG BYTES"),
     ("streams_behind", "STREAMS BEHIND"),
+    ("oldest", "OLDEST UNREAD"),
 )
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
 
 
 def format_consumers(rows: list[dict]) -> str:
     """A fixed-width table of :func:`consumer_rows`."""
     if not rows:
         return "no consumers registered (a query registers when it first starts)"
-    lines = _table(rows, _CONSUMER_COLUMNS)
+    shown = [r | {"oldest": _age(r["oldest_unread_age_s"])} for r in rows]
+    lines = _table(shown, _CONSUMER_COLUMNS)
     lines += [f"{r['name']}: dropped, {r['dropped']}" for r in rows if r["dropped"]]
     return "\n".join(lines)

@@ -169,8 +169,15 @@ def test_consumers_are_listed_with_their_lag_and_a_gone_one_is_dropped(tmp_path:
 
     listed = json.loads(run_cli("consumers", "list", "--log", str(log_dir), "--json").stdout)
     by_name = {r["name"]: r for r in listed}
-    assert (by_name["spark-job"]["acks"], by_name["spark-job"]["lag"]) == (True, 0)
-    assert (by_name["audit"]["acks"], by_name["audit"]["lag"], by_name["audit"]["state"]) == (False, 11, "live")
+    assert (by_name["spark-job"]["acks"], by_name["spark-job"]["lag_records"]) == (True, 0)
+    assert by_name["spark-job"]["oldest_unread_age_s"] is None  # nothing unread
+    audit = by_name["audit"]
+    assert (audit["acks"], audit["lag_records"], audit["state"]) == (False, 11, "live")
+    assert audit["worst_stream"]["stream_id"] == 1 and audit["worst_stream"]["records"] == 11
+    assert audit["lag_bytes"] == audit["worst_stream"]["bytes"] > 11  # what reading it costs
+    assert 0 <= audit["oldest_unread_age_s"] < 600
+    status = json.loads(run_cli("status", "--log", str(log_dir), "--json").stdout)
+    assert {c["name"]: c["lag_records"] for c in status["consumers"]} == {"audit": 11, "spark-job": 0}
     table = run_cli("consumers", "list", "--log", str(log_dir)).stdout
     assert "CONSUMER" in table and "audit" in table
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.bridge.admission import admit
+from aqueduct.bridge.admission import Limit, StoredBytes, admit
 
 
 @dataclass
@@ -86,3 +86,54 @@ def test_rotation_gives_each_stream_the_budget_first() -> None:
 def test_limit_shared_fairly_between_streams() -> None:
     lookups = {1: Epochs(list(range(100))), 2: Epochs(list(range(100)))}
     assert admit({}, {1: 100, 2: 100}, lookups, max_records=10) == {1: 5, 2: 5}
+
+
+@st.composite
+def stored(draw) -> tuple[StoredBytes, int]:
+    """Index entries of consecutive batches: (first offset, count, bytes); the end offset."""
+    entries, first = [], draw(st.integers(0, 5))
+    for count in draw(st.lists(st.integers(1, 6), min_size=1, max_size=8)):
+        entries.append((first, count, draw(st.integers(0, 500))))
+        first += count
+    return StoredBytes(entries), first
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored(), st.data())
+def test_stored_bytes_reach_is_the_furthest_offset_within_the_budget(sized, data) -> None:
+    measure, end = sized
+    start = data.draw(st.integers(measure._firsts[0], end))
+    budget = data.draw(st.integers(0, 2000))
+    reach = measure.reach(start, budget)
+    assert start <= reach <= end
+    assert measure.cost(start, reach) <= budget
+    assert reach == end or measure.cost(start, reach + 1) > budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams(), st.integers(1, 30), st.integers(1, 100), st.integers(0, 10))
+def test_a_byte_limit_holds_beside_the_record_limit(data, max_records, max_bytes, turn) -> None:
+    lookups, starts, completes = data
+    size = {sid: (sid % 7) + 1 for sid in lookups}  # bytes per record, per stream
+
+    class PerRecord:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def cost(self, start: int, end: int) -> int:
+            return (end - start) * self.n
+
+        def reach(self, start: int, budget: int) -> int:
+            return start + budget // self.n
+
+    limit = Limit(max_bytes, lambda sid: PerRecord(size[sid]))
+    ends = admit(starts, completes, lookups, max_records, turn, limits=[limit])
+    taken = {sid: ends[sid] - starts[sid] for sid in ends}
+    for sid, end in ends.items():
+        assert end in lookups[sid].boundaries()
+    available = any(completes[sid] > starts[sid] for sid in completes)
+    assert (sum(taken.values()) > 0) == available
+    spent = sum(n * size[sid] for sid, n in taken.items())
+    if sum(taken.values()) > max_records or spent > max_bytes:
+        (sid,) = [s for s, n in taken.items() if n]  # one oversized epoch, alone
+        assert lookups[sid].epochs[starts[sid]] == lookups[sid].epochs[ends[sid] - 1]
