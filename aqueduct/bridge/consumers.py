@@ -18,13 +18,20 @@ log forever: it can be dropped by hand, or automatically once it falls more
 than ``max_consumer_lag`` records behind. A dropped consumer no longer pins
 anything, and its query fails with the data-loss error the next time it
 plans a batch instead of silently skipping what was truncated.
+
+A consumer may read only some streams (the source's ``streams`` or
+``streamPattern``, like the Kafka source's ``subscribe`` and
+``subscribePattern``): it then neither pins nor acks the others. A stream no
+ack consumer reads is never acked, so its producers stall at ``max_lag``:
+make sure some query that drives acks reads every stream.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -51,6 +58,63 @@ def check_consumer_name(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class StreamSelection:
+    """Which streams a consumer reads: all, the listed ids, or those whose name matches.
+
+    ``pattern`` is a Python regular expression that must match the whole
+    stream name; streams created later join when they match.
+    """
+
+    ids: frozenset[int] | None = None
+    pattern: str | None = None
+
+    @classmethod
+    def parse(cls, streams: str | None, pattern: str | None) -> StreamSelection:
+        """From the source options ``streams`` ("1,2,7") and ``streamPattern``."""
+        if streams is not None and pattern is not None:
+            raise ConsumerError("streams and streamPattern exclude each other: give one")
+        if streams is not None:
+            parts = [p.strip() for p in streams.split(",")]
+            if not parts or not all(p.isdigit() for p in parts):
+                raise ConsumerError(
+                    f"streams must be stream ids separated by commas, e.g. '1,2,7', got {streams!r}"
+                )
+            return cls(ids=frozenset(int(p) for p in parts))
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ConsumerError(f"streamPattern {pattern!r} is not a regular expression: {e}") from None
+            return cls(pattern=pattern)
+        return cls()
+
+    def selects(self, stream_id: int, stream_name: str) -> bool:
+        if self.ids is not None:
+            return stream_id in self.ids
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, stream_name) is not None
+        return True
+
+    def to_json(self) -> dict | None:
+        if self.ids is not None:
+            return {"streams": sorted(self.ids)}
+        if self.pattern is not None:
+            return {"pattern": self.pattern}
+        return None
+
+    @classmethod
+    def from_json(cls, d: dict | None) -> StreamSelection:
+        if not d:
+            return cls()
+        if "streams" in d:
+            return cls(ids=frozenset(int(i) for i in d["streams"]))
+        return cls(pattern=str(d["pattern"]))
+
+
+ALL_STREAMS = StreamSelection()
+
+
+@dataclass(frozen=True)
 class Consumer:
     """One registered reader of the log.
 
@@ -63,6 +127,7 @@ class Consumer:
     start: Mapping[int, int] = field(default_factory=dict)
     registered_at: float = 0.0
     dropped: str | None = None  # why it was dropped; None while it is live
+    reads: StreamSelection = ALL_STREAMS
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -72,6 +137,7 @@ class Consumer:
                 "start": {str(s): p for s, p in sorted(self.start.items())},
                 "registered_at": self.registered_at,
                 "dropped": self.dropped,
+                "reads": self.reads.to_json(),
             }
         ).encode()
 
@@ -84,6 +150,7 @@ class Consumer:
             start={int(s): int(p) for s, p in d["start"].items()},
             registered_at=float(d["registered_at"]),
             dropped=d["dropped"],
+            reads=StreamSelection.from_json(d.get("reads")),
         )
 
 
@@ -114,21 +181,29 @@ def save_consumer(log: Path, consumer: Consumer) -> None:
 
 
 def register_consumer(
-    log: Path, name: str, start: Mapping[int, int], *, acks: bool = False, now: float | None = None
+    log: Path,
+    name: str,
+    start: Mapping[int, int],
+    *,
+    acks: bool = False,
+    reads: StreamSelection = ALL_STREAMS,
+    now: float | None = None,
 ) -> Consumer:
     """Register ``name`` starting at ``start`` unless it is already live.
 
     A live entry is kept as it is (a restarted query resumes from its
     checkpoint, not from ``start``) except that ``acks=True`` is added to
-    it; a dropped one is replaced: a new query under that name begins anew.
+    it and ``reads`` replaces what it read (a query restarted with another
+    stream filter); a dropped one is replaced: a new query under that name
+    begins anew.
     """
     existing = load_consumers(log).get(check_consumer_name(name))
     if existing is not None and existing.dropped is None:
-        if acks and not existing.acks:
-            existing = replace(existing, acks=True)
-            save_consumer(log, existing)
-        return existing
-    consumer = Consumer(name, acks, dict(start), time.time() if now is None else now)
+        updated = replace(existing, acks=existing.acks or acks, reads=reads)
+        if updated != existing:
+            save_consumer(log, updated)
+        return updated
+    consumer = Consumer(name, acks, dict(start), time.time() if now is None else now, reads=reads)
     save_consumer(log, consumer)
     return consumer
 
@@ -174,22 +249,26 @@ class Frontiers:
 def frontiers(
     consumers: Mapping[str, Consumer],
     committed: Mapping[str, Mapping[int, int]],
-    streams: Iterable[int],
+    streams: Mapping[int, str],
 ) -> Frontiers:
-    """Apply the rule of the module docstring to every stream in ``streams``.
+    """Apply the rule of the module docstring to every stream in ``streams`` (id -> name).
 
     With no live ack consumer nothing is acked and nothing truncated: the
-    log then only grows until a query that drives acks registers.
+    log then only grows until a query that drives acks registers. A stream
+    is acked (and truncated) only when some live ack consumer reads it.
     """
     live = [c for c in consumers.values() if c.dropped is None]
-    ackers = [c for c in live if c.acks]
-    if not ackers:
+    if not any(c.acks for c in live):
         return Frontiers({}, {})
     acks: dict[int, int] = {}
     truncate: dict[int, int] = {}
-    for sid in streams:
+    for sid, name in streams.items():
+        readers = [c for c in live if c.reads.selects(sid, name)]
+        ackers = [c for c in readers if c.acks]
+        if not ackers:
+            continue
         acks[sid] = min(position(c, committed.get(c.name, {}), sid) for c in ackers)
-        truncate[sid] = min(position(c, committed.get(c.name, {}), sid) for c in live)
+        truncate[sid] = min(position(c, committed.get(c.name, {}), sid) for c in readers)
     return Frontiers(acks, truncate)
 
 
@@ -198,9 +277,11 @@ def lagging(
     committed: Mapping[str, Mapping[int, int]],
     complete: Mapping[int, int],
     max_lag: int,
+    names: Mapping[int, str],
 ) -> dict[str, int]:
     """Live consumers that do not drive acks and are more than ``max_lag`` records behind.
 
+    Only the streams a consumer reads count (``names``: stream id -> name).
     Ack consumers are never dropped this way: they already hold producers
     back through the credit tap (``max_lag`` of the ingest).
     """
@@ -209,7 +290,11 @@ def lagging(
         if c.dropped is not None or c.acks:
             continue
         mine = committed.get(c.name, {})
-        lag = sum(max(0, end - position(c, mine, sid)) for sid, end in complete.items())
+        lag = sum(
+            max(0, end - position(c, mine, sid))
+            for sid, end in complete.items()
+            if c.reads.selects(sid, names.get(sid, ""))
+        )
         if lag > max_lag:
             behind[c.name] = lag
     return behind

@@ -578,6 +578,10 @@ class DurableLog:
         """Every stream the log holds, sorted."""
         return sorted(self._streams)
 
+    def stream_names(self) -> dict[int, str]:
+        """Every stream the log holds, id -> name, sorted by id."""
+        return {sid: self._streams[sid].meta.stream_name for sid in sorted(self._streams)}
+
     def references_of(self, connector: str) -> list[tuple[int, str, int]]:
         """``(stream id, name, durable point of reference)`` of a connector's streams (for OK)."""
         return [

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from aqueduct.bridge.commits import read_committed
 from aqueduct.bridge.consumers import (
+    ALL_STREAMS,
     Consumer,
+    StreamSelection,
     drop_consumer,
     frontiers,
     lagging,
@@ -40,7 +42,9 @@ class ConsumerPositions:
         self.consumers: dict[str, Consumer] = load_consumers(log_dir)
         self.committed: dict[str, dict[int, int]] = {}
 
-    def register(self, name: str, *, acks: bool, latest: bool = False) -> Consumer:
+    def register(
+        self, name: str, *, acks: bool, latest: bool = False, reads: StreamSelection = ALL_STREAMS
+    ) -> Consumer:
         """Register a consumer of this driver, starting at the earliest record or the latest epoch end.
 
         A consumer starting at the earliest record pins everything the log
@@ -48,7 +52,7 @@ class ConsumerPositions:
         what comes after it.
         """
         start = self.ingest.complete_offsets() if latest else {}
-        consumer = register_consumer(self.log_dir, name, start, acks=acks)
+        consumer = register_consumer(self.log_dir, name, start, acks=acks, reads=reads)
         self.consumers[name] = consumer
         return consumer
 
@@ -76,7 +80,7 @@ class ConsumerPositions:
         """Ack what every ack consumer committed; truncate below what every consumer needs."""
         if self.max_consumer_lag is not None:
             self._drop_lagging(self.max_consumer_lag)
-        f = frontiers(self.consumers, self.committed, self.ingest.log.stream_ids())
+        f = frontiers(self.consumers, self.committed, self.ingest.log.stream_names())
         if f.acks:
             self.ingest.on_committed(f.acks)
         if f.truncate:
@@ -84,7 +88,8 @@ class ConsumerPositions:
 
     def _drop_lagging(self, max_lag: int) -> None:
         complete = self.ingest.complete_offsets()
-        for name, lag in lagging(self.consumers, self.committed, complete, max_lag).items():
+        names = self.ingest.log.stream_names()
+        for name, lag in lagging(self.consumers, self.committed, complete, max_lag, names).items():
             reason = f"{lag:,} records behind, more than max_consumer_lag {max_lag:,}"
             logger.warning("dropping consumer %r: %s", name, reason)
             self.consumers[name] = drop_consumer(self.log_dir, name, reason)

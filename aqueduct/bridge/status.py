@@ -101,14 +101,16 @@ def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
     rows = []
     for c in load_consumers(log_dir).values():
         committed = read_committed(log_dir, c.name) or {}
-        positions = {sid: position(c, committed, sid) for sid in streams}
+        mine = {sid: s for sid, s in streams.items() if c.reads.selects(sid, s.meta.stream_name)}
+        positions = {sid: position(c, committed, sid) for sid in mine}
         rows.append(
             {
                 "name": c.name,
                 "acks": c.acks,
                 "state": "dropped" if c.dropped else "live",
                 "committed": sum(positions.values()),
-                **consumer_lag(streams, positions, now).to_json(),
+                "reads": c.reads.to_json(),
+                **consumer_lag(mine, positions, now).to_json(),
                 "registered_at": c.registered_at,
                 "dropped": c.dropped,
             }

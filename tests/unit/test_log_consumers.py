@@ -6,6 +6,7 @@ arbitrary consumers and positions.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from aqueduct.bridge.consumers import (
     Consumer,
     ConsumerError,
+    StreamSelection,
     check_not_dropped,
     drop_consumer,
     frontiers,
@@ -37,7 +39,7 @@ consumers = st.dictionaries(
 def test_truncation_never_passes_a_live_consumer_nor_the_acks(cs: dict, committed: dict) -> None:
     cs = {n: Consumer(n, c.acks, c.start, c.registered_at, c.dropped) for n, c in cs.items()}
     streams = range(4)
-    f = frontiers(cs, committed, streams)
+    f = frontiers(cs, committed, {sid: f"s{sid}" for sid in streams})
     live = [c for c in cs.values() if c.dropped is None]
     if not any(c.acks for c in live):
         assert f.acks == {} and f.truncate == {}  # nothing drives acks: keep everything
@@ -84,5 +86,40 @@ def test_lagging_counts_records_behind_and_never_names_an_ack_consumer() -> None
         "gone": Consumer("gone", False, {}, 0.0, dropped="x"),
     }
     complete = {1: 100, 2: 10}
-    assert lagging(cs, {"slow": {1: 50}}, complete, max_lag=50) == {"slow": 60}
-    assert lagging(cs, {"slow": {1: 50}}, complete, max_lag=60) == {}
+    assert lagging(cs, {"slow": {1: 50}}, complete, max_lag=50, names={}) == {"slow": 60}
+    assert lagging(cs, {"slow": {1: 50}}, complete, max_lag=60, names={}) == {}
+
+
+def test_a_consumer_of_some_streams_neither_pins_nor_acks_the_others(tmp_path: Path) -> None:
+    names = {1: "orders-eu", 2: "orders-us", 3: "clicks"}
+    cs = {
+        "all": Consumer("all", acks=True),
+        "eu": Consumer("eu", reads=StreamSelection.parse(None, "orders-eu")),
+        "clicks": Consumer("clicks", acks=True, reads=StreamSelection.parse("3", None)),
+    }
+    committed = {"all": {1: 10, 2: 10, 3: 10}, "eu": {1: 4}, "clicks": {3: 6}}
+    f = frontiers(cs, committed, names)
+    assert f.acks == {1: 10, 2: 10, 3: 6}
+    assert f.truncate == {1: 4, 2: 10, 3: 6}  # "eu" pins stream 1 only
+    # Without "all", stream 1 and 2 have no ack consumer: never acked, never truncated.
+    del cs["all"]
+    assert frontiers(cs, committed, names).acks == {3: 6}
+    # Saved and loaded with what it reads; a restart with another filter replaces it.
+    register_consumer(tmp_path, "eu", {}, reads=StreamSelection.parse(None, "orders-eu"))
+    assert load_consumers(tmp_path)["eu"].reads.selects(1, "orders-eu")
+    register_consumer(tmp_path, "eu", {}, reads=StreamSelection.parse("2,3", None))
+    assert load_consumers(tmp_path)["eu"].reads.to_json() == {"streams": [2, 3]}
+
+
+@pytest.mark.parametrize(
+    ("streams", "pattern", "message"),
+    [
+        ("1,x", None, "streams must be stream ids separated by commas, e.g. '1,2,7', got '1,x'"),
+        ("", None, "streams must be stream ids"),
+        (None, "orders-(", "streamPattern 'orders-(' is not a regular expression"),
+        ("1", "orders", "streams and streamPattern exclude each other"),
+    ],
+)
+def test_stream_selections_are_checked(streams: str | None, pattern: str | None, message: str) -> None:
+    with pytest.raises(ConsumerError, match=re.escape(message)):
+        StreamSelection.parse(streams, pattern)
