@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aqueduct.bridge.consumers import DEFAULT_CONSUMER, check_consumer_name
+from aqueduct.bridge.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
 from aqueduct.bridge.service import Bridge, BridgeConfig, BridgeProgress
 
 logger = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class Receiver:
         ``"earliest"`` (every record still retained) or ``"latest"`` (the
         end of the last complete epoch). A consumer the log already knows
         resumes from its query's checkpoint instead. ``options`` go to the
-        ``aqueduct`` source (e.g. ``maxRecordsPerTrigger``).
+        ``aqueduct`` source (e.g. ``maxRecordsPerTrigger``, ``streamPattern``).
         """
         check_consumer_name(consumer)
         if starting not in STARTING:
@@ -214,7 +214,10 @@ class Receiver:
             raise ReceiverError("Receiver.stream: start the receiver first (use it in a with block)")
         positions = self._bridge.positions
         assert positions is not None
-        self._on_loop(lambda: positions.register(consumer, acks=False, latest=starting == "latest"))
+        lowered = {k.lower(): v for k, v in options.items()}
+        reads = StreamSelection.parse(lowered.get("streams"), lowered.get("streampattern"))
+        latest = starting == "latest"
+        self._on_loop(lambda: positions.register(consumer, acks=False, latest=latest, reads=reads))
         self._consumers.add(consumer)
         reader = (
             self.spark.readStream.format("aqueduct")

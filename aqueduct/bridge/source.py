@@ -23,17 +23,23 @@ method re-reads the log's index (the only thing a reader trusts).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -46,25 +52,32 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aqueduct.bridge.admission import admit
+from aqueduct.bridge.admission import Limit, admit
 from aqueduct.bridge.commits import commit_file, parse_offsets
 from aqueduct.bridge.consumers import (
-    DEFAULT_CONSUMER,
     ConsumerError,
-    check_consumer_name,
     check_not_dropped,
     register_consumer,
 )
-from aqueduct.bridge.index import IndexEntry, write_atomically
+from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.lag import stored_bytes
+from aqueduct.bridge.planning import Slice, plan_slices
 from aqueduct.bridge.schema import SPARK_COLUMNS, SPARK_FIELDS
 from aqueduct.bridge.segment import read_batches
-from aqueduct.bridge.view import StreamIndex, check_log_dir, load_streams
+from aqueduct.bridge.source_options import (
+    EARLIEST,
+    LATEST,
+    AqueductOptionError,
+    SourceOptions,
+)
+from aqueduct.bridge.view import LogSnapshots, StreamIndex
 
-EARLIEST, LATEST = -2, -1  # startingOffsets' per-stream markers, as in Kafka's
+__all__ = [
+    "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductOptionError",
+    "AqueductPartition", "AqueductStreamReader", "SourceOptions", "register",
+]  # fmt: skip
 
-#: Upper bound on records per Spark input partition (a stream's range is
-#: split into several partitions above it, for parallelism).
-PARTITION_RECORDS = 1 << 20
+logger = logging.getLogger(__name__)
 
 _SPARK_TYPES = {
     pa.int64(): LongType(),
@@ -78,107 +91,52 @@ SPARK_STRUCT = StructType(
     [StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in SPARK_FIELDS]
 )
 
-
-class AqueductOptionError(ValueError):
-    """An option of the ``aqueduct`` source is missing or invalid."""
+#: Options that shape micro-batches, meaningless for a batch read.
+STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxBytesPerTrigger",
+                  "minRecordsPerTrigger", "maxTriggerDelay")  # fmt: skip
 
 
 class AqueductDataLoss(RuntimeError):
     """Records the query has not read yet were truncated from the log."""
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """Validated options of the ``aqueduct`` source."""
-
-    log: str
-    max_records_per_trigger: int | None = None
-    consumer: str = DEFAULT_CONSUMER
-    #: where a new query starts: "earliest", "latest", or {stream id: offset}
-    #: (-2 for that stream's earliest, -1 for its latest complete epoch end)
-    starting_offsets: str | Mapping[int, int] = "earliest"
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Validate Spark's (case-insensitive, lower-cased) option map."""
-        known = {"log", "maxrecordspertrigger", "consumer", "startingoffsets"}
-        unknown = sorted(k for k in options if k.lower() not in known)
-        if unknown:
-            raise AqueductOptionError(
-                f"aqueduct source: unknown option(s) {', '.join(unknown)}; "
-                "known: log, maxRecordsPerTrigger, consumer, startingOffsets"
-            )
-        opts = {k.lower(): v for k, v in options.items()}
-        log = opts.get("log")
-        if not log:
-            raise AqueductOptionError(
-                "aqueduct source: option 'log' (the log directory) is required"
-            )
-        try:
-            check_log_dir(Path(log))
-        except ValueError as e:
-            raise AqueductOptionError(f"aqueduct source: {e}") from None
-        limit = opts.get("maxrecordspertrigger")
-        max_records = None
-        if limit is not None:
-            try:
-                max_records = int(limit)
-            except ValueError:
-                max_records = 0
-            if max_records <= 0:
-                raise AqueductOptionError(
-                    f"aqueduct source: maxRecordsPerTrigger must be a positive integer, got {limit!r}"
-                )
-        consumer = opts.get("consumer", DEFAULT_CONSUMER)
-        try:
-            check_consumer_name(consumer)
-        except ConsumerError as e:
-            raise AqueductOptionError(f"aqueduct source: {e}") from None
-        return cls(log, max_records, consumer, _starting_offsets(opts.get("startingoffsets", "earliest")))
-
-
-def _starting_offsets(text: str) -> str | dict[int, int]:
-    """``earliest``, ``latest`` or a JSON object ``{"<stream id>": offset, -2 or -1}``."""
-    if text in ("earliest", "latest"):
-        return text
-    problem = (
-        "aqueduct source: startingOffsets must be 'earliest', 'latest' or a JSON object "
-        f'{{"<stream id>": <offset>, -2 (earliest) or -1 (latest)}}, got {text!r}'
-    )
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise AqueductOptionError(problem) from None
-    if not isinstance(doc, dict) or not all(
-        isinstance(k, str) and k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and v >= -2
-        for k, v in doc.items()
-    ):
-        raise AqueductOptionError(problem)
-    return {int(k): v for k, v in doc.items()}
-
-
-def _start_of(s: StreamIndex, wanted: int) -> int:
-    """Where a stream starts for ``startingOffsets`` entry ``wanted``: always an epoch boundary."""
+def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:
+    """Where a stream starts (or, for ``endingOffsets``, ends) for entry ``wanted``: an epoch boundary."""
     if wanted == EARLIEST:
         return s.earliest
     if wanted == LATEST:
         return s.complete
     if wanted < s.earliest:
         raise AqueductDataLoss(
-            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, "
+            f"aqueduct source: {option} asks for stream {s.stream_id} at {wanted}, "
             f"but the log keeps it only from {s.earliest}"
         )
     if wanted > s.complete:
         raise AqueductOptionError(
-            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, "
+            f"aqueduct source: {option} asks for stream {s.stream_id} at {wanted}, "
             f"beyond the end of its last complete epoch ({s.complete})"
         )
     if wanted < s.complete and s.first_offset_of_epoch_at_least(s.epoch_at(wanted)) != wanted:
         raise AqueductOptionError(
-            f"aqueduct source: startingOffsets asks for stream {s.stream_id} at {wanted}, inside "
+            f"aqueduct source: {option} asks for stream {s.stream_id} at {wanted}, inside "
             "an epoch; a query starts at an epoch boundary so it never sees part of one"
         )
     return wanted
+
+
+def _positions(
+    option: str, wanted: str | Mapping[int, int], streams: Mapping[int, StreamIndex]
+) -> dict[int, int]:
+    """Per stream, where ``startingOffsets``/``endingOffsets`` (``wanted``) puts a read."""
+    default = LATEST if wanted == "latest" else EARLIEST
+    per_stream = wanted if isinstance(wanted, Mapping) else {}
+    unknown = sorted(set(per_stream) - set(streams))
+    if unknown:
+        raise AqueductOptionError(
+            f"aqueduct source: {option} names streams the log does not have "
+            f"(or the stream filter leaves out): {unknown}"
+        )
+    return {sid: _start_of(s, per_stream.get(sid, default), option) for sid, s in streams.items()}
 
 
 class AqueductDataSource(DataSource):
@@ -196,25 +154,42 @@ class AqueductDataSource(DataSource):
         return SPARK_STRUCT
 
     def streamReader(self, schema: StructType) -> AqueductStreamReader:
+        if "endingoffsets" in self.parsed.given:
+            raise AqueductOptionError(
+                "aqueduct source: endingOffsets is for batch reads (spark.read); a streaming "
+                "query reads on as records arrive"
+            )
         return AqueductStreamReader(self.parsed)
+
+    def reader(self, schema: StructType) -> AqueductBatchReader:
+        given = sorted(name for name in STREAMING_ONLY if name.lower() in self.parsed.given)
+        if given:
+            raise AqueductOptionError(
+                f"aqueduct source: {', '.join(given)} only apply to streaming queries "
+                "(spark.readStream); a batch read is no consumer and has no triggers"
+            )
+        return AqueductBatchReader(self.parsed)
 
 
 class AqueductPartition(InputPartition):
-    """Records ``[start, end)`` of one stream, with the index entries that hold them.
+    """Records of one or more streams (:class:`~aqueduct.bridge.planning.Slice`), read in order.
 
-    Carrying the entries makes :meth:`AqueductStreamReader.read` independent
-    of later index changes: the same partition always yields the same rows.
+    Carrying the index entries makes :func:`read_partition` independent of
+    later index changes: the same partition always yields the same rows.
     """
 
-    def __init__(
-        self, directory: str, stream_id: int, start: int, end: int, entries: tuple[IndexEntry, ...]
-    ) -> None:
-        super().__init__((stream_id, start, end))
-        self.directory = directory
-        self.stream_id = stream_id
-        self.start = start
-        self.end = end
-        self.entries = entries
+    def __init__(self, slices: tuple[Slice, ...]) -> None:
+        super().__init__(tuple((x.stream_id, x.start, x.end) for x in slices))
+        self.slices = slices
+
+
+def read_partition(partition: AqueductPartition) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the partition's records, BOUNDARY markers left out."""
+    for x in partition.slices:
+        for batch in read_batches(Path(x.directory), x.entries, x.start, x.end):
+            rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
+            if rows.num_rows:
+                yield rows
 
 
 def _check_not_truncated(streams: Mapping[int, StreamIndex], starts: Mapping[int, int]) -> None:
@@ -226,7 +201,7 @@ def _check_not_truncated(streams: Mapping[int, StreamIndex], starts: Mapping[int
                 f"aqueduct source: stream {sid} records [{pos}, {s.earliest}) were truncated "
                 "from the log before this query read them (the log keeps records only for "
                 "registered consumers: give each query its own 'consumer' name, see "
-                "`aqueduct-bridge consumers list`)"
+                "`aqueduct-bridge consumers list`; failOnDataLoss=false skips them instead)"
             )
 
 
@@ -235,13 +210,59 @@ def _offsets(positions: Mapping[int, int]) -> dict[str, int]:
     return {str(sid): positions[sid] for sid in sorted(positions)}
 
 
-class AqueductStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader over memory-mapped Arrow segments."""
+class _LogReader:
+    """What the batch and the stream reader share: the log's streams and their partitions."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self._snapshots: LogSnapshots | None = None
+
+    def __getstate__(self) -> dict:
+        # Spark pickles readers into its workers: the snapshot cache stays behind.
+        return {k: v for k, v in self.__dict__.items() if k != "_snapshots"} | {"_snapshots": None}
+
+    def _streams(self) -> dict[int, StreamIndex]:
+        """The streams this read selects (``streams``/``streamPattern``), as of now."""
+        if self._snapshots is None:
+            self._snapshots = LogSnapshots(Path(self.options.log))
+        reads = self.options.reads
+        return {sid: s for sid, s in self._snapshots.load().items() if reads.selects(sid, s.meta.stream_name)}
+
+    def _plan(
+        self, streams: Mapping[int, StreamIndex], starts: Mapping[int, int], ends: Mapping[int, int]
+    ) -> list[AqueductPartition]:
+        slices = plan_slices(streams, starts, ends, min_partitions=self.options.min_partitions)
+        return [AqueductPartition(group) for group in slices]
+
+
+class AqueductBatchReader(_LogReader, DataSourceReader):
+    """``spark.read.format("aqueduct")``: complete epochs between startingOffsets and endingOffsets."""
+
+    def partitions(self) -> list[AqueductPartition]:  # type: ignore[override]
+        streams = self._streams()
+        starts = _positions("startingOffsets", self.options.starting_offsets, streams)
+        ends = _positions("endingOffsets", self.options.ending_offsets, streams)
+        for sid, end in ends.items():
+            if end < starts[sid]:
+                raise AqueductOptionError(
+                    f"aqueduct source: endingOffsets {end} of stream {sid} is before its "
+                    f"startingOffsets {starts[sid]}"
+                )
+        return self._plan(streams, starts, ends)
+
+    def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_partition(partition)
+
+
+class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader over memory-mapped Arrow segments."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
         self._target: dict[int, int] | None = None
         self._turn = 0
+        self._last_batch_at = time.monotonic()  # for maxTriggerDelay
+        self._skipped: dict[int, tuple[int, int]] = {}  # failOnDataLoss=false: stream -> range skipped
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
@@ -253,92 +274,124 @@ class AqueductStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         returns except in the moment before the bridge re-reads the
         registry, which the data-loss check then reports.
         """
-        log = Path(self.options.log)
-        wanted = self.options.starting_offsets
-        if wanted == "earliest":
-            register_consumer(log, self.options.consumer, {})
-        streams = load_streams(log)
-        default = LATEST if wanted == "latest" else EARLIEST
-        per_stream = wanted if isinstance(wanted, Mapping) else {}
-        unknown = sorted(set(per_stream) - set(streams))
-        if unknown:
-            raise AqueductOptionError(f"aqueduct source: startingOffsets names streams the log does not have: {unknown}")
-        start = {sid: _start_of(s, per_stream.get(sid, default)) for sid, s in streams.items()}
-        if wanted != "earliest":
-            register_consumer(log, self.options.consumer, start)
+        log, o = Path(self.options.log), self.options
+        if o.starting_offsets == "earliest":
+            register_consumer(log, o.consumer, {}, reads=o.reads)
+        start = _positions("startingOffsets", o.starting_offsets, self._streams())
+        if o.starting_offsets != "earliest":
+            register_consumer(log, o.consumer, start, reads=o.reads)
         return _offsets(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_records_per_trigger is None:
-            return ReadAllAvailable()
-        return ReadMaxRows(self.options.max_records_per_trigger)
+        """Spark's own read limit carries the first budget; the byte budget also applies with it."""
+        if self.options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the target: complete epochs as of now, nothing appended later."""
-        streams = load_streams(Path(self.options.log))
-        self._target = {sid: s.complete for sid, s in streams.items()}
+        self._target = {sid: s.complete for sid, s in self._streams().items()}
+
+    def _starts(self, start: dict[str, int], streams: Mapping[int, StreamIndex]) -> dict[int, int]:
+        """The previous batch's ends; what truncation took is data loss, or skipped if allowed."""
+        starts = parse_offsets(start)
+        if self.options.fail_on_data_loss:
+            _check_not_truncated(streams, starts)
+            return starts
+        for sid, s in streams.items():
+            pos = starts.get(sid, 0)
+            if pos < s.earliest:
+                logger.warning(
+                    "aqueduct source: consumer %r skips stream %d records [%d, %d), truncated "
+                    "before it read them (failOnDataLoss=false)", self.options.consumer, sid, pos, s.earliest,
+                )  # fmt: skip
+                self._skipped[sid] = (pos, s.earliest)
+                starts[sid] = s.earliest
+        return starts
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """End of the next micro-batch: whole epochs, at most the limit (see admission)."""
-        starts = parse_offsets(start)
+        """End of the next micro-batch: whole epochs, within the limits (see admission)."""
         try:
             check_not_dropped(Path(self.options.log), self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
-        streams = load_streams(Path(self.options.log))
-        _check_not_truncated(streams, starts)
+        streams = self._streams()
+        starts = self._starts(start, streams)
         completes = {sid: s.complete for sid, s in streams.items()}
         if self._target is not None:
             completes = {sid: min(c, self._target.get(sid, 0)) for sid, c in completes.items()}
         for sid, pos in starts.items():
             completes[sid] = max(completes.get(sid, pos), pos)
         completes = {sid: c for sid, c in completes.items() if c > 0 or sid in starts}
+        max_records, limits = self._budget(limit, streams)
+        self._turn += 1
+        ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
+        if self._too_few(starts, ends):
+            return _offsets(parse_offsets(start))  # no batch yet
+        if ends != {sid: starts.get(sid, 0) for sid in ends}:
+            self._last_batch_at = time.monotonic()
+        return _offsets(ends)
+
+    def _budget(self, limit: ReadLimit, streams: Mapping[int, StreamIndex]) -> tuple[int | None, list[Limit]]:
+        """The record budget Spark passes, and the byte budget (from Spark or the option)."""
+        max_bytes = self.options.max_bytes_per_trigger
         if isinstance(limit, ReadMaxRows):
             max_records: int | None = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_records, max_bytes = None, limit.max_bytes
         elif isinstance(limit, ReadAllAvailable):
             max_records = None
         else:
             raise ValueError(f"aqueduct source: unsupported read limit {limit!r}")
-        self._turn += 1
-        return _offsets(admit(starts, completes, streams, max_records, self._turn))
+        if max_bytes is None:
+            return max_records, []
+        sizes = {sid: stored_bytes(s) for sid, s in streams.items()}
+        return max_records, [Limit(max_bytes, sizes.__getitem__)]
+
+    def _too_few(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> bool:
+        """``minRecordsPerTrigger``: wait for more, unless ``maxTriggerDelay`` passed (or AvailableNow)."""
+        wanted = self.options.min_records_per_trigger
+        if wanted is None or self._target is not None:
+            return False
+        available = sum(ends[sid] - starts.get(sid, 0) for sid in ends)
+        waited = time.monotonic() - self._last_batch_at
+        return available < wanted and waited < self.options.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, int]:
-        streams = load_streams(Path(self.options.log))
-        return _offsets({sid: s.complete for sid, s in streams.items()})
+        """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``."""
+        return _offsets({sid: s.complete for sid, s in self._streams().items()})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
-        """One partition per stream range, split every :data:`PARTITION_RECORDS` records."""
-        starts, ends = parse_offsets(start), parse_offsets(end)
-        streams = load_streams(Path(self.options.log))
-        _check_not_truncated({sid: streams[sid] for sid in ends}, starts)
-        parts = []
-        for sid, stop in ends.items():
-            lo = starts.get(sid, 0)
-            if stop <= lo:
-                continue
-            s = streams[sid]
-            for a in range(lo, stop, PARTITION_RECORDS):
-                b = min(stop, a + PARTITION_RECORDS)
-                parts.append(
-                    AqueductPartition(str(s.directory), sid, a, b, tuple(s.entries_between(a, b)))
-                )
-        return parts
+        """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.planning`)."""
+        ends = parse_offsets(end)
+        streams = self._streams()
+        starts = self._starts(start, {sid: streams[sid] for sid in ends if sid in streams})
+        return self._plan(streams, starts, ends)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        """Arrow batches of the partition's records, BOUNDARY markers left out."""
-        p = partition
-        for batch in read_batches(Path(p.directory), p.entries, p.start, p.end):
-            rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
-            if rows.num_rows:
-                yield rows
+        return read_partition(partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Record Spark's committed offsets in the log directory (the safety-net signal)."""
-        positions = parse_offsets(end)
-        doc = {"offsets": _offsets(positions), "committed_at": time.time()}
+        """Record Spark's committed offsets in the log directory (the safety-net signal).
+
+        The document also counts the records ``failOnDataLoss=false`` skipped
+        over the consumer's life, for ``aqueduct-bridge consumers list``.
+        """
         path = commit_file(Path(self.options.log), self.options.consumer)
+        skipped = sum(b - a for a, b in self._skipped.values()) + _skipped_before(path)
+        self._skipped.clear()
+        doc = {"offsets": _offsets(parse_offsets(end)), "committed_at": time.time(), "skipped_records": skipped}
         path.parent.mkdir(exist_ok=True)
         write_atomically(path, json.dumps(doc).encode())
+
+
+def _skipped_before(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_bytes()).get("skipped_records", 0))
+    except (FileNotFoundError, ValueError, AttributeError):
+        return 0
 
 
 def register(spark: object) -> None:
