@@ -1,0 +1,199 @@
+"""The source's options beyond the basics, on real log files, called as Spark calls them.
+
+Batch reads, the byte budget, the minimum batch with its delay, the stream
+filter, skipping truncated records when told to, and every bad value with
+the error a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+from aqueduct.bridge.commits import commit_file
+from aqueduct.bridge.consumers import load_consumers
+from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.source import (
+    SPARK_STRUCT,
+    AqueductDataLoss,
+    AqueductDataSource,
+    AqueductOptionError,
+    read_partition,
+)
+from aqueduct.connector.frames import Record
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    """Streams 1 "orders-eu", 2 "orders-us", 3 "clicks": epochs of 4 records (3 + BOUNDARY)."""
+    lg = DurableLog(tmp_path / "log", segment_bytes=1)
+    for sid, name in ((1, "orders-eu"), (2, "orders-us"), (3, "clicks")):
+        lg.open_stream(sid, name, "c/1", boundaries=True).result()
+    yield lg
+    lg.close()
+
+
+def fill(log: DurableLog, epochs: int = 3, payload: bytes = b"x" * 100, after: int = 0) -> None:
+    """``epochs`` more epochs on each stream, after ``after`` epochs already there."""
+    ids = dict.fromkeys((1, 2, 3), 4 * after)
+    for _ in range(epochs):
+        for sid in (1, 2, 3):
+            for _ in range(3):
+                log.append(Record.build(sid, payload, message_id=ids[sid]))
+                ids[sid] += 1
+            log.append(Record.build(sid, message_id=ids[sid], boundary=True))
+            ids[sid] += 1
+        log.commit()  # one index entry (and segment) per epoch and stream
+
+
+def source(log: DurableLog, **options: str) -> AqueductDataSource:
+    return pickle.loads(pickle.dumps(AqueductDataSource({"log": str(log.path), **options})))
+
+
+def rows_of(r, parts) -> list[tuple[int, int]]:
+    parts = pickle.loads(pickle.dumps(parts))
+    return [(row["stream_id"], row["message_id"]) for p in parts for b in r.read(p) for row in b.to_pylist()]
+
+
+def stream_reader(log: DurableLog, **options: str):
+    return pickle.loads(pickle.dumps(source(log, **options).streamReader(SPARK_STRUCT)))
+
+
+def test_a_batch_read_returns_whole_epochs_between_starting_and_ending_offsets(log: DurableLog) -> None:
+    fill(log)
+    log.append(Record.build(1, b"open", message_id=12))  # epoch 3 of stream 1 still open
+    log.commit()
+    r = source(log).reader(SPARK_STRUCT)
+    everything = rows_of(r, r.partitions())
+    assert len(everything) == 27 and (1, 12) not in everything  # complete epochs only
+    r = source(log, startingOffsets='{"1": 4}', endingOffsets='{"1": 8, "2": -1}', streams="1,2").reader(SPARK_STRUCT)
+    assert rows_of(r, r.partitions()) == [(1, 4), (1, 5), (1, 6)] + [(2, i) for i in range(12) if i % 4 != 3]
+    assert load_consumers(log.path) == {}  # a batch read is no consumer
+    assert not commit_file(log.path, "default").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"endingOffsets": '{"1": 5}'}, "endingOffsets asks for stream 1 at 5, inside an epoch"),
+        ({"endingOffsets": '{"1": 40}'}, r"beyond the end of its last complete epoch \(12\)"),
+        ({"endingOffsets": '{"1": -2}'}, "endingOffsets must be 'latest' or a JSON object"),
+        ({"endingOffsets": "earliest"}, "endingOffsets must be 'latest' or a JSON object"),
+        ({"startingOffsets": '{"1": 8}', "endingOffsets": '{"1": 4}'}, "endingOffsets 4 of stream 1 is before"),
+        ({"maxRecordsPerTrigger": "5"}, "maxRecordsPerTrigger only apply to streaming queries"),
+        ({"consumer": "audit"}, "consumer only apply to streaming queries"),
+    ],
+)
+def test_bad_batch_reads_are_refused(log: DurableLog, options: dict, message: str) -> None:
+    fill(log)
+    with pytest.raises(AqueductOptionError, match=message):
+        source(log, **options).reader(SPARK_STRUCT).partitions()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"failOnDataLoss": "no"}, "failOnDataLoss must be 'true' or 'false', got 'no'"),
+        ({"maxBytesPerTrigger": "-1"}, "maxBytesPerTrigger must be a positive integer, got '-1'"),
+        ({"minRecordsPerTrigger": "1.5"}, "minRecordsPerTrigger must be a positive integer"),
+        ({"minRecordsPerTrigger": "5", "maxTriggerDelay": "soon"}, "maxTriggerDelay must be a duration"),
+        ({"maxTriggerDelay": "5s"}, "maxTriggerDelay only applies with minRecordsPerTrigger"),
+        ({"minPartitions": "0"}, "minPartitions must be a positive integer, got '0'"),
+        ({"streams": "1,two"}, "streams must be stream ids separated by commas"),
+        ({"streamPattern": "("}, "streamPattern '\\(' is not a regular expression"),
+        ({"streams": "1", "streamPattern": "x"}, "streams and streamPattern exclude each other"),
+        ({"subscribe": "1"}, "unknown option"),
+    ],
+)
+def test_bad_option_values_are_refused_when_the_query_is_defined(
+    log: DurableLog, options: dict, message: str
+) -> None:
+    with pytest.raises(AqueductOptionError, match=message):
+        source(log, **options)
+
+
+def test_ending_offsets_on_a_stream_is_refused(log: DurableLog) -> None:
+    with pytest.raises(AqueductOptionError, match="endingOffsets is for batch reads"):
+        source(log, endingOffsets="latest").streamReader(SPARK_STRUCT)
+
+
+def test_a_byte_budget_admits_whole_epochs_up_to_the_bytes(log: DurableLog) -> None:
+    fill(log, epochs=4)
+    r = stream_reader(log, maxBytesPerTrigger="1000", streams="1")
+    assert r.getDefaultReadLimit() == ReadMaxBytes(1000)
+    pos, ends = r.initialOffset(), []
+    for _ in range(10):
+        nxt = r.latestOffset(pos, r.getDefaultReadLimit())
+        if nxt == pos:
+            break
+        ends.append(nxt["1"])
+        pos = nxt
+    # An epoch of three 100-byte payloads takes a few hundred bytes as stored: two fit in 1000.
+    assert ends and all(e % 4 == 0 for e in ends) and ends[-1] == 16
+    assert 1 < len(ends) < 16 // 4 + 1
+
+
+def test_min_records_waits_for_more_until_the_delay_passes(log: DurableLog) -> None:
+    fill(log, epochs=1)  # 4 records per stream, 12 in all
+    r = stream_reader(log, minRecordsPerTrigger="20", maxTriggerDelay="300ms")
+    start = r.initialOffset()
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # 12 < 20: no batch yet
+    fill(log, epochs=1, after=1)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert sum(end.values()) == 24  # enough now
+    fill(log, epochs=1, after=2)
+    assert r.latestOffset(end, ReadAllAvailable()) == end  # 12 new: wait...
+    time.sleep(0.35)
+    assert sum(r.latestOffset(end, ReadAllAvailable()).values()) == 36  # ...but not past the delay
+    r.prepareForTriggerAvailableNow()  # AvailableNow never waits: it would stop short
+    assert r.latestOffset(start, ReadAllAvailable()) != start
+
+
+def test_a_stream_filter_reads_and_registers_only_what_it_selects(log: DurableLog) -> None:
+    fill(log, epochs=1)
+    r = stream_reader(log, streamPattern="orders-.*", consumer="orders")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"1": 4, "2": 4}
+    assert {sid for sid, _ in rows_of(r, r.partitions(start, end))} == {1, 2}
+    assert load_consumers(log.path)["orders"].reads.to_json() == {"pattern": "orders-.*"}
+    log.open_stream(4, "orders-jp", "c/1", boundaries=True).result()  # matching streams join later
+    log.open_stream(5, "views", "c/1", boundaries=True).result()
+    for sid in (4, 5):
+        log.append(Record.build(sid, b"y", message_id=0))
+        log.append(Record.build(sid, message_id=1, boundary=True))
+    log.commit()
+    assert r.latestOffset(end, ReadAllAvailable()) == {"1": 4, "2": 4, "4": 2}
+
+
+def test_fail_on_data_loss_false_skips_what_was_truncated_and_counts_it(log: DurableLog) -> None:
+    fill(log, epochs=3)
+    r = stream_reader(log, failOnDataLoss="false", streams="1")
+    start = r.initialOffset()
+    assert log.truncate(1, 8).result() == 8  # as if a dropped consumer let it go
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"1": 12}
+    assert [m for _, m in rows_of(r, r.partitions(start, end))] == [8, 9, 10]
+    r.commit(end)
+    r.commit(end)  # counted once
+    assert json.loads(commit_file(log.path, "default").read_text())["skipped_records"] == 8
+    strict = stream_reader(log, streams="1")
+    with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 8\) were truncated"):
+        strict.latestOffset(start, ReadAllAvailable())
+
+
+def test_partitions_read_the_same_rows_whoever_reads_them(log: DurableLog) -> None:
+    fill(log)
+    r = stream_reader(log, minPartitions="3")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    parts = r.partitions(start, end)
+    assert len(parts) >= 3
+    assert rows_of(r, parts) == rows_of(r, r.partitions(start, end))
+    assert sorted(rows_of(r, parts)) == [(sid, m) for sid in (1, 2, 3) for m in range(12) if m % 4 != 3]
+    assert [b.num_rows for p in parts for b in read_partition(p)]  # the module function is what read uses
