@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from aqueduct.bridge.index import IndexEntry
 from aqueduct.bridge.lag import stored_bytes
+from aqueduct.bridge.source_options import StreamKey
 from aqueduct.bridge.view import StreamIndex
 
 #: Default targets of one input partition.
@@ -33,7 +34,7 @@ class Slice:
     """Records ``[start, end)`` of one stream, with the index entries that hold them."""
 
     directory: str
-    stream_id: int
+    key: StreamKey  # the stream's id, or (log name, id) in a query over several logs
     start: int
     end: int
     entries: tuple[IndexEntry, ...]
@@ -41,9 +42,9 @@ class Slice:
 
 
 def plan_slices(
-    streams: Mapping[int, StreamIndex],
-    starts: Mapping[int, int],
-    ends: Mapping[int, int],
+    streams: Mapping[StreamKey, StreamIndex],
+    starts: Mapping[StreamKey, int],
+    ends: Mapping[StreamKey, int],
     *,
     max_records: int = PARTITION_RECORDS,
     max_bytes: int = PARTITION_BYTES,

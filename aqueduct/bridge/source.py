@@ -53,7 +53,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.admission import Limit, admit
-from aqueduct.bridge.commits import commit_file, parse_offsets
+from aqueduct.bridge.commits import commit_file
 from aqueduct.bridge.consumers import (
     ConsumerError,
     check_not_dropped,
@@ -69,6 +69,9 @@ from aqueduct.bridge.source_options import (
     LATEST,
     AqueductOptionError,
     SourceOptions,
+    StreamKey,
+    key_text,
+    parse_key,
 )
 from aqueduct.bridge.view import LogSnapshots, StreamIndex
 
@@ -125,8 +128,8 @@ def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> i
 
 
 def _positions(
-    option: str, wanted: str | Mapping[int, int], streams: Mapping[int, StreamIndex]
-) -> dict[int, int]:
+    option: str, wanted: str | Mapping[StreamKey, int], streams: Mapping[StreamKey, StreamIndex]
+) -> dict[StreamKey, int]:
     """Per stream, where ``startingOffsets``/``endingOffsets`` (``wanted``) puts a read."""
     default = LATEST if wanted == "latest" else EARLIEST
     per_stream = wanted if isinstance(wanted, Mapping) else {}
@@ -134,9 +137,9 @@ def _positions(
     if unknown:
         raise AqueductOptionError(
             f"aqueduct source: {option} names streams the log does not have "
-            f"(or the stream filter leaves out): {unknown}"
+            f"(or the stream filter leaves out): [{', '.join(key_text(k) for k in unknown)}]"
         )
-    return {sid: _start_of(s, per_stream.get(sid, default), option) for sid, s in streams.items()}
+    return {k: _start_of(s, per_stream.get(k, default), option) for k, s in streams.items()}
 
 
 class AqueductDataSource(DataSource):
@@ -151,6 +154,9 @@ class AqueductDataSource(DataSource):
         return "aqueduct"
 
     def schema(self) -> StructType:
+        """The rows' columns; reading several logs adds ``log``, the name of each row's log."""
+        if self.parsed.qualified:
+            return StructType([*SPARK_STRUCT.fields, StructField("log", StringType(), False)])
         return SPARK_STRUCT
 
     def streamReader(self, schema: StructType) -> AqueductStreamReader:
@@ -179,57 +185,97 @@ class AqueductPartition(InputPartition):
     """
 
     def __init__(self, slices: tuple[Slice, ...]) -> None:
-        super().__init__(tuple((x.stream_id, x.start, x.end) for x in slices))
+        super().__init__(tuple((key_text(x.key), x.start, x.end) for x in slices))
         self.slices = slices
 
 
 def read_partition(partition: AqueductPartition) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the partition's records, BOUNDARY markers left out."""
+    """Arrow batches of the partition's records, BOUNDARY markers left out.
+
+    A slice of a query over several logs gets the ``log`` column (its log's name).
+    """
     for x in partition.slices:
         for batch in read_batches(Path(x.directory), x.entries, x.start, x.end):
             rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
-            if rows.num_rows:
-                yield rows
+            if not rows.num_rows:
+                continue
+            if isinstance(x.key, tuple):
+                name = pa.repeat(pa.scalar(x.key[0], pa.string()), rows.num_rows)
+                rows = pa.RecordBatch.from_arrays(
+                    [*rows.columns, name], schema=rows.schema.append(pa.field("log", pa.string(), False))
+                )
+            yield rows
 
 
-def _check_not_truncated(streams: Mapping[int, StreamIndex], starts: Mapping[int, int]) -> None:
+def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mapping[StreamKey, int]) -> None:
     """Refuse to go on silently when records this query still needs are gone."""
-    for sid, s in streams.items():
-        pos = starts.get(sid, 0)
+    for k, s in streams.items():
+        pos = starts.get(k, 0)
         if pos < s.earliest:
             raise AqueductDataLoss(
-                f"aqueduct source: stream {sid} records [{pos}, {s.earliest}) were truncated "
+                f"aqueduct source: stream {key_text(k)} records [{pos}, {s.earliest}) were truncated "
                 "from the log before this query read them (the log keeps records only for "
                 "registered consumers: give each query its own 'consumer' name, see "
                 "`aqueduct-bridge consumers list`; failOnDataLoss=false skips them instead)"
             )
 
 
-def _offsets(positions: Mapping[int, int]) -> dict[str, int]:
-    """Spark offset dict: string keys in numeric order, so the JSON text is canonical."""
-    return {str(sid): positions[sid] for sid in sorted(positions)}
+def _offsets(positions: Mapping[StreamKey, int]) -> dict[str, int]:
+    """Spark offset dict: keys in (log, stream id) order, so the JSON text is canonical."""
+    return {key_text(k): positions[k] for k in sorted(positions)}
 
 
 class _LogReader:
-    """What the batch and the stream reader share: the log's streams and their partitions."""
+    """What the batch and the stream reader share: the logs' streams and their partitions.
+
+    Streams are keyed by :data:`~aqueduct.bridge.source_options.StreamKey`:
+    their id when the query reads one log, ``(log name, id)`` when it reads
+    several, so ids of different bridges never collide.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._snapshots: LogSnapshots | None = None
+        self._snapshots: list[tuple[str | None, LogSnapshots]] | None = None
 
     def __getstate__(self) -> dict:
-        # Spark pickles readers into its workers: the snapshot cache stays behind.
+        # Spark pickles readers into its workers: the snapshot caches stay behind.
         return {k: v for k, v in self.__dict__.items() if k != "_snapshots"} | {"_snapshots": None}
 
-    def _streams(self) -> dict[int, StreamIndex]:
+    def _streams(self) -> dict[StreamKey, StreamIndex]:
         """The streams this read selects (``streams``/``streamPattern``), as of now."""
         if self._snapshots is None:
-            self._snapshots = LogSnapshots(Path(self.options.log))
-        reads = self.options.reads
-        return {sid: s for sid, s in self._snapshots.load().items() if reads.selects(sid, s.meta.stream_name)}
+            self._snapshots = [(name, LogSnapshots(Path(path))) for name, path in self.options.logs]
+        reads, streams = self.options.reads, {}
+        for name, snapshots in self._snapshots:
+            for sid, s in snapshots.load().items():
+                if reads.selects(sid, s.meta.stream_name):
+                    streams[sid if name is None else (name, sid)] = s
+        return streams
+
+    def _parse(self, offsets: dict[str, int]) -> dict[StreamKey, int]:
+        """Spark's offset dict back to positions per stream key."""
+        qualified = self.options.qualified
+        positions: dict[StreamKey, int] = {}
+        for k, v in offsets.items():
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"aqueduct offset: positions must be non-negative integers, got {k!r}: {v!r}")
+            positions[parse_key(k, qualified)] = v
+        return positions
+
+    def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[Path, dict[int, int]]:
+        """Positions split by log directory, with plain stream ids (what each log's files hold)."""
+        dirs = {name: Path(path) for name, path in self.options.logs}
+        split: dict[Path, dict[int, int]] = {d: {} for d in dirs.values()}
+        for k, pos in positions.items():
+            name, sid = k if isinstance(k, tuple) else (None, k)
+            split[dirs[name]][sid] = pos
+        return split
 
     def _plan(
-        self, streams: Mapping[int, StreamIndex], starts: Mapping[int, int], ends: Mapping[int, int]
+        self,
+        streams: Mapping[StreamKey, StreamIndex],
+        starts: Mapping[StreamKey, int],
+        ends: Mapping[StreamKey, int],
     ) -> list[AqueductPartition]:
         slices = plan_slices(streams, starts, ends, min_partitions=self.options.min_partitions)
         return [AqueductPartition(group) for group in slices]
@@ -242,11 +288,11 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
         streams = self._streams()
         starts = _positions("startingOffsets", self.options.starting_offsets, streams)
         ends = _positions("endingOffsets", self.options.ending_offsets, streams)
-        for sid, end in ends.items():
-            if end < starts[sid]:
+        for k, end in ends.items():
+            if end < starts[k]:
                 raise AqueductOptionError(
-                    f"aqueduct source: endingOffsets {end} of stream {sid} is before its "
-                    f"startingOffsets {starts[sid]}"
+                    f"aqueduct source: endingOffsets {end} of stream {key_text(k)} is before its "
+                    f"startingOffsets {starts[k]}"
                 )
         return self._plan(streams, starts, ends)
 
@@ -259,27 +305,29 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
 
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
-        self._target: dict[int, int] | None = None
+        self._target: dict[StreamKey, int] | None = None
         self._turn = 0
         self._last_batch_at = time.monotonic()  # for maxTriggerDelay
-        self._skipped: dict[int, tuple[int, int]] = {}  # failOnDataLoss=false: stream -> range skipped
+        self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
 
         Spark asks only when a query starts without a checkpoint, so this is
-        also where its consumer joins the log's registry (or, dropped
+        also where its consumer joins each log's registry (or, dropped
         before, joins anew). From the earliest record, it registers first
         and reads the log after, so truncation cannot pass the start this
         returns except in the moment before the bridge re-reads the
         registry, which the data-loss check then reports.
         """
-        log, o = Path(self.options.log), self.options
+        o = self.options
         if o.starting_offsets == "earliest":
-            register_consumer(log, o.consumer, {}, reads=o.reads)
+            for _, path in o.logs:
+                register_consumer(Path(path), o.consumer, {}, reads=o.reads)
         start = _positions("startingOffsets", o.starting_offsets, self._streams())
         if o.starting_offsets != "earliest":
-            register_consumer(log, o.consumer, start, reads=o.reads)
+            for log, positions in self._per_log(start).items():
+                register_consumer(log, o.consumer, positions, reads=o.reads)
         return _offsets(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -292,49 +340,52 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the target: complete epochs as of now, nothing appended later."""
-        self._target = {sid: s.complete for sid, s in self._streams().items()}
+        self._target = {k: s.complete for k, s in self._streams().items()}
 
-    def _starts(self, start: dict[str, int], streams: Mapping[int, StreamIndex]) -> dict[int, int]:
+    def _starts(self, start: dict[str, int], streams: Mapping[StreamKey, StreamIndex]) -> dict[StreamKey, int]:
         """The previous batch's ends; what truncation took is data loss, or skipped if allowed."""
-        starts = parse_offsets(start)
+        starts = self._parse(start)
         if self.options.fail_on_data_loss:
             _check_not_truncated(streams, starts)
             return starts
-        for sid, s in streams.items():
-            pos = starts.get(sid, 0)
+        for k, s in streams.items():
+            pos = starts.get(k, 0)
             if pos < s.earliest:
                 logger.warning(
-                    "aqueduct source: consumer %r skips stream %d records [%d, %d), truncated "
-                    "before it read them (failOnDataLoss=false)", self.options.consumer, sid, pos, s.earliest,
+                    "aqueduct source: consumer %r skips stream %s records [%d, %d), truncated "
+                    "before it read them (failOnDataLoss=false)", self.options.consumer, key_text(k), pos, s.earliest,
                 )  # fmt: skip
-                self._skipped[sid] = (pos, s.earliest)
-                starts[sid] = s.earliest
+                self._skipped[k] = (pos, s.earliest)
+                starts[k] = s.earliest
         return starts
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """End of the next micro-batch: whole epochs, within the limits (see admission)."""
         try:
-            check_not_dropped(Path(self.options.log), self.options.consumer)
+            for _, path in self.options.logs:
+                check_not_dropped(Path(path), self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
         streams = self._streams()
         starts = self._starts(start, streams)
-        completes = {sid: s.complete for sid, s in streams.items()}
+        completes = {k: s.complete for k, s in streams.items()}
         if self._target is not None:
-            completes = {sid: min(c, self._target.get(sid, 0)) for sid, c in completes.items()}
-        for sid, pos in starts.items():
-            completes[sid] = max(completes.get(sid, pos), pos)
-        completes = {sid: c for sid, c in completes.items() if c > 0 or sid in starts}
+            completes = {k: min(c, self._target.get(k, 0)) for k, c in completes.items()}
+        for k, pos in starts.items():
+            completes[k] = max(completes.get(k, pos), pos)
+        completes = {k: c for k, c in completes.items() if c > 0 or k in starts}
         max_records, limits = self._budget(limit, streams)
         self._turn += 1
         ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
         if self._too_few(starts, ends):
-            return _offsets(parse_offsets(start))  # no batch yet
-        if ends != {sid: starts.get(sid, 0) for sid in ends}:
+            return _offsets(self._parse(start))  # no batch yet
+        if ends != {k: starts.get(k, 0) for k in ends}:
             self._last_batch_at = time.monotonic()
         return _offsets(ends)
 
-    def _budget(self, limit: ReadLimit, streams: Mapping[int, StreamIndex]) -> tuple[int | None, list[Limit]]:
+    def _budget(
+        self, limit: ReadLimit, streams: Mapping[StreamKey, StreamIndex]
+    ) -> tuple[int | None, list[Limit]]:
         """The record budget Spark passes, and the byte budget (from Spark or the option)."""
         max_bytes = self.options.max_bytes_per_trigger
         if isinstance(limit, ReadMaxRows):
@@ -347,44 +398,48 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             raise ValueError(f"aqueduct source: unsupported read limit {limit!r}")
         if max_bytes is None:
             return max_records, []
-        sizes = {sid: stored_bytes(s) for sid, s in streams.items()}
+        sizes = {k: stored_bytes(s) for k, s in streams.items()}
         return max_records, [Limit(max_bytes, sizes.__getitem__)]
 
-    def _too_few(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> bool:
+    def _too_few(self, starts: Mapping[StreamKey, int], ends: Mapping[StreamKey, int]) -> bool:
         """``minRecordsPerTrigger``: wait for more, unless ``maxTriggerDelay`` passed (or AvailableNow)."""
         wanted = self.options.min_records_per_trigger
         if wanted is None or self._target is not None:
             return False
-        available = sum(ends[sid] - starts.get(sid, 0) for sid in ends)
+        available = sum(ends[k] - starts.get(k, 0) for k in ends)
         waited = time.monotonic() - self._last_batch_at
         return available < wanted and waited < self.options.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, int]:
         """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``."""
-        return _offsets({sid: s.complete for sid, s in self._streams().items()})
+        return _offsets({k: s.complete for k, s in self._streams().items()})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
         """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.planning`)."""
-        ends = parse_offsets(end)
+        ends = self._parse(end)
         streams = self._streams()
-        starts = self._starts(start, {sid: streams[sid] for sid in ends if sid in streams})
+        starts = self._starts(start, {k: streams[k] for k in ends if k in streams})
         return self._plan(streams, starts, ends)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Record Spark's committed offsets in the log directory (the safety-net signal).
+        """Record Spark's committed offsets in each log directory (the safety-net signal).
 
-        The document also counts the records ``failOnDataLoss=false`` skipped
-        over the consumer's life, for ``aqueduct-bridge consumers list``.
+        Each log gets its own streams' positions under plain stream ids, so
+        its bridge reads them as it reads any consumer's. The document also
+        counts the records ``failOnDataLoss=false`` skipped over the
+        consumer's life, for ``aqueduct-bridge consumers list``.
         """
-        path = commit_file(Path(self.options.log), self.options.consumer)
-        skipped = sum(b - a for a, b in self._skipped.values()) + _skipped_before(path)
+        skipped = self._per_log({k: b - a for k, (a, b) in self._skipped.items()})
         self._skipped.clear()
-        doc = {"offsets": _offsets(parse_offsets(end)), "committed_at": time.time(), "skipped_records": skipped}
-        path.parent.mkdir(exist_ok=True)
-        write_atomically(path, json.dumps(doc).encode())
+        for log, positions in self._per_log(self._parse(end)).items():
+            path = commit_file(log, self.options.consumer)
+            total = sum(skipped[log].values()) + _skipped_before(path)
+            doc = {"offsets": _offsets(positions), "committed_at": time.time(), "skipped_records": total}
+            path.parent.mkdir(exist_ok=True)
+            write_atomically(path, json.dumps(doc).encode())
 
 
 def _skipped_before(path: Path) -> int:

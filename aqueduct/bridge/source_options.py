@@ -52,16 +52,61 @@ class AqueductOptionError(ValueError):
     """An option of the ``aqueduct`` source is missing or invalid."""
 
 
+#: A stream's key in offsets: its id, or (log name, id) when a query reads several logs.
+StreamKey = int | tuple[str, int]
+
+_LOG_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_KEY = re.compile(r"(?:([A-Za-z0-9_-]{1,64})/)?(\d+)")
+
+
+def key_text(key: StreamKey) -> str:
+    """``"7"`` or ``"eu/7"``: a stream's key as it appears in Spark's offset JSON."""
+    return f"{key[0]}/{key[1]}" if isinstance(key, tuple) else str(key)
+
+
+def parse_key(text: str, qualified: bool) -> StreamKey:
+    """The inverse of :func:`key_text`; ``qualified`` says whether the query reads several logs."""
+    m = _KEY.fullmatch(text) if isinstance(text, str) else None
+    if m is None or (m.group(1) is not None) != qualified:
+        shape = '"<log name>/<stream id>"' if qualified else '"<stream id>"'
+        raise ValueError(f"aqueduct offset: keys must be {shape}, got {text!r}")
+    return (m.group(1), int(m.group(2))) if qualified else int(m.group(2))
+
+
+def _logs(text: str) -> tuple[tuple[str | None, str], ...]:
+    """``log``: one directory, or several as ``name=DIR,name=DIR`` (or ``DIR,DIR``: named by basename)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) == 1 and "=" not in parts[0]:
+        return ((None, parts[0]),)
+    logs: list[tuple[str | None, str]] = []
+    for part in parts:
+        name, sep, path = part.partition("=")
+        if not sep:
+            name, path = Path(part).name, part
+        if not _LOG_NAME.fullmatch(name) or not path:
+            raise AqueductOptionError(
+                f"aqueduct source: log names must be 1-64 letters, digits, '-' or '_' "
+                f"(log=NAME=DIR,NAME=DIR), got {part!r}"
+            )
+        logs.append((name, path))
+    names = [n for n, _ in logs]
+    if len(set(names)) != len(names):
+        raise AqueductOptionError(
+            f"aqueduct source: two logs named alike in {text!r}; name them: log=eu=DIR,us=DIR"
+        )
+    return tuple(logs)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Validated options of the ``aqueduct`` source (see docs/bridge.md for the table)."""
 
-    log: str
+    log: str  # as given: one directory, or several (see :func:`_logs`)
     consumer: str = DEFAULT_CONSUMER
     #: "earliest", "latest", or {stream id: offset, EARLIEST or LATEST}
-    starting_offsets: str | Mapping[int, int] = "earliest"
+    starting_offsets: str | Mapping[StreamKey, int] = "earliest"
     #: "latest" or {stream id: offset or LATEST} (batch reads only)
-    ending_offsets: str | Mapping[int, int] = "latest"
+    ending_offsets: str | Mapping[StreamKey, int] = "latest"
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
@@ -70,6 +115,16 @@ class SourceOptions:
     reads: StreamSelection = ALL_STREAMS
     min_partitions: int | None = None
     given: frozenset[str] = frozenset()  # the option names the user set, lower-cased
+
+    @property
+    def logs(self) -> tuple[tuple[str | None, str], ...]:
+        """``(name, directory)`` of each log read; the name is None when there is one."""
+        return _logs(self.log)
+
+    @property
+    def qualified(self) -> bool:
+        """Several logs: stream keys carry the log's name."""
+        return len(self.logs) > 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -84,10 +139,13 @@ class SourceOptions:
         log = opts.get("log")
         if not log:
             raise AqueductOptionError("aqueduct source: option 'log' (the log directory) is required")
-        try:
-            check_log_dir(Path(log))
-        except ValueError as e:
-            raise AqueductOptionError(f"aqueduct source: {e}") from None
+        logs = _logs(log)
+        for _, path in logs:
+            try:
+                check_log_dir(Path(path))
+            except ValueError as e:
+                raise AqueductOptionError(f"aqueduct source: {e}") from None
+        qualified = len(logs) > 1
         try:
             consumer = check_consumer_name(opts.get("consumer", DEFAULT_CONSUMER))
             reads = StreamSelection.parse(opts.get("streams"), opts.get("streampattern"))
@@ -101,8 +159,8 @@ class SourceOptions:
         return cls(
             log=log,
             consumer=consumer,
-            starting_offsets=_offsets_option(opts, "startingOffsets", allow_earliest=True),
-            ending_offsets=_offsets_option(opts, "endingOffsets", allow_earliest=False),
+            starting_offsets=_offsets_option(opts, "startingOffsets", qualified, allow_earliest=True),
+            ending_offsets=_offsets_option(opts, "endingOffsets", qualified, allow_earliest=False),
             fail_on_data_loss=_boolean(opts, "failOnDataLoss", default=True),
             max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger"),
             max_bytes_per_trigger=_positive_int(opts, "maxBytesPerTrigger"),
@@ -149,8 +207,10 @@ def _duration(opts: Mapping[str, str], name: str, default: float) -> float:
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
-def _offsets_option(opts: Mapping[str, str], name: str, *, allow_earliest: bool) -> str | dict[int, int]:
-    """``earliest`` / ``latest`` or a JSON object ``{"<stream id>": offset, -2 or -1}``."""
+def _offsets_option(
+    opts: Mapping[str, str], name: str, qualified: bool, *, allow_earliest: bool
+) -> str | dict[StreamKey, int]:
+    """``earliest`` / ``latest`` or a JSON object ``{"<stream key>": offset, -2 or -1}``."""
     words = ("earliest", "latest") if allow_earliest else ("latest",)
     default = words[0]
     text = opts.get(name.lower(), default)
@@ -158,17 +218,18 @@ def _offsets_option(opts: Mapping[str, str], name: str, *, allow_earliest: bool)
         return text
     lowest = EARLIEST if allow_earliest else LATEST
     markers = "-2 (earliest) or -1 (latest)" if allow_earliest else "-1 (latest)"
+    key = "<log name>/<stream id>" if qualified else "<stream id>"
     problem = (
         f"aqueduct source: {name} must be {', '.join(repr(w) for w in words)} or a JSON object "
-        f'{{"<stream id>": <offset>, {markers}}}, got {text!r}'
+        f'{{"{key}": <offset>, {markers}}}, got {text!r}'
     )
     try:
         doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError(doc)
+        parsed = {parse_key(k, qualified): v for k, v in doc.items()}
     except ValueError:
         raise AqueductOptionError(problem) from None
-    if not isinstance(doc, dict) or not all(
-        isinstance(k, str) and k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and v >= lowest
-        for k, v in doc.items()
-    ):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= lowest for v in parsed.values()):
         raise AqueductOptionError(problem)
-    return {int(k): v for k, v in doc.items()}
+    return parsed

@@ -29,7 +29,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def ranges(parts) -> list[list[tuple[int, int, int]]]:
-    return [[(x.stream_id, x.start, x.end) for x in p] for p in parts]
+    return [[(x.key, x.start, x.end) for x in p] for p in parts]
 
 
 def test_a_thousand_small_streams_pack_into_one_partition(many: Path) -> None:
@@ -45,7 +45,7 @@ def test_a_big_range_is_split_and_targets_bound_every_partition(many: Path) -> N
     ends = {sid: 5 for sid in range(1000)} | {5000: 10_000}
     parts = plan_slices(streams, {5000: 1000}, ends, max_records=2000)
     assert all(sum(x.end - x.start for x in p) <= 2000 for p in parts)
-    big = sorted((x.start, x.end) for p in parts for x in p if x.stream_id == 5000)
+    big = sorted((x.start, x.end) for p in parts for x in p if x.key == 5000)
     assert big[0][0] == 1000 and big[-1][1] == 10_000  # contiguous cover of [1000, 10000)
     assert all(a[1] == b[0] for a, b in zip(big, big[1:], strict=False))
     by_bytes = plan_slices(streams, {}, {5000: 10_000}, max_bytes=200_000)
@@ -56,7 +56,7 @@ def test_min_partitions_spreads_a_small_batch(many: Path) -> None:
     streams = load_streams(many)
     parts = plan_slices(streams, {}, {sid: 5 for sid in range(1000)}, min_partitions=8)
     assert len(parts) >= 8
-    covered = sorted((x.stream_id, x.start, x.end) for p in parts for x in p)
+    covered = sorted((x.key, x.start, x.end) for p in parts for x in p)
     assert covered == [(sid, 0, 5) for sid in range(1000)]
 
 

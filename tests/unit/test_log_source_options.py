@@ -197,3 +197,49 @@ def test_partitions_read_the_same_rows_whoever_reads_them(log: DurableLog) -> No
     assert rows_of(r, parts) == rows_of(r, r.partitions(start, end))
     assert sorted(rows_of(r, parts)) == [(sid, m) for sid in (1, 2, 3) for m in range(12) if m % 4 != 3]
     assert [b.num_rows for p in parts for b in read_partition(p)]  # the module function is what read uses
+
+
+def test_one_query_over_two_logs_qualifies_stream_ids_by_log(tmp_path: Path) -> None:
+    for name in ("eu", "us"):
+        with DurableLog(tmp_path / name / "log") as lg:
+            lg.open_stream(1, "orders", f"{name}/1")  # the same stream id in both
+            lg.append(Record.build(1, name.encode(), message_id=0))
+            lg.commit()
+    logs = f"eu={tmp_path / 'eu' / 'log'},us={tmp_path / 'us' / 'log'}"
+    src = pickle.loads(pickle.dumps(AqueductDataSource({"log": logs, "consumer": "both"})))
+    assert src.schema().fieldNames()[-1] == "log"
+    r = pickle.loads(pickle.dumps(src.streamReader(src.schema())))
+    start = r.initialOffset()
+    assert start == {"eu/1": 0, "us/1": 0}
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"eu/1": 1, "us/1": 1}
+    rows = [row for p in r.partitions(start, end) for b in r.read(p) for row in b.to_pylist()]
+    assert sorted((row["log"], row["stream_id"], row["payload"]) for row in rows) == [
+        ("eu", 1, b"eu"), ("us", 1, b"us"),
+    ]  # fmt: skip
+    r.commit(end)
+    for name in ("eu", "us"):  # each log's bridge sees the consumer and its plain positions
+        log_dir = tmp_path / name / "log"
+        assert "both" in load_consumers(log_dir)
+        assert json.loads(commit_file(log_dir, "both").read_text())["offsets"] == {"1": 1}
+    later = pickle.loads(pickle.dumps(AqueductDataSource({"log": logs, "startingOffsets": '{"us/1": 1}'})))
+    assert later.streamReader(later.schema()).initialOffset() == {"eu/1": 0, "us/1": 1}
+
+
+@pytest.mark.parametrize(
+    ("logs", "message"),
+    [
+        ("a={a},a={b}", "two logs named alike"),
+        ("{a},{a}", "two logs named alike"),
+        ("e u={a},us={b}", "log names must be 1-64 letters, digits"),
+        ("eu={a},us={missing}", "does not exist"),
+    ],
+)
+def test_bad_log_lists_are_refused(tmp_path: Path, logs: str, message: str) -> None:
+    for name in ("a", "b"):
+        DurableLog(tmp_path / name / "log").close()
+    text = logs.format(a=tmp_path / "a" / "log", b=tmp_path / "b" / "log", missing=tmp_path / "nope")
+    with pytest.raises(AqueductOptionError, match=message):
+        AqueductDataSource({"log": text})
+    with pytest.raises(AqueductOptionError, match='"<log name>/<stream id>"'):
+        AqueductDataSource({"log": f"x={tmp_path / 'a' / 'log'},y={tmp_path / 'b' / 'log'}", "startingOffsets": '{"1": 0}'})
