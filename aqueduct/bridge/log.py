@@ -53,6 +53,7 @@ from typing import TypeVar
 import pyarrow as pa
 
 from aqueduct.bridge.acked import write_acked
+from aqueduct.bridge.changes import CHANGES_FILE, ChangeJournal
 from aqueduct.bridge.index import (
     MAGIC,
     IndexEntry,
@@ -482,6 +483,8 @@ class DurableLog:
             os.close(self._lock_fd)
             raise LogLocked(f"log {str(self.path)!r} is already open for writing") from None
         (self.path / STREAMS_DIR).mkdir(exist_ok=True)
+        #: Streams changed, for readers that plan (I/O thread; a fresh one per writer, see changes.py).
+        self._changes = ChangeJournal(self.path / CHANGES_FILE)
         #: Every file write after opening runs here, one job at a time, in submission order.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aqueduct-log-io")
         self._streams: dict[int, _StreamWriter] = {}
@@ -537,7 +540,7 @@ class DurableLog:
         files: Callable[[], None] | None = None
         if s is None:
             s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
-            files = s.create_files
+            files = partial(self._changed, s.create_files, stream_id)
             self._by_connector.setdefault(connector, set()).add(stream_id)
         elif s.meta.connector != connector:
             raise LogError(
@@ -545,7 +548,7 @@ class DurableLog:
             )
         elif s.meta != meta:
             s.meta = meta
-            files = partial(write_atomically, s.directory / META_FILE, meta.to_json())
+            files = partial(self._changed, partial(write_atomically, s.directory / META_FILE, meta.to_json()), stream_id)
         s.points.set_mode(mode)
         reference = s.points.start_from(point_of_reference)
         s.uses_boundaries = s.uses_boundaries or boundaries
@@ -644,6 +647,7 @@ class DurableLog:
             s.segment.sync()
         for s, entry in written:
             s.publish(entry)
+        self._changes.record(s.meta.stream_id for s, _ in written)
         while len(opened) > self.max_open_streams:  # least recently written first
             _, idle = opened.popitem(last=False)
             idle.close()
@@ -705,7 +709,13 @@ class DurableLog:
         keep_after_us = int((now_s - self.retention_seconds) * 1_000_000)
         # On the I/O thread, after any commit in flight: its index entry must
         # be in the list the truncation rewrites the index from.
-        return self._io.submit(s.drop_segments_below, below_offset, keep_after_us)
+        return self._io.submit(self._changed, partial(s.drop_segments_below, below_offset, keep_after_us), stream_id)
+
+    def _changed(self, job: Callable[[], T], stream_id: int) -> T:
+        """Run a file change of one stream, then journal it for readers (I/O thread)."""
+        result = job()
+        self._changes.record((stream_id,))
+        return result
 
     def write_acked(self, positions: Mapping[int, int]) -> Future[None]:
         """Record, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
@@ -718,6 +728,7 @@ class DurableLog:
         os.close(self._lock_fd)
 
     def _close_streams(self) -> None:
+        self._changes.close()
         for s in self._streams.values():
             s.close()
         self._streams.clear()

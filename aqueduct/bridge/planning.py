@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from aqueduct.bridge.admission import StoredBytes
 from aqueduct.bridge.index import IndexEntry
-from aqueduct.bridge.lag import stored_bytes
 from aqueduct.bridge.source_options import StreamKey
 from aqueduct.bridge.view import StreamIndex
 
@@ -54,7 +54,8 @@ def plan_slices(
     ranges = [(sid, starts.get(sid, 0), stop) for sid, stop in sorted(ends.items()) if stop > starts.get(sid, 0)]
     if not ranges:
         return []
-    sizes = {sid: stored_bytes(streams[sid]) for sid, _, _ in ranges}
+    sizes = {sid: StoredBytes([(e.first_offset, e.count, e.length) for e in streams[sid].entries_between(lo, stop)])
+             for sid, lo, stop in ranges}  # fmt: skip
     if min_partitions is not None:
         total_records = sum(stop - lo for _, lo, stop in ranges)
         total_bytes = sum(sizes[sid].cost(lo, stop) for sid, lo, stop in ranges)

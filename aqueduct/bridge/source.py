@@ -236,21 +236,32 @@ class _LogReader:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._snapshots: list[tuple[str | None, LogSnapshots]] | None = None
+        self._selected: tuple[tuple[int, ...], dict[StreamKey, StreamIndex]] | None = None
 
     def __getstate__(self) -> dict:
         # Spark pickles readers into its workers: the snapshot caches stay behind.
-        return {k: v for k, v in self.__dict__.items() if k != "_snapshots"} | {"_snapshots": None}
+        cache = {"_snapshots": None, "_selected": None}
+        return {k: v for k, v in self.__dict__.items() if k not in cache} | cache
 
     def _streams(self) -> dict[StreamKey, StreamIndex]:
-        """The streams this read selects (``streams``/``streamPattern``), as of now."""
+        """The streams this read selects (``streams``/``streamPattern``), as of now.
+
+        The same dict as last time when no log changed: planning a trigger
+        over thousands of quiet streams costs no work per stream here.
+        """
         if self._snapshots is None:
             self._snapshots = [(name, LogSnapshots(Path(path))) for name, path in self.options.logs]
-        reads, streams = self.options.reads, {}
-        for name, snapshots in self._snapshots:
-            for sid, s in snapshots.load().items():
+        loaded = [(name, snapshots.load()) for name, snapshots in self._snapshots]
+        identity = tuple(id(streams) for _, streams in loaded)
+        if self._selected is not None and self._selected[0] == identity:
+            return self._selected[1]
+        reads, selected = self.options.reads, {}
+        for name, streams in loaded:
+            for sid, s in streams.items():
                 if reads.selects(sid, s.meta.stream_name):
-                    streams[sid if name is None else (name, sid)] = s
-        return streams
+                    selected[sid if name is None else (name, sid)] = s
+        self._selected = (identity, selected)
+        return selected
 
     def _parse(self, offsets: dict[str, int]) -> dict[StreamKey, int]:
         """Spark's offset dict back to positions per stream key."""
@@ -259,7 +270,7 @@ class _LogReader:
         for k, v in offsets.items():
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"aqueduct offset: positions must be non-negative integers, got {k!r}: {v!r}")
-            positions[parse_key(k, qualified)] = v
+            positions[int(k) if not qualified and k.isdigit() else parse_key(k, qualified)] = v
         return positions
 
     def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[Path, dict[int, int]]:
