@@ -635,7 +635,19 @@ class DurableLog:
         return self._io.submit(self._write_group, sealed)
 
     def _write_group(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
-        """Write, fsync, then index and fsync each sealed batch (I/O thread)."""
+        """Write, fsync, then index and fsync each sealed batch (I/O thread).
+
+        Streams are written ``max_open_streams`` at a time, so a group
+        commit touching 10,000 streams never holds 10,000 segments and
+        indexes open at once (the process's descriptor limit).
+        """
+        ends: dict[int, int] = {}
+        step = self.max_open_streams
+        for i in range(0, len(sealed), step):
+            ends |= self._write_some(sealed[i : i + step])
+        return ends
+
+    def _write_some(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
         opened = self._opened
         for s, _ in sealed:
             s.open_files()

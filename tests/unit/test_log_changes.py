@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 from aqueduct.bridge.changes import ChangeJournal, ChangeReader
@@ -61,3 +62,18 @@ def test_snapshots_follow_the_writers_journal(tmp_path: Path) -> None:
         log.append(Record.build(9, b"z", message_id=1))
         log.commit()
         assert snapshots.load()[9].end == 2
+
+
+def test_a_group_commit_over_more_streams_than_descriptors_allowed_succeeds(tmp_path: Path) -> None:
+    """200 streams in one group commit under a limit of ~60 free descriptors (2 per open stream)."""
+    with DurableLog(tmp_path / "log", max_open_streams=8) as log:
+        for sid in range(200):
+            log.open_stream(sid, f"s{sid}", "c/1").result()
+            log.append(Record.build(sid, b"x", message_id=0))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 60, hard))
+        try:
+            ends = log.commit()  # one group commit: every stream durable, files opened 8 at a time
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert len(ends) == 200 and all(log.durable_end(sid) == 1 for sid in range(200))
