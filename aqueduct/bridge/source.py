@@ -55,6 +55,7 @@ from pyspark.sql.types import (
 from aqueduct.bridge.admission import Limit, admit
 from aqueduct.bridge.commits import commit_file
 from aqueduct.bridge.consumers import (
+    ALL_STREAMS,
     ConsumerError,
     check_not_dropped,
     register_consumer,
@@ -237,10 +238,14 @@ class _LogReader:
         self.options = options
         self._snapshots: list[tuple[str | None, LogSnapshots]] | None = None
         self._selected: tuple[tuple[int, ...], dict[StreamKey, StreamIndex]] | None = None
+        #: the last two offsets handed to Spark (its next start, and the start of the batch it plans)
+        self._returned: list[tuple[dict[str, int], dict[StreamKey, int]]] = []
+        #: streams reloaded since latestOffset last looked; None after a full rescan
+        self._dirty: set[StreamKey] | None = None
 
     def __getstate__(self) -> dict:
         # Spark pickles readers into its workers: the snapshot caches stay behind.
-        cache = {"_snapshots": None, "_selected": None}
+        cache = {"_snapshots": None, "_selected": None, "_returned": [], "_dirty": None}
         return {k: v for k, v in self.__dict__.items() if k not in cache} | cache
 
     def _streams(self) -> dict[StreamKey, StreamIndex]:
@@ -252,10 +257,15 @@ class _LogReader:
         if self._snapshots is None:
             self._snapshots = [(name, LogSnapshots(Path(path))) for name, path in self.options.logs]
         loaded = [(name, snapshots.load()) for name, snapshots in self._snapshots]
+        self._note_changes()
         identity = tuple(id(streams) for _, streams in loaded)
         if self._selected is not None and self._selected[0] == identity:
             return self._selected[1]
         reads, selected = self.options.reads, {}
+        if len(loaded) == 1 and loaded[0][0] is None and reads == ALL_STREAMS:
+            selected = loaded[0][1]  # one log, every stream: nothing to select
+            self._selected = (identity, selected)
+            return selected
         for name, streams in loaded:
             for sid, s in streams.items():
                 if reads.selects(sid, s.meta.stream_name):
@@ -263,8 +273,29 @@ class _LogReader:
         self._selected = (identity, selected)
         return selected
 
+    def _note_changes(self) -> None:
+        """Add the streams the snapshots just reloaded to the dirty set (None: all may have changed)."""
+        assert self._snapshots is not None
+        for name, snapshots in self._snapshots:
+            if snapshots.changed is None:
+                self._dirty = None
+            elif self._dirty is not None:
+                self._dirty.update(snapshots.changed if name is None else ((name, sid) for sid in snapshots.changed))
+
+    def _take_dirty(self) -> set[StreamKey] | None:
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
     def _parse(self, offsets: dict[str, int]) -> dict[StreamKey, int]:
-        """Spark's offset dict back to positions per stream key."""
+        """Spark's offset dict back to positions per stream key.
+
+        Spark hands back, as the next start, the very offsets this reader
+        returned before: those are recognised (one C-level comparison) and
+        not parsed again, key by key, at every trigger.
+        """
+        for text, positions in self._returned:
+            if offsets == text:
+                return dict(positions)
         qualified = self.options.qualified
         positions: dict[StreamKey, int] = {}
         for k, v in offsets.items():
@@ -354,11 +385,16 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._target = {k: s.complete for k, s in self._streams().items()}
 
     def _starts(self, start: dict[str, int], streams: Mapping[StreamKey, StreamIndex]) -> dict[StreamKey, int]:
-        """The previous batch's ends; what truncation took is data loss, or skipped if allowed."""
+        """The previous batch's ends, checked against truncation in ``streams``."""
         starts = self._parse(start)
+        self._losses(starts, streams)
+        return starts
+
+    def _losses(self, starts: dict[StreamKey, int], streams: Mapping[StreamKey, StreamIndex]) -> None:
+        """What truncation took from ``starts`` is data loss, or skipped (moved past) if allowed."""
         if self.options.fail_on_data_loss:
             _check_not_truncated(streams, starts)
-            return starts
+            return
         for k, s in streams.items():
             pos = starts.get(k, 0)
             if pos < s.earliest:
@@ -368,31 +404,63 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
                 )  # fmt: skip
                 self._skipped[k] = (pos, s.earliest)
                 starts[k] = s.earliest
-        return starts
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """End of the next micro-batch: whole epochs, within the limits (see admission)."""
+        """End of the next micro-batch: whole epochs, within the limits (see admission).
+
+        Caught up and without limits (the common trigger), only the streams
+        the log changed since the last call are looked at: the rest keep
+        the positions this reader returned last time.
+        """
         try:
             for _, path in self.options.logs:
                 check_not_dropped(Path(path), self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
         streams = self._streams()
-        starts = self._starts(start, streams)
-        completes = {k: s.complete for k, s in streams.items()}
-        if self._target is not None:
-            completes = {k: min(c, self._target.get(k, 0)) for k, c in completes.items()}
-        for k, pos in starts.items():
-            completes[k] = max(completes.get(k, pos), pos)
-        completes = {k: c for k, c in completes.items() if c > 0 or k in starts}
+        dirty = self._take_dirty()
         max_records, limits = self._budget(limit, streams)
-        self._turn += 1
-        ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
+        previous = self._returned[-1] if self._returned else None
+        if (
+            dirty is not None and previous is not None and start == previous[0]
+            and max_records is None and not limits and self._target is None
+        ):  # fmt: skip
+            starts = dict(previous[1])
+            self._losses(starts, {k: streams[k] for k in dirty if k in streams})
+            ends = dict(starts)
+            for k in dirty:
+                if k in streams and (streams[k].complete > 0 or k in starts):
+                    ends[k] = max(starts.get(k, 0), streams[k].complete)
+        else:
+            starts = self._starts(start, streams)
+            completes = {k: s.complete for k, s in streams.items()}
+            if self._target is not None:
+                completes = {k: min(c, self._target.get(k, 0)) for k, c in completes.items()}
+            for k, pos in starts.items():
+                completes[k] = max(completes.get(k, pos), pos)
+            completes = {k: c for k, c in completes.items() if c > 0 or k in starts}
+            self._turn += 1
+            ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
         if self._too_few(starts, ends):
-            return _offsets(self._parse(start))  # no batch yet
-        if ends != {k: starts.get(k, 0) for k in ends}:
+            # No batch yet: what changed must be looked at again next time.
+            self._dirty = None if dirty is None or self._dirty is None else self._dirty | dirty
+            return _offsets(self._parse(start))
+        if ends != starts:
             self._last_batch_at = time.monotonic()
-        return _offsets(ends)
+        return self._out(ends)
+
+    def _out(self, ends: dict[StreamKey, int]) -> dict[str, int]:
+        """``_offsets(ends)``, remembered; built from the previous one when only positions moved."""
+        prev = self._returned[-1] if self._returned else None
+        if prev is not None and prev[1].keys() == ends.keys():
+            out = dict(prev[0])  # same keys: same canonical order
+            for k, v in ends.items():
+                if prev[1][k] != v:
+                    out[key_text(k)] = v
+        else:
+            out = _offsets(ends)
+        self._returned = [*self._returned[-1:], (out, dict(ends))]
+        return out
 
     def _budget(
         self, limit: ReadLimit, streams: Mapping[StreamKey, StreamIndex]
@@ -428,9 +496,11 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
         """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.planning`)."""
         ends = self._parse(end)
+        starts = self._parse(start)
+        moved = {k: stop for k, stop in ends.items() if stop > starts.get(k, 0)}
         streams = self._streams()
-        starts = self._starts(start, {k: streams[k] for k in ends if k in streams})
-        return self._plan(streams, starts, ends)
+        self._losses(starts, {k: streams[k] for k in moved if k in streams})
+        return self._plan(streams, starts, moved)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)

@@ -209,20 +209,32 @@ class LogSnapshots:
         self._changes = ChangeReader(path / CHANGES_FILE)
         self._known: dict[int, tuple[tuple[int, int, int] | None, StreamIndex]] = {}
         self._last: dict[int, StreamIndex] | None = None
+        #: the streams the last :meth:`load` reloaded; None when it rescanned them all
+        self.changed: set[int] | None = None
 
     def load(self) -> dict[int, StreamIndex]:
         """Every stream by id, in id order; the very same dict as last time if nothing changed."""
         changed = self._changes.poll()
-        if changed is None:
+        self.changed = changed if self._last is not None else None
+        if changed is None or self._last is None:
             self._rescan()
-        elif changed:
-            root = self.path / STREAMS_DIR
-            for sid in changed:
-                self._reload(sid, f"{root}/{sid}")
-        elif self._last is not None:
+            self._last = {sid: self._known[sid][1] for sid in sorted(self._known)}
             return self._last
-        self._last = {sid: self._known[sid][1] for sid in sorted(self._known)}
-        return self._last
+        if not changed:
+            return self._last
+        root = self.path / STREAMS_DIR
+        for sid in changed:
+            self._reload(sid, f"{root}/{sid}")
+        last = dict(self._last)  # a copy keeps the id order while only values change
+        for sid in changed:
+            if sid in self._known:
+                last[sid] = self._known[sid][1]
+            else:
+                last.pop(sid, None)
+        if len(last) != len(self._known):  # a new stream: the order must be rebuilt
+            last = {sid: self._known[sid][1] for sid in sorted(self._known)}
+        self._last = last
+        return last
 
     def _reload(self, sid: int, directory: str) -> None:
         s = _load_stream(Path(directory))

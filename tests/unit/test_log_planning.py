@@ -77,3 +77,37 @@ def test_snapshots_reread_only_the_streams_that_changed(tmp_path: Path) -> None:
         assert snapshots.load()[2].earliest == 1
         log.open_stream(3, "s3", "c/1").result()
         assert sorted(snapshots.load()) == [1, 2, 3]
+
+
+def test_a_caught_up_reader_plans_what_a_fresh_one_plans(tmp_path: Path) -> None:
+    """The per-trigger shortcut (only changed streams looked at) never differs from a full look."""
+    import random
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from aqueduct.bridge.source import SPARK_STRUCT, AqueductDataSource
+
+    rng = random.Random(7)
+    with DurableLog(tmp_path / "log", segment_bytes=1) as log:
+        ids: dict[int, int] = {}
+
+        def reader():
+            return AqueductDataSource({"log": str(log.path)}).streamReader(SPARK_STRUCT)
+
+        steady = reader()
+        end = steady.initialOffset()
+        for _ in range(25):
+            for _ in range(rng.randint(0, 4)):
+                sid = rng.randint(0, 40)
+                if sid not in ids:
+                    log.open_stream(sid, f"s{sid}", "c/1").result()
+                    ids[sid] = 0
+                log.append(Record.build(sid, b"x", message_id=ids[sid]))
+                ids[sid] += 1
+            log.commit()
+            nxt = steady.latestOffset(end, ReadAllAvailable())
+            assert nxt == reader().latestOffset(end, ReadAllAvailable())
+            rows = [(x.key, x.start, x.end) for p in steady.partitions(end, nxt) for x in p.slices]
+            assert rows == [(x.key, x.start, x.end) for p in reader().partitions(end, nxt) for x in p.slices]
+            end = nxt
+        assert end == {str(sid): n for sid, n in sorted(ids.items())}
