@@ -140,6 +140,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _log_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
+    """The two options every log-reading command takes."""
+    p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
@@ -150,8 +156,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
             "between them, and the point of reference acked to the producer."
         ),
     )
-    p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _log_and_json(p, "print JSON instead of a table")
 
 
 def _add_consumers(sub: argparse._SubParsersAction) -> None:
@@ -166,15 +171,13 @@ def _add_consumers(sub: argparse._SubParsersAction) -> None:
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="{list,drop}")
     ls = actions.add_parser("list", help="consumers with their position and lag")
-    ls.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
-    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _log_and_json(ls, "print JSON instead of a table")
     drop = actions.add_parser(
         "drop",
         help="stop a consumer from pinning the log (its query then fails with a data-loss error)",
     )
-    drop.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
     drop.add_argument("name", help="the consumer to drop")
-    drop.add_argument("--json", action="store_true", help="print the dropped entry as JSON")
+    _log_and_json(drop, "print the dropped entry as JSON")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -40,6 +40,7 @@ from aqueduct.proto.errors import (
     ReceiverClosed,
     RemoteProtocolError,
 )
+from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.coalesce import SendCoalescer
 from aqueduct.runtime.framelog import FrameLog
 from aqueduct.runtime.handles import (
@@ -159,7 +160,7 @@ class Driver(QuicConnectionProtocol):
         self.core.receive_datagrams(datagrams, self._loop.time())
 
     def _quic_handshake_completed(self, event: quic_events.HandshakeCompleted, now: float) -> None:
-        remote_max = self._quic._remote_max_datagram_frame_size
+        remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
         if remote_max is None:
             # Spec section 1: a peer without RFC 9221 datagrams is refused.
             self._quic.close(
@@ -168,7 +169,7 @@ class Driver(QuicConnectionProtocol):
             )
             return
         self.core.set_max_datagram_size(
-            min(remote_max, self._quic._max_datagram_size) - DATAGRAM_OVERHEAD
+            min(remote_max, aioquic_internals.max_datagram_size(self._quic)) - DATAGRAM_OVERHEAD
         )
         if self.side is Side.CLIENT:
             self.core.initiate(now)  # the client speaks first (VERSION, CONNECTION_HEADERS)
@@ -206,10 +207,10 @@ class Driver(QuicConnectionProtocol):
             for chanid, nbytes in self._dequeued.items():
                 core.dequeued(chanid, nbytes, now)
             self._dequeued.clear()
-        loss = self._quic._loss
-        if loss._rtt_initialized and loss._rtt_smoothed != self._rtt:
-            self._rtt = loss._rtt_smoothed
-            core.set_rtt(self._rtt)
+        rtt = aioquic_internals.smoothed_rtt(self._quic)
+        if rtt is not None and rtt != self._rtt:
+            self._rtt = rtt
+            core.set_rtt(rtt)
         if core.quiet:  # e.g. a datagram that only carried QUIC ACKs: nothing to hand over
             self._arm_core_timer()
             return False
@@ -244,7 +245,7 @@ class Driver(QuicConnectionProtocol):
         held (nothing precedes it). A close goes out at once.
         """
         quic = self._quic
-        left = self._datagrams_handed - len(quic._datagrams_pending)
+        left = self._datagrams_handed - aioquic_internals.pending_datagrams(quic)
         held = self._held
         released = False
         while held and (everything or held[0][0] <= left):
@@ -275,7 +276,7 @@ class Driver(QuicConnectionProtocol):
     def _arm_keepalive(self) -> None:
         """PING at a third of the negotiated idle timeout: two may be lost before it expires."""
         if self.keepalive and self.terminated is None:
-            interval = self._quic._idle_timeout() / 3
+            interval = aioquic_internals.idle_timeout(self._quic) / 3
             self._keepalive_timer = self._loop.call_later(interval, self._send_keepalive)
 
     def _send_keepalive(self) -> None:

@@ -22,6 +22,7 @@ from aioquic.quic.connection import QuicConnection
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import Connection as CoreConnection
 from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.framelog import open_frame_log
 from aqueduct.runtime.handles import Receiver, Sender
@@ -78,15 +79,15 @@ class Connection:
 
     def stats(self) -> dict[str, Any]:
         """Counters from the core plus QUIC's view (RTT, packets)."""
-        quic = self._driver._quic
-        loss = quic._loss
+        quic = aioquic_internals.protocol_connection(self._driver)
+        in_flight, window = aioquic_internals.congestion(quic)
         return {
             **dataclasses.asdict(self._driver.core.stats()),
             "quic": {
-                "smoothed_rtt": loss._rtt_smoothed if loss._rtt_initialized else None,
-                "bytes_in_flight": loss.bytes_in_flight,
-                "congestion_window": loss.congestion_window,
-                "packets_sent": quic._packet_number,  # (numbers are never reused: one per packet)
+                "smoothed_rtt": aioquic_internals.smoothed_rtt(quic),
+                "bytes_in_flight": in_flight,
+                "congestion_window": window,
+                "packets_sent": aioquic_internals.packets_sent(quic),
             },
         }
 

@@ -35,6 +35,8 @@ from aioquic.quic.crypto import CryptoPair
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pull_quic_header
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
+from aqueduct.runtime import aioquic_internals
+
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
 HANDSHAKE_TIMEOUT = 15.0
@@ -118,10 +120,7 @@ class BoundedQuicServer(QuicServer):
 
     def _connection_terminated(self, protocol: Any) -> None:
         self._handshaking.pop(protocol, None)
-        quic = protocol._quic
-        cids = {c.cid for c in quic._host_cids}
-        cids.add(quic._original_destination_connection_id)
-        for cid in cids:
+        for cid in aioquic_internals.connection_ids(aioquic_internals.protocol_connection(protocol)):
             if self._protocols.get(cid) is protocol:
                 del self._protocols[cid]
 

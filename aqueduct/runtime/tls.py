@@ -19,9 +19,10 @@ import os
 import ssl
 from typing import Any
 
-from aioquic import tls
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+
+from aqueduct.runtime import aioquic_internals
 
 ALPN = "aqueduct"
 # Largest DATAGRAM frame we accept; the payload that fits is further bounded by
@@ -29,12 +30,6 @@ ALPN = "aqueduct"
 MAX_DATAGRAM_FRAME_SIZE = 65536
 
 PathLike = str | os.PathLike[str]
-
-
-class AlertCertificateRequired(tls.Alert):
-    """TLS alert 116: the server requires a client certificate and got none."""
-
-    description = tls.AlertDescription.certificate_required
 
 
 def server_configuration(
@@ -85,33 +80,4 @@ def require_client_certificate(quic: QuicConnection, cafile: PathLike) -> None:
     its TLS context on the first Initial packet, in ``_initialize``).
     """
     cafile = os.fspath(cafile)
-    initialize = quic._initialize
-
-    def initialize_with_client_auth(peer_cid: bytes) -> None:
-        initialize(peer_cid)
-        _hook_tls(quic.tls, cafile)
-
-    quic._initialize = initialize_with_client_auth  # type: ignore[method-assign]
-
-
-def _hook_tls(context: tls.Context, cafile: str) -> None:
-    context._request_client_certificate = True
-    handle_certificate = context._server_handle_certificate
-    handle_verify = context._server_handle_certificate_verify
-
-    def server_handle_certificate(input_buf: Any) -> None:
-        handle_certificate(input_buf)
-        if context._peer_certificate is None:
-            raise AlertCertificateRequired("a client certificate is required (mutual TLS)")
-
-    def server_handle_certificate_verify(input_buf: Any) -> None:
-        handle_verify(input_buf)  # proves the client holds the certificate's key
-        assert context._peer_certificate is not None
-        tls.verify_certificate(
-            certificate=context._peer_certificate,
-            chain=context._peer_certificate_chain,
-            cafile=cafile,
-        )
-
-    context._server_handle_certificate = server_handle_certificate  # type: ignore[method-assign]
-    context._server_handle_certificate_verify = server_handle_certificate_verify  # type: ignore[method-assign]
+    aioquic_internals.after_tls_initialized(quic, lambda: aioquic_internals.verify_client_certificates(quic.tls, cafile))

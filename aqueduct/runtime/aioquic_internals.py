@@ -1,0 +1,141 @@
+"""Every use of aioquic's private internals, in one room, checked against the installed version.
+
+aioquic offers no public way to read some things the runtime needs: the
+peer's datagram frame size (to refuse a peer without RFC 9221 datagrams
+and to size ours), the smoothed RTT (the core's receipt deadlines), the
+negotiated idle timeout (keepalives), the datagrams still waiting in its
+send queue (so stream data never overtakes the datagrams it announces),
+the connection ids a server must forget, and a hook after it builds its
+TLS context (mutual TLS). Each is read here, through a small function,
+and listed in :data:`INTERNALS`; ``tests/unit/test_aioquic_internals.py``
+checks every entry against the installed aioquic, so an upgrade that
+renames one fails that test, naming it, instead of failing inside a live
+connection. ``pyproject.toml`` keeps aioquic below its next minor version
+for the same reason.
+
+The subclasses that extend aioquic's server and TLS context
+(:mod:`aqueduct.runtime.quic_server`, :mod:`aqueduct.runtime.tls`) use
+more of their parents' private members; those are listed here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aioquic import tls
+from aioquic.quic.connection import QuicConnection
+
+#: (aioquic class, private member, what the runtime needs it for)
+INTERNALS: tuple[tuple[str, str, str], ...] = (
+    ("QuicConnection", "_remote_max_datagram_frame_size", "refuse a peer without datagrams; size ours"),
+    ("QuicConnection", "_max_datagram_size", "the largest datagram payload that fits a packet"),
+    ("QuicConnection", "_loss", "RTT and congestion figures (stats, the core's deadlines)"),
+    ("QuicPacketRecovery", "_rtt_initialized", "whether an RTT sample exists yet"),
+    ("QuicPacketRecovery", "_rtt_smoothed", "the smoothed RTT"),
+    ("QuicConnection", "_idle_timeout", "keepalive PINGs at a third of the negotiated idle timeout"),
+    ("QuicConnection", "_datagrams_pending", "hold stream data until the datagrams it announces left"),
+    ("QuicConnection", "_packet_number", "packets sent (stats)"),
+    ("QuicConnection", "_host_cids", "a server forgets a closed connection's ids"),
+    ("QuicConnection", "_original_destination_connection_id", "a server forgets a closed connection's ids"),
+    ("QuicConnection", "_initialize", "mutual TLS: hook the TLS context once aioquic built it"),
+    ("QuicConnectionProtocol", "_quic", "the protocol's connection"),
+    ("QuicServer", "_protocols", "the server's connection table (handshake bound, refusals)"),
+    ("QuicServer", "_configuration", "versions and connection id length for refusals"),
+    ("QuicServer", "_transport", "send a refusal"),
+    ("Context", "_request_client_certificate", "mutual TLS: ask for a client certificate"),
+    ("Context", "_server_handle_certificate", "mutual TLS: require the certificate"),
+    ("Context", "_server_handle_certificate_verify", "mutual TLS: verify it against the CA"),
+    ("Context", "_peer_certificate", "mutual TLS: the client's certificate"),
+    ("Context", "_peer_certificate_chain", "mutual TLS: its chain"),
+)
+
+
+def remote_max_datagram_frame_size(quic: QuicConnection) -> int | None:
+    """The peer's ``max_datagram_frame_size`` transport parameter (None: no datagrams)."""
+    return quic._remote_max_datagram_frame_size
+
+
+def max_datagram_size(quic: QuicConnection) -> int:
+    """The largest UDP payload this connection sends."""
+    return quic._max_datagram_size
+
+
+def smoothed_rtt(quic: QuicConnection) -> float | None:
+    """The smoothed RTT in seconds, or None before the first sample."""
+    loss = quic._loss
+    return loss._rtt_smoothed if loss._rtt_initialized else None
+
+
+def congestion(quic: QuicConnection) -> tuple[int, int]:
+    """``(bytes in flight, congestion window)``."""
+    loss = quic._loss
+    return loss.bytes_in_flight, loss.congestion_window
+
+
+def packets_sent(quic: QuicConnection) -> int:
+    """Packets sent so far (packet numbers are never reused)."""
+    return quic._packet_number
+
+
+def idle_timeout(quic: QuicConnection) -> float:
+    """The negotiated idle timeout in seconds."""
+    return quic._idle_timeout()
+
+
+def pending_datagrams(quic: QuicConnection) -> int:
+    """Datagrams handed to aioquic that have not left in a packet yet."""
+    return len(quic._datagrams_pending)
+
+
+def connection_ids(quic: QuicConnection) -> set[bytes]:
+    """Every id a server may know this connection by."""
+    ids = {c.cid for c in quic._host_cids}
+    ids.add(quic._original_destination_connection_id)
+    return ids
+
+
+def after_tls_initialized(quic: QuicConnection, hook: Callable[[], None]) -> None:
+    """Call ``hook`` right after aioquic builds ``quic.tls`` (on the first Initial packet)."""
+    initialize = quic._initialize
+
+    def initialize_then_hook(peer_cid: bytes) -> None:
+        initialize(peer_cid)
+        hook()
+
+    quic._initialize = initialize_then_hook  # type: ignore[method-assign]
+
+
+class AlertCertificateRequired(tls.Alert):
+    """TLS alert 116: the server requires a client certificate and got none."""
+
+    description = tls.AlertDescription.certificate_required
+
+
+def verify_client_certificates(context: tls.Context, cafile: str) -> None:
+    """Make a server's TLS context demand a client certificate and verify it against ``cafile``."""
+    context._request_client_certificate = True
+    handle_certificate = context._server_handle_certificate
+    handle_verify = context._server_handle_certificate_verify
+
+    def server_handle_certificate(input_buf: Any) -> None:
+        handle_certificate(input_buf)
+        if context._peer_certificate is None:
+            raise AlertCertificateRequired("a client certificate is required (mutual TLS)")
+
+    def server_handle_certificate_verify(input_buf: Any) -> None:
+        handle_verify(input_buf)  # proves the client holds the certificate's key
+        assert context._peer_certificate is not None
+        tls.verify_certificate(
+            certificate=context._peer_certificate,
+            chain=context._peer_certificate_chain,
+            cafile=cafile,
+        )
+
+    context._server_handle_certificate = server_handle_certificate  # type: ignore[method-assign]
+    context._server_handle_certificate_verify = server_handle_certificate_verify  # type: ignore[method-assign]
+
+
+def protocol_connection(protocol: Any) -> QuicConnection:
+    """The :class:`QuicConnection` an aioquic protocol drives."""
+    return protocol._quic
