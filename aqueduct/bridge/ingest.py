@@ -216,8 +216,13 @@ class Ingest:
                     point_of_reference=event.point_of_reference,
                 )
             )
-        except (LogError, OSError) as exc:
+        except LogError as exc:  # e.g. the stream belongs to another connector: a refusal
             await peer.fail(str(exc))
+            return
+        except OSError as exc:  # e.g. out of descriptors: the producer should come back, not give up
+            logger.warning("stream %d of %s: cannot create its files (%s); asking it to reconnect",
+                           event.stream_id, state.connector, exc)  # fmt: skip
+            await peer.restart()
             return
         self._committed.setdefault(event.stream_id, 0)
         self._complete.setdefault(event.stream_id, 0)

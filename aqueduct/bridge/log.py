@@ -191,6 +191,8 @@ class _StreamWriter:
         self.pending = _Pending()
         self.segment: SegmentWriter | None = None
         self._index_fd = -1  # opened on the I/O thread when the stream is written to
+        #: the stream's directory, metadata and index exist (False until created on the I/O thread)
+        self.created = True
 
     @property
     def files_open(self) -> bool:
@@ -223,10 +225,15 @@ class _StreamWriter:
                 )
 
     def create_files(self) -> None:
-        """Create a new stream's directory, metadata and empty index (I/O thread)."""
+        """Create a new stream's directory, metadata and empty index (I/O thread).
+
+        If that fails (out of descriptors, a full disk), ``created`` stays
+        False and the next ``open_stream`` of the stream tries again.
+        """
         self.directory.mkdir(exist_ok=True)
         write_atomically(self.directory / META_FILE, self.meta.to_json())
         write_atomically(self.directory / INDEX_FILE, MAGIC)
+        self.created = True
 
     def _rebuild_received(self) -> RangeSet:
         """Ids below the oldest retained point of reference, ids carried over from
@@ -540,12 +547,16 @@ class DurableLog:
         files: Callable[[], None] | None = None
         if s is None:
             s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
+            s.created = False
             files = partial(self._changed, s.create_files, stream_id)
             self._by_connector.setdefault(connector, set()).add(stream_id)
         elif s.meta.connector != connector:
             raise LogError(
                 f"stream {stream_id} belongs to connector {s.meta.connector!r}, not {connector!r}"
             )
+        elif not s.created:  # an earlier creation failed: try again
+            s.meta = meta
+            files = partial(self._changed, s.create_files, stream_id)
         elif s.meta != meta:
             s.meta = meta
             files = partial(self._changed, partial(write_atomically, s.directory / META_FILE, meta.to_json()), stream_id)

@@ -194,6 +194,33 @@ async def test_a_stream_of_another_connector_is_refused(tmp_path: Path) -> None:
         await conn.close()
 
 
+async def test_a_stream_whose_files_cannot_be_created_yet_is_retried_not_refused(tmp_path: Path) -> None:
+    """A file error on NOTIFY (out of descriptors, a full disk) sends RESTART, not ERROR.
+
+    A regular file where the stream's directory belongs makes ``mkdir`` fail
+    with a real OSError; the producer reconnects with backoff until it is
+    removed, then everything arrives once and is acked.
+    """
+    async with running_worker(tmp_path / "log") as worker:
+        blocker = tmp_path / "log" / "streams" / "7"
+        blocker.write_text("not a directory")
+        spark = asyncio.create_task(spark_stand_in(worker))
+        try:
+            async with Connector(worker.url, program="test", instance="a") as conn:
+                s = await conn.stream(7, "seven")
+                for i in range(10):
+                    await s.send(b"m%d" % i)
+                await s.send(None, boundary=True)
+                await eventually(lambda: conn.stats.errors, "the worker asking the producer to come back")
+                assert worker.durable(7) == 0
+                blocker.unlink()  # the condition passes
+                await conn.wait_all_acked(TIMEOUT)
+                assert conn.stats.connections >= 2  # it came back: never refused
+        finally:
+            spark.cancel()
+        assert worker.stored_ids(7) == list(range(10))
+
+
 async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
     tmp_path: Path,
 ) -> None:
