@@ -135,6 +135,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="log level of the Spark session (default: %(default)s)",
     )
     p.add_argument(
+        "--spark-start-timeout", type=positive_float, default=d["spark_start_timeout"].default,
+        metavar="SECONDS",
+        help="fail (exit 1) if Spark has not started the query after this long, instead of "
+        "waiting forever (default: %(default)s)",
+    )
+    p.add_argument(
         "--status-interval", type=positive_float, default=5.0, metavar="SECONDS",
         help="seconds between status lines on stderr (default: %(default)s)",
     )
@@ -237,6 +243,7 @@ def _serve(args: argparse.Namespace) -> int:
         segment_bytes=args.segment_bytes,
         max_consumer_lag=args.max_consumer_lag,
         spark_log_level=args.spark_log_level,
+        spark_start_timeout=args.spark_start_timeout,
     )
     return run_forever(config, status_interval=args.status_interval)
 

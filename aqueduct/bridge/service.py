@@ -34,11 +34,12 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from aqueduct.bridge.checkpoint import repair_checkpoint
 from aqueduct.bridge.commits import install_commit_listener
@@ -54,6 +55,8 @@ from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths, generate_certs
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
 WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
@@ -86,6 +89,8 @@ class BridgeConfig:
     max_consumer_lag: int | None = None  # records; a consumer behind more is dropped
     query_name: str = "aqueduct"
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
+    #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
+    spark_start_timeout: float = 600.0
 
     @property
     def checkpoint(self) -> Path:
@@ -115,6 +120,40 @@ class BridgeProgress:
         )
 
 
+class SparkStartTimeout(RuntimeError):
+    """Spark did not start the bridge's query within ``spark_start_timeout``."""
+
+
+async def _in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
+    """Run ``function`` in a daemon thread and await its result.
+
+    Unlike ``asyncio.to_thread`` (the loop's executor, joined at exit), a
+    daemon thread stuck in a call into the JVM cannot keep the process
+    alive after the bridge gave up on it.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller stopped waiting
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="spark-start", daemon=True).start()
+    return await future
+
+
 class Bridge:
     """One bridge instance; ``await start()``, then ``await stop()``.
 
@@ -138,6 +177,7 @@ class Bridge:
         self._tasks: list[asyncio.Task[None]] = []
         self._batches = 0
         self.failed: str | None = None
+        self._spark_stuck = False  # its start timed out: stopping it could hang too
         self.stopped = asyncio.Event()
         self.quic_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
@@ -165,7 +205,15 @@ class Bridge:
         await self._start_listeners()
         if run_query:
             loop = asyncio.get_running_loop()
-            await asyncio.to_thread(self._start_spark, loop)
+            try:
+                await asyncio.wait_for(_in_daemon_thread(self._start_spark, loop), c.spark_start_timeout)
+            except TimeoutError:
+                self._spark_stuck = True
+                raise SparkStartTimeout(
+                    f"Spark did not start the query within {c.spark_start_timeout:g} s "
+                    "(--spark-start-timeout); giving up rather than waiting forever. "
+                    "See docs/performance.md (fleets) for a known hang in Spark's query start"
+                ) from None
             self._spawn(self._watchdog(), "query-watchdog")
         self._spawn(self._safety_net(), "commit-file")
 
@@ -192,7 +240,9 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._spark is not None and (self.query is not None or self._listener is not None):
+        if self._spark is not None and not self._spark_stuck and (
+            self.query is not None or self._listener is not None
+        ):
             await asyncio.to_thread(self._stop_spark)
         if self.positions is not None:
             self.positions.poll()
@@ -367,7 +417,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
     print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
     try:
         await bridge.start()
-    except (LogError, PipelineError) as exc:  # e.g. another bridge holds the log
+    except (LogError, PipelineError, SparkStartTimeout) as exc:  # e.g. another bridge holds the log
         print(f"aqueduct-bridge: {exc}", file=out, flush=True)
         await bridge.stop()
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (("serve",), ["--quic", "--tcp", "--wallaroo-tcp", "--log", "--cookie", "--cert", "--master", "--sink",
                       "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
                       "--max-lag", "--credit-budget", "--pipeline", "--query-name", "--segment-bytes",
-                      "--max-consumer-lag"]),
+                      "--max-consumer-lag", "--spark-start-timeout"]),
         (("status",), ["--log", "--json"]),
         (("consumers",), ["list", "drop"]),
         (("consumers", "list"), ["--log", "--json"]),
@@ -148,6 +149,19 @@ def test_serve_names_a_pipeline_it_cannot_load_before_starting_spark(
     assert done.returncode == 2
     assert error in done.stderr
     assert not (tmp_path / "log").exists()  # refused before anything was created
+
+
+def test_a_spark_start_that_takes_too_long_fails_loudly_instead_of_hanging(tmp_path: Path) -> None:
+    env_python = {"PYSPARK_PYTHON": sys.executable}
+    script = Path(sys.executable).with_name("aqueduct-bridge")
+    done = subprocess.run(
+        [str(script), "serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"),
+         "--output", str(tmp_path / "out"), "--spark-start-timeout", "0.5"],
+        capture_output=True, text=True, timeout=120, env=os.environ | env_python,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Spark did not start the query within 0.5 s (--spark-start-timeout)" in done.stderr
+    DurableLog(tmp_path / "log").close()  # the log was released: a new bridge can start
 
 
 def test_consumers_are_listed_with_their_lag_and_a_gone_one_is_dropped(tmp_path: Path) -> None:
