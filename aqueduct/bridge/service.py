@@ -187,7 +187,11 @@ class Bridge:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self, run_query: bool = True) -> None:
-        """Open the log, listen for connectors, start Spark and (unless told not to) the query."""
+        """Open the log, start Spark and its commit listener, listen for connectors, start the query.
+
+        With ``run_query=False`` (the :class:`~aqueduct.bridge.receiver.Receiver`)
+        Spark is the caller's: only the log and the listeners start here.
+        """
         c = self.config
         # Opening recovers every stream (reads, cuts torn writes): off the loop.
         self.log = await asyncio.to_thread(
@@ -202,18 +206,19 @@ class Bridge:
             self.positions.register(DEFAULT_CONSUMER, acks=True)
         self.positions.poll()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
-        await self._start_listeners()
-        if run_query:
-            loop = asyncio.get_running_loop()
-            try:
-                await asyncio.wait_for(_in_daemon_thread(self._start_spark, loop), c.spark_start_timeout)
-            except TimeoutError:
-                self._spark_stuck = True
-                raise SparkStartTimeout(
-                    f"Spark did not start the query within {c.spark_start_timeout:g} s "
-                    "(--spark-start-timeout); giving up rather than waiting forever. "
-                    "See docs/performance.md (fleets) for a known hang in Spark's query start"
-                ) from None
+        if not run_query:
+            await self._start_listeners()
+        else:
+            # Spark's session and the commit listener first, while this process holds few
+            # descriptors: py4j's callback server (which the listener starts) waits on its
+            # socket with select(), which fails for a descriptor number of 1024 or more; its
+            # thread then ends and the query's start hangs forever on a call nobody answers.
+            # Producers connecting during Spark's start (each a descriptor, their streams two
+            # more) pushed it there; they now retry until the listeners are up.
+            deadline = asyncio.get_running_loop().time() + c.spark_start_timeout
+            await self._spark_step(self._prepare_spark, deadline)
+            await self._start_listeners()
+            await self._spark_step(self._start_query, deadline)
             self._spawn(self._watchdog(), "query-watchdog")
         self._spawn(self._safety_net(), "commit-file")
 
@@ -309,18 +314,35 @@ class Bridge:
         assert self._listener is not None, "attach_spark first"
         self._listener.watch(str(query.id), consumer)
 
-    def _start_spark(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Create/reuse the session, install the listener, start the sink or pipeline query."""
-        from aqueduct.bridge.pipeline import local_session, start_pipeline, start_sink
+    async def _spark_step(self, step: Callable[[asyncio.AbstractEventLoop], None], deadline: float) -> None:
+        """Run a blocking Spark step in a daemon thread; give up loudly at ``deadline``."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(_in_daemon_thread(step, loop), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            self._spark_stuck = True
+            raise SparkStartTimeout(
+                f"Spark did not start the query within {self.config.spark_start_timeout:g} s "
+                "(--spark-start-timeout); giving up rather than waiting forever"
+            ) from None
+
+    def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Create/reuse the session and install the commit listener (py4j's callback server)."""
+        from aqueduct.bridge.pipeline import local_session
 
         c = self.config
         if self._spark is None:
             self._spark = local_session(c.master, c.spark_log_level)
-        spark = self._spark
-        self.attach_spark(spark, loop)
+        self.attach_spark(self._spark, loop)
+
+    def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the sink or pipeline query over the log, counted as consumer ``default``."""
+        from aqueduct.bridge.pipeline import start_pipeline, start_sink
+
+        c = self.config
         repair_checkpoint(c.checkpoint)
         reader = (
-            spark.readStream.format("aqueduct")
+            self._spark.readStream.format("aqueduct")
             .option("log", str(c.log_dir))
             .option("consumer", DEFAULT_CONSUMER)
         )
