@@ -150,3 +150,25 @@ async def test_the_demo_command_passes(spark: Any, tmp_path: Path) -> None:
     assert summary["verification"]["rows"] == 2000
     assert summary["producer_exit_codes"] == [0, 0]
     assert "producers running" in status.getvalue()  # the progress display ran
+
+
+async def test_a_shared_credit_budget_holds_in_flight_frames_and_stays_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``--credit-budget`` through a running bridge with Spark: bounded in flight, nothing lost."""
+    budget = 60
+    workload = Workload(producers=4, streams=2, events=600, epoch=20)
+    async with running(config(tmp_path, credit_budget=budget, credits=256), spark) as bridge:
+        producers = asyncio.create_task(produce_all(url(bridge), workload))
+        peak_in_flight = 0
+        while not producers.done():
+            assert bridge.ingest is not None and bridge.ingest._budget is not None
+            held = bridge.ingest._budget.total - bridge.ingest._budget.free
+            peak_in_flight = max(peak_in_flight, held)
+            await asyncio.sleep(0.005)
+        await producers
+        await bridge.drained(TIMEOUT)
+    # Every session holds at least one credit, so the total may pass the budget by one per session.
+    assert 0 < peak_in_flight <= budget + workload.producers
+    result = verify_output(tmp_path / "out", workload.expected())
+    assert result.ok, result.problems()
