@@ -186,3 +186,18 @@ def test_two_thousand_small_streams_make_few_tasks_and_files(spark: Any, tmp_pat
                                consumer="spread", minPartitions="4")  # fmt: skip
     assert spread.awaitTermination(TIMEOUT) and spread.exception() is None
     assert len(data_files(tmp_path / "q2" / "data")) >= 4
+
+
+def test_a_stream_filter_and_per_stream_starting_offsets_under_spark(spark: Any, tmp_path: Path) -> None:
+    log = make_log(tmp_path / "log", STREAMS, epochs=3)
+    q = stream_to_parquet(spark, tmp_path / "q", {"availableNow": True}, "filtered", log=str(log),
+                          streams="1,3", startingOffsets='{"1": 8, "3": -1}', consumer="filtered")  # fmt: skip
+    assert q.awaitTermination(TIMEOUT) and q.exception() is None
+    # Stream 1 from its third epoch, stream 3 from its end (nothing yet), stream 2 not at all.
+    assert ids(spark, tmp_path / "q" / "data", "stream_id", "message_id") == [(1, 8), (1, 9), (1, 10)]
+    with pytest.raises((AnalysisException, PySparkException, StreamingQueryException), match="inside an epoch"):
+        bad = stream_to_parquet(spark, tmp_path / "bad", {"availableNow": True}, "bad-start", log=str(log),
+                                startingOffsets='{"1": 5}', consumer="bad")  # fmt: skip
+        bad.awaitTermination(TIMEOUT)
+        if bad.exception() is not None:
+            raise bad.exception()
