@@ -351,6 +351,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._turn = 0
         self._last_batch_at = time.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
+        self._previous_unlimited = False  # the last offsets returned were taken without any limit
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
@@ -421,9 +422,10 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         dirty = self._take_dirty()
         max_records, limits = self._budget(limit, streams)
         previous = self._returned[-1] if self._returned else None
+        unlimited = max_records is None and not limits and self._target is None
         if (
             dirty is not None and previous is not None and start == previous[0]
-            and max_records is None and not limits and self._target is None
+            and unlimited and self._previous_unlimited
         ):  # fmt: skip
             starts = dict(previous[1])
             self._losses(starts, {k: streams[k] for k in dirty if k in streams})
@@ -447,6 +449,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             return _offsets(self._parse(start))
         if ends != starts:
             self._last_batch_at = time.monotonic()
+        self._previous_unlimited = unlimited  # its ends were every stream's complete end
         return self._out(ends)
 
     def _out(self, ends: dict[StreamKey, int]) -> dict[str, int]:
