@@ -7,7 +7,9 @@ cost grow with the stream count. So the writer appends the id of every
 stream whose index or metadata it changed (a group commit, a new stream, a
 truncation) to ``LOG/changes``, as 8-byte little-endian integers, *after*
 the change is on disk; a reader remembers how far it read and reloads only
-the streams named since.
+the streams named since. The file starts with an 8-byte generation number
+(unique per journal), so a reader can tell a replaced journal from the one
+it followed even when the file system reuses the inode number.
 
 The journal is a hint, never the truth: the indexes are. A reader rescans
 everything when it cannot trust what it would skip: on its first look,
@@ -47,13 +49,14 @@ class ChangeJournal:
         self._start_fresh()
 
     def _start_fresh(self) -> None:
-        """Replace the journal with an empty file (a new inode: readers notice and rescan)."""
+        """Replace the journal with an empty one of a new generation (readers notice and rescan)."""
         tmp = self.path.with_name(self.path.name + ".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, _ID.pack(time.time_ns()))
         os.replace(tmp, self.path)
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd, self._size = fd, 0
+        self._fd, self._size = fd, _ID.size
 
     def record(self, stream_ids: Iterable[int]) -> None:
         """Note that these streams changed (call after the change is durable)."""
@@ -77,7 +80,7 @@ class ChangeReader:
     def __init__(self, path: Path, rescan_seconds: float = RESCAN_SECONDS) -> None:
         self.path = path
         self.rescan_seconds = rescan_seconds
-        self._inode: int | None = None
+        self._generation: int | None = None
         self._offset = 0
         self._rescanned_at = float("-inf")
 
@@ -88,12 +91,13 @@ class ChangeReader:
         except FileNotFoundError:
             return self._rescan(None)
         try:
-            inode = os.fstat(fd).st_ino
+            header = os.pread(fd, _ID.size, 0)
+            generation = _ID.unpack(header)[0] if len(header) == _ID.size else None
             now = time.monotonic()
-            if inode != self._inode or now - self._rescanned_at > self.rescan_seconds:
+            if generation is None or generation != self._generation or now - self._rescanned_at > self.rescan_seconds:
                 # Everything is reloaded now: changes already journaled are covered.
                 self._offset = os.lseek(fd, 0, os.SEEK_END) // _ID.size * _ID.size
-                return self._rescan(inode)
+                return self._rescan(generation)
             os.lseek(fd, self._offset, os.SEEK_SET)
             data = b""
             while chunk := os.read(fd, 1 << 20):
@@ -104,7 +108,7 @@ class ChangeReader:
         self._offset += whole
         return {sid for (sid,) in _ID.iter_unpack(data[:whole])}
 
-    def _rescan(self, inode: int | None) -> None:
-        self._inode = inode
+    def _rescan(self, generation: int | None) -> None:
+        self._generation = generation
         self._rescanned_at = time.monotonic()
         return None
