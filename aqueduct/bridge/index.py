@@ -25,6 +25,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqueduct.bridge.durability import fsync_path
+
 MAGIC = b"AQIDX\x00\x00\x01"
 
 # segment, position, length, first_offset, count, reference_before,
@@ -146,15 +148,6 @@ def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
     return decode_entries(data)
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make a directory entry change (create, rename, unlink) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves old or new, never a mix."""
     tmp = path.with_name(path.name + ".tmp")
@@ -167,7 +160,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def rewrite_index(path: Path, entries: list[IndexEntry]) -> None:

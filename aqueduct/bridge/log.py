@@ -15,8 +15,11 @@ Appends accumulate in memory, column by column. A group commit
 (:meth:`DurableLog.start_commit`, or the blocking :meth:`DurableLog.commit`)
 seals each stream's pending records on the caller's thread, then, on the
 log's own I/O thread, turns them into one Arrow record batch per stream,
-writes it to the stream's segment, fsyncs every touched segment, then
-appends and fsyncs one index entry per stream. Only then are the records
+writes it to the stream's segment, makes every touched segment durable,
+then appends one index entry per stream and makes the indexes durable
+(two syncs per commit however many streams it touches: one ``syncfs``
+each beyond a few files, see :mod:`aqueduct.bridge.durability`). New
+streams' files are created in batches the same way. Only then are the records
 visible (to readers, to :meth:`durable_reference`, and as credits for
 producers). A crash at any point leaves a log whose index describes exactly
 the batches that were fully written; on open, the writer cuts off whatever
@@ -41,6 +44,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -54,11 +58,11 @@ import pyarrow as pa
 
 from aqueduct.bridge.acked import write_acked
 from aqueduct.bridge.changes import CHANGES_FILE, ChangeJournal
+from aqueduct.bridge.durability import SyncGroup, fsync_path
 from aqueduct.bridge.index import (
     MAGIC,
     IndexEntry,
     encode_entry,
-    fsync_dir,
     read_entries,
     rewrite_index,
     write_atomically,
@@ -224,16 +228,28 @@ class _StreamWriter:
                     f"({last.position + last.length} bytes)"
                 )
 
-    def create_files(self) -> None:
-        """Create a new stream's directory, metadata and empty index (I/O thread).
+    def write_new_files(self, group: SyncGroup) -> None:
+        """Create a new stream's directory, with its metadata and empty index under
+        temporary names, for ``group`` to sync (I/O thread); :meth:`name_new_files` follows.
 
-        If that fails (out of descriptors, a full disk), ``created`` stays
-        False and the next ``open_stream`` of the stream tries again.
+        Until the renames, a crash leaves a directory without metadata,
+        which opening the log ignores and a later creation reuses.
         """
         self.directory.mkdir(exist_ok=True)
-        write_atomically(self.directory / META_FILE, self.meta.to_json())
-        write_atomically(self.directory / INDEX_FILE, MAGIC)
-        self.created = True
+        for name, data in ((META_FILE, self.meta.to_json()), (INDEX_FILE, MAGIC)):
+            tmp = self.directory / (name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, data)
+            finally:
+                os.close(fd)
+            group.add_path(tmp)
+
+    def name_new_files(self, group: SyncGroup) -> None:
+        """Give the synced new files their names, for ``group`` to sync the directory."""
+        for name in (META_FILE, INDEX_FILE):
+            os.replace(self.directory / (name + ".tmp"), self.directory / name)
+        group.add_dir(self.directory)
 
     def _rebuild_received(self) -> RangeSet:
         """Ids below the oldest retained point of reference, ids carried over from
@@ -356,11 +372,14 @@ class _StreamWriter:
             written_at_us=sealed.written_at_us,
         )
 
-    def publish(self, entry: IndexEntry) -> None:
-        """Append and fsync the index entry (I/O thread): the batch becomes visible."""
+    def write_entry(self, entry: IndexEntry, group: SyncGroup) -> None:
+        """Append the index entry, for ``group`` to sync (I/O thread).
+
+        The batch becomes visible only when the caller adds the entry to
+        :attr:`entries`, after the sync.
+        """
         write_all(self._index_fd, encode_entry(entry))
-        os.fsync(self._index_fd)
-        self.entries.append(entry)
+        group.add_file(self._index_fd)
 
     def has_closed_segments(self) -> bool:
         """True if some entry lies in a segment no longer appended to (truncation could drop it)."""
@@ -393,7 +412,7 @@ class _StreamWriter:
                 self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
             for base in drop:
                 (self.directory / segment_name(base)).unlink(missing_ok=True)
-            fsync_dir(self.directory)
+            fsync_path(self.directory)
         return self.entries[0].first_offset
 
     def _carry_received_ids(self, drop: set[int]) -> None:
@@ -444,10 +463,11 @@ def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
             f.truncate(valid)
             os.fsync(f.fileno())
     kept = {e.segment for e in entries}
-    for base in segment_bases(directory):
-        if base not in kept:
-            (directory / segment_name(base)).unlink()
-    fsync_dir(directory)
+    orphans = [base for base in segment_bases(directory) if base not in kept]
+    for base in orphans:
+        (directory / segment_name(base)).unlink()
+    if orphans:  # only then: an fsync per stream would make opening a big log slow
+        fsync_path(directory)
     return meta, entries
 
 
@@ -494,6 +514,9 @@ class DurableLog:
         self._changes = ChangeJournal(self.path / CHANGES_FILE)
         #: Every file write after opening runs here, one job at a time, in submission order.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aqueduct-log-io")
+        #: Streams whose files the next creation job makes: (writer, its answer, point of reference).
+        self._creations: list[tuple[_StreamWriter, Future[int], int]] = []
+        self._creations_lock = threading.Lock()
         self._streams: dict[int, _StreamWriter] = {}
         #: Streams whose files are open, least recently written first (I/O thread only).
         self._opened: OrderedDict[int, _StreamWriter] = OrderedDict()
@@ -545,25 +568,80 @@ class DurableLog:
         s = self._streams.get(stream_id)
         meta = StreamMeta(stream_id, stream_name, connector, mode)
         files: Callable[[], None] | None = None
+        create = False
         if s is None:
             s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
             s.created = False
-            files = partial(self._changed, s.create_files, stream_id)
+            create = True
             self._by_connector.setdefault(connector, set()).add(stream_id)
         elif s.meta.connector != connector:
             raise LogError(
                 f"stream {stream_id} belongs to connector {s.meta.connector!r}, not {connector!r}"
             )
-        elif not s.created:  # an earlier creation failed: try again
+        elif not s.created:  # being created, or an earlier creation failed: (try) again
             s.meta = meta
-            files = partial(self._changed, s.create_files, stream_id)
+            create = True
         elif s.meta != meta:
             s.meta = meta
             files = partial(self._changed, partial(write_atomically, s.directory / META_FILE, meta.to_json()), stream_id)
         s.points.set_mode(mode)
         reference = s.points.start_from(point_of_reference)
         s.uses_boundaries = s.uses_boundaries or boundaries
+        if create:
+            return self._queue_creation(s, reference)
         return self._write(files, reference)
+
+    def _queue_creation(self, s: _StreamWriter, reference: int) -> Future[int]:
+        """Have the I/O thread create the stream's files with the others queued meanwhile.
+
+        A fleet's NOTIFYs arrive by the thousand: created one by one, each
+        stream costs its own fsyncs (about 1 ms); created together, a batch
+        costs two syncs (see :class:`SyncGroup`). The batch job is queued
+        when the first stream joins an empty queue, so it runs before any
+        group commit submitted after that stream's records.
+        """
+        done: Future[int] = Future()
+        with self._creations_lock:
+            self._creations.append((s, done, reference))
+            first = len(self._creations) == 1
+        if first:
+            self._io.submit(self._create_queued)
+        return done
+
+    def _create_queued(self) -> None:
+        """Create every queued stream's files with two syncs in all (I/O thread)."""
+        with self._creations_lock:
+            queued, self._creations = self._creations, []
+        waiting: dict[_StreamWriter, list[tuple[Future[int], int]]] = {}
+        for s, done, reference in queued:
+            waiting.setdefault(s, []).append((done, reference))
+        group = SyncGroup()
+        written: list[_StreamWriter] = []
+        for s, answers in waiting.items():
+            try:
+                s.write_new_files(group)
+            except OSError as exc:  # out of descriptors, a full disk: this stream retries later
+                for done, _ in answers:
+                    done.set_exception(exc)
+            else:
+                written.append(s)
+        try:
+            group.sync()
+            for s in written:
+                s.name_new_files(group)
+            group.add_dir(self.path / STREAMS_DIR)
+            group.sync()
+        except OSError as exc:
+            for s in written:
+                for done, _ in waiting[s]:
+                    done.set_exception(exc)
+            return
+        for s in written:
+            s.created = True
+        self._changes.record(s.meta.stream_id for s in written)
+        for s in written:
+            for done, reference in waiting[s]:
+                done.set_result(reference)
 
     def _write(self, job: Callable[[], object] | None, result: T) -> Future[T]:
         """Run ``job`` on the I/O thread, behind every write already queued; resolve to ``result``.
@@ -665,11 +743,19 @@ class DurableLog:
             opened[s.meta.stream_id] = s
             opened.move_to_end(s.meta.stream_id)
         written = [(s, s.write(part, self.segment_bytes)) for s, part in sealed]
+        data = SyncGroup()
         for s, _ in written:
             assert s.segment is not None
-            s.segment.sync()
+            s.segment.add_to(data)
+        data.sync()  # the batches, before any index entry that points at them
+        index = SyncGroup()
         for s, entry in written:
-            s.publish(entry)
+            assert s.segment is not None
+            s.segment.created = False
+            s.write_entry(entry, index)
+        index.sync()
+        for s, entry in written:
+            s.entries.append(entry)  # visible from here on
         self._changes.record(s.meta.stream_id for s, _ in written)
         while len(opened) > self.max_open_streams:  # least recently written first
             _, idle = opened.popitem(last=False)

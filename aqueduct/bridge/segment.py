@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aqueduct.bridge.index import IndexEntry, fsync_dir
+from aqueduct.bridge.durability import SyncGroup
+from aqueduct.bridge.index import IndexEntry
 from aqueduct.bridge.schema import STORED_SCHEMA
 
 SUFFIX = ".arrow"
@@ -58,11 +59,11 @@ class SegmentWriter:
     def __init__(self, directory: Path, base: int, valid_length: int | None) -> None:
         self.base = base
         self.path = path = directory / segment_name(base)
+        #: created since the last sync: its directory entry is not durable yet
+        self.created = valid_length is None
         if valid_length is None:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             write_all(self._fd, HEADER)
-            os.fsync(self._fd)
-            fsync_dir(path.parent)
             self.size = len(HEADER)
         else:
             self._fd = os.open(path, os.O_WRONLY)
@@ -87,8 +88,22 @@ class SegmentWriter:
         return position, message.size
 
     def sync(self) -> None:
-        """Make every appended batch durable."""
-        os.fsync(self._fd)
+        """Make every appended batch durable (and the file itself, if just created)."""
+        group = SyncGroup()
+        self.add_to(group)
+        group.sync()
+        self.created = False
+
+    def add_to(self, group: SyncGroup) -> None:
+        """Have ``group`` make every appended batch durable (see :class:`SyncGroup`).
+
+        A segment created since the last sync adds its directory too: an
+        index entry must never point into a file a crash could unlink. Once
+        the group synced, the caller clears :attr:`created`.
+        """
+        group.add_file(self._fd)
+        if self.created:
+            group.add_dir(self.path.parent)
 
     def close(self) -> None:
         """Release the file descriptor."""
