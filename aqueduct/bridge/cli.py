@@ -111,6 +111,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "--credits (default: no shared bound, --credits per session)",
     )
     p.add_argument(
+        "--memory-budget", type=positive_int, metavar="BYTES",
+        help="bytes of records (payload and key) all connector sessions together may have in "
+        "flight; turned into a shared credit budget by the mean size of recent records "
+        "(with --credit-budget, the smaller applies; default: no byte bound)",
+    )
+    p.add_argument(
         "--max-lag", type=positive_int, default=d["max_lag"].default, metavar="RECORDS",
         help="stop granting credits while this many durable records wait for Spark (default: %(default)s)",
     )
@@ -238,6 +244,7 @@ def _serve(args: argparse.Namespace) -> int:
         trigger_interval=args.trigger_interval,
         credits=args.credits,
         credit_budget=args.credit_budget,
+        memory_budget=args.memory_budget,
         max_lag=args.max_lag,
         retention=args.retention,
         segment_bytes=args.segment_bytes,

@@ -16,8 +16,16 @@ waits with no credit at all: one that holds none gets one even when the
 pool is empty (so every producer keeps moving, and the budget may be
 exceeded by at most one credit per session).
 
+A budget in bytes (the bridge's ``memory_budget``) becomes a budget in
+records through the size of the records actually arriving:
+:class:`RecordSize` follows the mean size of recent group commits and the
+ingest :meth:`~CreditBudget.resize` s the pool after each one, so the
+bytes in flight follow the configured amount as long as record sizes are
+steady. Records growing larger overshoot it for one round at most (the
+credits already granted), each bounded by the session's maximum frame size.
+
 Pure bookkeeping (no I/O): the ingest calls :meth:`join`, :meth:`earned`,
-:meth:`top_up` and :meth:`leave` and sends what they return.
+:meth:`top_up`, :meth:`leave` and :meth:`resize` and sends what they return.
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ from collections.abc import Hashable
 
 START_CREDITS = 64
 """Credits a new session gets before it has shown it uses them."""
+
+ASSUMED_RECORD_BYTES = 1024
+"""Record size a byte budget assumes before the first group commit has shown the real one."""
+
+_SMOOTHING = 0.25  # weight of the newest group commit in the mean record size
 
 
 class CreditBudget:
@@ -65,6 +78,13 @@ class CreditBudget:
         """Credits to grant ``key`` now if it holds less than a new session would get."""
         return self._grant(key, min(self.start, self.share) - self.held[key])
 
+    def resize(self, total: int) -> None:
+        """Change the pool's size (credits held stay held; a smaller pool grants less until they return)."""
+        if total < 1:
+            raise ValueError(f"credit budget must be positive, got {total}")
+        self.free += total - self.total
+        self.total = total
+
     def leave(self, key: Hashable) -> None:
         """The session ended: whatever it held returns to the pool."""
         self.free += self.held.pop(key, 0)
@@ -77,3 +97,19 @@ class CreditBudget:
         self.held[key] = held + grant
         self.free -= grant
         return grant
+
+
+class RecordSize:
+    """Mean bytes per record (payload and key) over recent group commits, for a byte budget."""
+
+    def __init__(self, assumed: int = ASSUMED_RECORD_BYTES) -> None:
+        self.mean = float(assumed)
+
+    def committed(self, records: int, nbytes: int) -> None:
+        """A group commit made ``records`` records of ``nbytes`` bytes durable."""
+        if records:
+            self.mean += _SMOOTHING * (nbytes / records - self.mean)
+
+    def records_in(self, budget_bytes: int) -> int:
+        """How many records of the current mean size ``budget_bytes`` holds (at least one)."""
+        return max(1, int(budget_bytes // max(1.0, self.mean)))

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aqueduct.bridge.commits import acks_for
-from aqueduct.bridge.credit_budget import CreditBudget
+from aqueduct.bridge.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
     HelloAccepted,
@@ -84,6 +84,15 @@ class IngestConfig:
     #: unbounded in total); see :mod:`aqueduct.bridge.credit_budget`
     credit_budget: int | None = None
     session_credits: int = 4096  # under a budget: the most one session may hold
+    #: bytes of records (payload and key) all sessions may have in flight together,
+    #: turned into credits by the recent mean record size (None: no byte bound);
+    #: with ``credit_budget`` too, the smaller of the two applies
+    memory_budget: int | None = None
+
+    @property
+    def shares_credits(self) -> bool:
+        """Sessions draw their credits from one pool (start with none of their own)."""
+        return self.credit_budget is not None or self.memory_budget is not None
 
 
 T = TypeVar("T")
@@ -143,9 +152,12 @@ class Ingest:
             self._complete[sid] = self.log.complete_offset(sid)
             self._committed[sid] = self.log.snapshot(sid).earliest
         self._dirty = asyncio.Event()
+        #: mean record size, for turning ``memory_budget`` into credits
+        self._record_size = RecordSize()
+        self._unsynced_bytes = 0  # payload and key bytes appended since the last commit
         self._budget = (
-            CreditBudget(self.config.credit_budget, self.config.session_credits)
-            if self.config.credit_budget is not None
+            CreditBudget(self._budget_records(), self.config.session_credits)
+            if self.config.shares_credits
             else None
         )
 
@@ -242,6 +254,8 @@ class Ingest:
 
     def _append(self, sid: int, records: tuple[Record, ...]) -> None:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
+        if self.config.memory_budget is not None:
+            self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
         append = self.log.appender(sid)
         data = duplicates = 0
         try:
@@ -279,7 +293,11 @@ class Ingest:
             state = self._sessions[peer]
             state.unsynced -= n
             state.committing += n
+        group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
         ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        if self._budget is not None and self.config.memory_budget is not None:
+            self._record_size.committed(sum(earned.values()), group_bytes)
+            self._budget.resize(self._budget_records())
         for sid in ends:
             self._complete[sid] = self.log.complete_offset(sid)
         for peer, n in earned.items():
@@ -290,6 +308,13 @@ class Ingest:
         self._release_credits()
         if cancelled:
             raise asyncio.CancelledError
+
+    def _budget_records(self) -> int:
+        """Credits the shared pool holds: ``credit_budget``, or fewer if ``memory_budget`` says so."""
+        limits = [self.config.credit_budget] if self.config.credit_budget is not None else []
+        if self.config.memory_budget is not None:
+            limits.append(self._record_size.records_in(self.config.memory_budget))
+        return min(limits)
 
     @property
     def buffered(self) -> int:

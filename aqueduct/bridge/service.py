@@ -84,6 +84,7 @@ class BridgeConfig:
     credits: int = WorkerConfig().initial_credits
     max_lag: int = IngestConfig().max_lag
     credit_budget: int | None = None  # credits all sessions together may hold (None: credits each)
+    memory_budget: int | None = None  # bytes of records all sessions may have in flight (see IngestConfig)
     retention: float | None = None
     segment_bytes: int = DEFAULT_SEGMENT_BYTES  # truncation drops whole segments of this size
     max_consumer_lag: int | None = None  # records; a consumer behind more is dropped
@@ -199,7 +200,10 @@ class Bridge:
         )
         self.ingest = Ingest(
             self.log,
-            IngestConfig(max_lag=c.max_lag, credit_budget=c.credit_budget, session_credits=c.credits),
+            IngestConfig(
+                max_lag=c.max_lag, credit_budget=c.credit_budget, memory_budget=c.memory_budget,
+                session_credits=c.credits,
+            ),
         )
         self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
         if run_query:
@@ -276,7 +280,7 @@ class Bridge:
         c = self.config
         assert self.ingest is not None
         # Under a shared budget the ingest grants every credit, the first ones included.
-        initial = c.credits if c.credit_budget is None else 0
+        initial = 0 if self.ingest.config.shares_credits else c.credits
         worker = WorkerConfig(cookie=c.cookie, initial_credits=initial)
         if c.quic is not None:
             certfile, keyfile = self._tls_files()

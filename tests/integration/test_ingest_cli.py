@@ -66,10 +66,11 @@ def test_serve_rejects_a_malformed_address(tmp_path: Path) -> None:
     assert "expected HOST:PORT, got 'localhost'" in done.stderr
 
 
-def test_serve_rejects_a_credit_budget_that_is_not_positive(tmp_path: Path) -> None:
-    done = run_cli("serve", "--log", str(tmp_path / "log"), "--tcp", "127.0.0.1:0", "--credit-budget", "0")
+@pytest.mark.parametrize("option", ["--credit-budget", "--memory-budget"])
+def test_serve_rejects_a_budget_that_is_not_positive(tmp_path: Path, option: str) -> None:
+    done = run_cli("serve", "--log", str(tmp_path / "log"), "--tcp", "127.0.0.1:0", option, "0")
     assert done.returncode == 2
-    assert "argument --credit-budget: must be a positive integer, got 0" in done.stderr
+    assert f"argument {option}: must be a positive integer, got 0" in done.stderr
 
 
 def test_status_of_a_missing_log_is_a_clear_error(tmp_path: Path) -> None:

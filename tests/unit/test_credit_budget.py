@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.bridge.credit_budget import START_CREDITS, CreditBudget
+from aqueduct.bridge.credit_budget import (
+    ASSUMED_RECORD_BYTES,
+    START_CREDITS,
+    CreditBudget,
+    RecordSize,
+)
 
 
 def test_sessions_start_small_and_grow_to_their_share_by_using_credits() -> None:
@@ -56,3 +61,25 @@ def test_held_credits_never_exceed_the_budget_plus_one_per_session(total, per_se
         assert held <= max(total, 0) + len(b.held)
         assert all(v >= 0 for v in b.held.values())
         assert all(v <= max(per_session, 1) for v in b.held.values())
+
+
+def test_a_byte_budget_follows_the_size_of_the_records_that_arrive() -> None:
+    size = RecordSize()
+    assert size.records_in(100 * 1024) == 100 * 1024 // ASSUMED_RECORD_BYTES
+    for _ in range(40):  # 10 KiB records, commit after commit
+        size.committed(records=8, nbytes=8 * 10 * 1024)
+    assert size.records_in(100 * 1024) == 10
+    size.committed(records=0, nbytes=0)  # an empty group says nothing about sizes
+    assert size.records_in(100 * 1024) == 10
+    assert size.records_in(10) == 1  # never no credit at all
+
+
+def test_a_shrunk_pool_grants_nothing_until_the_credits_held_come_back() -> None:
+    b = CreditBudget(total=100, per_session=100, start=100)
+    assert b.join("a") == 100
+    b.resize(10)  # records turned out ten times larger
+    assert b.free == -90 and b.held == {"a": 100}
+    assert b.earned("a", 50) == 0  # 50 back, still 40 over the smaller pool
+    assert b.earned("a", 50) == 10  # all back: the session may hold the new pool
+    with pytest.raises(ValueError, match="credit budget must be positive, got 0"):
+        b.resize(0)
