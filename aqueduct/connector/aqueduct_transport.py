@@ -27,12 +27,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aqueduct.runtime as rt
+from aqueduct.connector.client import WorkerBusy
 from aqueduct.connector.frames import Frame, Notify, Record
 from aqueduct.connector.worker_server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
-from aqueduct.proto.errors import ChannelOutcome, LocalProtocolError
+from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
 from aqueduct.proto.sender import Mode
 from aqueduct.runtime.payload import PayloadError
+from aqueduct.runtime.retry_hint import retry_within
 
 MODE_HEADER = "connector-mode"
 #: Connector payloads are always raw frames: announcing octet-stream as the
@@ -78,6 +80,8 @@ class AqueductLink:
                 headers=RAW_CONNECTION_HEADERS,
             )
         except ChannelOutcome as exc:
+            if isinstance(exc, ConnectionLost) and (window := retry_within(exc)) is not None:
+                raise WorkerBusy(str(exc), window) from exc
             raise ConnectionError(str(exc)) from exc
         return cls(entry, mode_of)
 

@@ -72,8 +72,16 @@ class CreditTimeout(TimeoutError):
 MAX_ERRORS = 100
 
 
+class WorkerBusy(ConnectionError):
+    """The worker refused the connection for now and said how long to spread the retry over."""
+
+    def __init__(self, message: str, retry_within: float) -> None:
+        super().__init__(message)
+        self.retry_within = retry_within
+
+
 class Link(Protocol):
-    """One connection to a worker, as the client drives it."""
+    """One connection to a worker, as the client drives it (opening it may raise :class:`WorkerBusy`)."""
 
     async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None: ...
     async def receive(self) -> bytes: ...
@@ -356,7 +364,10 @@ class Connector:
                     self.stats.errors.append(f"connect: {exc or type(exc).__name__}")
                     self.stats.retries += 1
                     failures += 1
-                    await asyncio.sleep(self._delay(failures))
+                    delay = self._delay(failures)
+                    if isinstance(exc, WorkerBusy):  # the worker knows its crowd: spread over its window
+                        delay = max(delay, random.uniform(0.0, exc.retry_within))
+                    await asyncio.sleep(delay)
                     continue
                 ended, handshaken = await self._serve(link)
                 if ended.origin in ("peer", "local"):

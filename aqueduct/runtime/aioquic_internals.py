@@ -43,6 +43,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicServer", "_protocols", "the server's connection table (handshake bound, refusals)"),
     ("QuicServer", "_configuration", "versions and connection id length for refusals"),
     ("QuicServer", "_transport", "send a refusal"),
+    ("QuicServer", "_loop", "the clock of handshake slots and retry hints"),
     ("Context", "_request_client_certificate", "mutual TLS: ask for a client certificate"),
     ("Context", "_server_handle_certificate", "mutual TLS: require the certificate"),
     ("Context", "_server_handle_certificate_verify", "mutual TLS: verify it against the CA"),

@@ -99,6 +99,8 @@ class Driver(QuicConnectionProtocol):
         self.content_type = content_type(core.config.headers)  # our announced default
         self.connection: Any = None  # the public Connection object, set by endpoints
         self.terminated: ConnectionLost | None = None
+        #: called once when the connection ends (a server forgets it in O(1), not by scanning)
+        self.on_terminated: list[Callable[[], None]] = []
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self._on_ready = on_ready
         # Weak: dropping a handle releases its channel (see ``dropped``).
@@ -441,6 +443,9 @@ class Driver(QuicConnectionProtocol):
         if self.frame_log is not None:
             self.frame_log.event("connection_terminated", {"code": lost.code, "reason": lost.reason})
             self.frame_log.close()
+        callbacks, self.on_terminated = self.on_terminated, []
+        for callback in callbacks:
+            callback()
 
     # ------------------------------------------------------------ Link (for handles)
     def _check_open(self) -> None:

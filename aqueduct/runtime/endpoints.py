@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from aioquic.quic.connection import QuicConnection
@@ -178,9 +180,10 @@ class Server:
         if self._closed:
             driver.close_aqueduct("server closed")
             return
-        # Forget connections that ended, so a long-running server does not accumulate them.
-        self._connections = {c for c in self._connections if not c.is_closed}
+        # Forget it when it ends (O(1): a fleet of thousands connecting must not
+        # cost a scan of every open connection per handshake).
         self._connections.add(conn)
+        driver.on_terminated.append(partial(self._connections.discard, conn))
         self._accepted.put_nowait(conn)
 
     async def accept(self) -> ServerConnection:
@@ -307,8 +310,7 @@ async def connect(
     config = client_configuration(
         server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout
     )
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-    family, _, _, _, addr = infos[0]
+    family, addr = await _udp_address(loop, host, port)
     quic = QuicConnection(configuration=config)
     batch = ReadBatch()
     driver = _make_driver(
@@ -331,6 +333,24 @@ async def connect(
     assert isinstance(entry, Sender)
     entry._owns_connection = connection
     return entry
+
+
+async def _udp_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> tuple[int, Any]:
+    """(family, address) to send to; an IP literal skips the resolver.
+
+    ``getaddrinfo`` runs on the loop's thread pool: thousands of clients in
+    one process (a fleet's load generator, a connection storm) would queue
+    on it for an answer they already have.
+    """
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        family, _, _, _, addr = infos[0]
+        return family, addr
+    if ip.version == 6:
+        return socket.AF_INET6, (host, port, 0, 0)
+    return socket.AF_INET, (host, port)
 
 
 async def _release(driver: Driver, transport: asyncio.BaseTransport) -> None:

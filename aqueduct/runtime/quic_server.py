@@ -10,12 +10,14 @@ meanwhile the loop is too busy for the established sessions.
 progress. An Initial that would open one more is answered at once with a
 CONNECTION_CLOSE carrying ``CONNECTION_REFUSED`` (RFC 9000 section 20.1),
 built from the Initial keys alone (no TLS work, no connection state): the
-client sees a refused connection and retries with its own backoff, instead
-of waiting for an idle timeout. Handshakes that finished (or failed) free
+client sees a refused connection and retries, instead of waiting for an
+idle timeout. The refusal's reason phrase says how long to spread the retry
+over (:mod:`aqueduct.runtime.retry_hint`), so a crowd many times the
+server's handshake rate does not come back all at once. Handshakes that finished (or failed) free
 their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
-closed (its client gave up or is too slow to finish); the count is pruned
-lazily, when it is full, so the check costs at most ``max_handshakes``
-steps.
+closed (its client gave up or is too slow to finish). A handshake leaves
+the table when it completes or fails, and only the oldest can expire, so a
+refusal costs O(1) however many handshakes are in progress.
 
 It also makes forgetting an ended connection cost O(its connection ids)
 instead of a scan of every connection's ids (aioquic's
@@ -25,6 +27,7 @@ quadratic.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from aioquic.asyncio.server import QuicServer
@@ -36,6 +39,7 @@ from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pu
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
 from aqueduct.runtime import aioquic_internals
+from aqueduct.runtime.retry_hint import RetryHint, busy_reason
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
@@ -46,12 +50,13 @@ handshake behind until the idle timeout (a minute on the bridge): without
 this, a storm fills every slot with abandoned handshakes."""
 
 
-def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes) -> bytes:
-    """A server Initial closing the connection with CONNECTION_REFUSED.
+def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes, reason: str = "") -> bytes:
+    """A server Initial closing the connection with CONNECTION_REFUSED and ``reason``.
 
     Its keys derive from the Destination Connection ID the client chose,
     so no connection state is needed to send it.
     """
+    reason_bytes = reason.encode()
     crypto = CryptoPair()
     crypto.setup_initial(cid=client_dcid, is_client=False, version=version)
     builder = QuicPacketBuilder(
@@ -62,10 +67,13 @@ def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes) -> byte
         version=version,
     )
     builder.start_packet(QuicPacketType.INITIAL, crypto)
-    buf = builder.start_frame(QuicFrameType.TRANSPORT_CLOSE, capacity=TRANSPORT_CLOSE_FRAME_CAPACITY)
+    buf = builder.start_frame(
+        QuicFrameType.TRANSPORT_CLOSE, capacity=TRANSPORT_CLOSE_FRAME_CAPACITY + len(reason_bytes)
+    )
     buf.push_uint_var(QuicErrorCode.CONNECTION_REFUSED)
     buf.push_uint_var(QuicFrameType.PADDING)
-    buf.push_uint_var(0)
+    buf.push_uint_var(len(reason_bytes))
+    buf.push_bytes(reason_bytes)
     datagrams, _ = builder.flush()
     return datagrams[0]
 
@@ -78,8 +86,11 @@ class BoundedQuicServer(QuicServer):
             raise ValueError(f"max_handshakes must be at least 1, got {max_handshakes}")
         super().__init__(**kwargs)
         self.max_handshakes = max_handshakes
-        self._handshaking: dict[Any, float] = {}  # protocol -> when its handshake began
+        #: protocol -> when its handshake began, oldest first; a protocol leaves
+        #: when its Aqueduct handshake completes or its connection ends
+        self._handshaking: dict[Any, float] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
+        self.retry_hint = RetryHint(self._loop.time())
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
 
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
@@ -91,31 +102,51 @@ class BoundedQuicServer(QuicServer):
         except ValueError:
             return
         known = header.destination_cid in self._protocols
-        if not known and header.packet_type == QuicPacketType.INITIAL and self._full():
+        initial = not known and header.packet_type == QuicPacketType.INITIAL
+        if initial:
+            self.retry_hint.arrived(self._loop.time())
+        if initial and self._full():
             if header.version in self._configuration.supported_versions:
                 assert self._transport is not None
+                reason = busy_reason(self.retry_hint.refused(self._loop.time()))
                 self._transport.sendto(
-                    encode_refusal(header.version, header.destination_cid, header.source_cid), addr
+                    encode_refusal(header.version, header.destination_cid, header.source_cid, reason), addr
                 )
                 self.refused += 1
             return
         super().datagram_received(data, addr)
         if not known:
             protocol = self._protocols.get(header.destination_cid)
-            if protocol is not None:
-                self._handshaking[protocol] = self._loop.time()
+            if protocol is not None and protocol not in self._handshaking:
+                ready = getattr(protocol, "ready", None)
+                if ready is not None and not ready.done():
+                    self._handshaking[protocol] = self._loop.time()
+                    ready.add_done_callback(partial(self._settled, protocol))
+
+    def _settled(self, protocol: Any, ready: Any) -> None:
+        """The protocol's Aqueduct handshake completed or failed: its slot is free."""
+        self._handshaking.pop(protocol, None)
+        if not ready.cancelled() and ready.exception() is None:
+            self.retry_hint.completed()
 
     def _full(self) -> bool:
+        """All slots are taken, after closing handshakes that held theirs too long.
+
+        Only the oldest can have expired (the table is in start order), so a
+        refusal costs O(1), not a scan of every handshake in progress.
+        """
         if len(self._handshaking) < self.max_handshakes:
             return False
         expired = self._loop.time() - HANDSHAKE_TIMEOUT
-        for protocol, began in list(self._handshaking.items()):
-            if _settled(protocol):
-                del self._handshaking[protocol]
-            elif began < expired:
-                del self._handshaking[protocol]
-                protocol.close()  # frees the slot now; the client retries if it still cares
-                self.expired += 1
+        stale = []
+        for protocol, began in self._handshaking.items():
+            if began >= expired:
+                break
+            stale.append(protocol)
+        for protocol in stale:
+            del self._handshaking[protocol]
+            protocol.close()  # frees the slot now; the client retries if it still cares
+            self.expired += 1
         return len(self._handshaking) >= self.max_handshakes
 
     def _connection_terminated(self, protocol: Any) -> None:
@@ -124,8 +155,3 @@ class BoundedQuicServer(QuicServer):
             if self._protocols.get(cid) is protocol:
                 del self._protocols[cid]
 
-
-def _settled(protocol: Any) -> bool:
-    """The protocol's Aqueduct handshake finished, or its connection ended."""
-    ready = getattr(protocol, "ready", None)
-    return ready is None or ready.done() or getattr(protocol, "terminated", None) is not None

@@ -18,8 +18,9 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated
 from aioquic.quic.packet import QuicErrorCode
 
-from aqueduct.connector.client import Connector
+from aqueduct.connector.client import Connector, WorkerBusy
 from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.proto.sender import Mode
 from aqueduct.runtime import quic_server
 from aqueduct.runtime.quic_server import BoundedQuicServer
 from aqueduct.runtime.tls import client_configuration
@@ -66,6 +67,7 @@ async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(cer
             events.append(event)
         closes = [e for e in events if isinstance(e, ConnectionTerminated)]
         assert [c.error_code for c in closes] == [QuicErrorCode.CONNECTION_REFUSED]
+        assert closes[0].reason_phrase == "busy: retry within 0.25 s"  # the retry hint, at its minimum
 
         conn = Connector(
             f"aqueduct://127.0.0.1:{server.port}", cafile=str(certs.ca), backoff=(0.05, 0.5)
@@ -78,6 +80,29 @@ async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(cer
     finally:
         stalled.close()
         refused.close()
+        await server.close()
+
+
+async def test_a_refused_connector_link_says_how_long_to_spread_its_retry_over(certs) -> None:
+    from aqueduct.connector.aqueduct_transport import AqueductLink, serve_aqueduct
+
+    server = await serve_aqueduct(
+        "127.0.0.1", 0, MemorySink(), certfile=certs.server_cert, keyfile=certs.server_key,
+        max_handshakes=1, idle_timeout=TIMEOUT * 2,
+    )
+    stalled = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.setblocking(False)
+        initial(server.port, stalled)
+        await reply(stalled)  # the only slot is taken
+        with pytest.raises(WorkerBusy, match="busy: retry within 0.25 s") as refused:
+            await asyncio.wait_for(
+                AqueductLink.open("127.0.0.1", server.port, lambda _: Mode.ORDERED, str(certs.ca)), TIMEOUT
+            )
+        assert refused.value.retry_within == 0.25
+    finally:
+        stalled.close()
         await server.close()
 
 
