@@ -24,7 +24,18 @@ Reported per run: producers connected / failed, their connection retries,
 handshakes per second (N over the time from the burst to the last first
 handshake), the bridge loop's lag (p50 / p99 / max of a 10 ms ticker's
 overshoot during the run), bridge RSS before, with all sessions idle, and
-the peak, the RSS per session, and the exactly-once verdict.
+the peak, the RSS per session, and the exactly-once verdict; and, to tell a
+bridge that drops sessions from a load generator that cannot keep up, the
+producers' reconnects, why their sessions ended (the commonest reasons) and
+the lag of the producer processes' own loops.
+
+``--restart-after S`` SIGKILLs the bridge S seconds after the burst and
+starts another on the same log and port, as after a crash with the fleet
+running: every producer reconnects with its backoff and resumes from the
+points of reference the log hands back. The run then also reports the
+streams the new bridge found in its log, how long opening the log took and
+how long after the kill it listened again; exactly-once is checked by the
+second bridge, over everything both received.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -101,31 +113,39 @@ async def bridge_role(args: argparse.Namespace) -> None:
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
 
-        async def commit(self) -> None:
-            await super().commit()
-            positions = {sid: self.log.durable_end(sid) for sid in self.log.stream_ids()}
-            self.on_committed(positions)
-            self.truncate_below(positions)
+        async def commit(self) -> dict[int, int]:
+            ends = await super().commit()  # no boundaries: every record is its own epoch
+            self.on_committed(ends)
+            self.truncate_below(ends)
+            return ends
 
     ticker = LagTicker()
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:
-        log = DurableLog(Path(tmp) / "log")
+        log = DurableLog(args.log or Path(tmp) / "log")
+        opened = time.perf_counter() - started
         ingest = AckingIngest(log)
         tasks = [asyncio.ensure_future(ingest.run()), asyncio.ensure_future(ticker.run())]
+        port = args.port or 0
         if args.transport == "tcp":
             from aqueduct.connector.tcp import serve_tcp
 
-            server = await serve_tcp("127.0.0.1", 0, ingest)
+            server = await serve_tcp("127.0.0.1", port, ingest)
         else:
             from aqueduct.connector.aqueduct_transport import serve_aqueduct
             from aqueduct.runtime.certs import cert_paths
 
             certs = cert_paths(args.certs)
             server = await serve_aqueduct(
-                "127.0.0.1", 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key
+                "127.0.0.1", port, ingest, certfile=certs.server_cert, keyfile=certs.server_key
             )
         baseline = peak = rss_bytes()  # listening, no session yet
-        print(json.dumps({"port": server.port}), flush=True)
+        print(json.dumps({
+            "port": server.port,
+            "streams_at_start": len(log.stream_ids()),
+            "log_open_s": opened,
+            "listening_s": time.perf_counter() - started,
+        }), flush=True)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -233,6 +253,8 @@ async def producer_role(args: argparse.Namespace) -> None:
         except Exception as exc:  # noqa: BLE001 - every failure is a figure of the run
             out["error"] = f"{type(exc).__name__}: {exc}"[:200]
         out["retries"] = conn.stats.retries
+        out["sessions"] = conn.stats.connections
+        out["ended"] = [reason[:80] for reason in conn.stats.errors]
         results.append(out)
         try:
             await release.wait()
@@ -243,18 +265,24 @@ async def producer_role(args: argparse.Namespace) -> None:
     line = (await reader.readline()).decode().split()
     burst = float(line[1])  # wall clock of the burst, the same in every process
     await asyncio.sleep(max(0.0, burst - time.time()))
+    ticker = LagTicker()  # a producer process's own loop: is the load generator keeping up?
+    lag = asyncio.ensure_future(ticker.run())
     tasks = [asyncio.ensure_future(one(i, burst)) for i in range(args.first, args.first + args.count)]
     while len(results) < len(tasks):
         await asyncio.sleep(0.2)
+    lag.cancel()
     connect = [r["connect_s"] for r in results if r["connected"]]
     errors = sorted({r["error"] for r in results if "error" in r})
     print(json.dumps({
         "connected": len(connect),
         "acked": sum(1 for r in results if r.get("acked")),
         "retries": sum(r["retries"] for r in results),
+        "reconnects": sum(max(0, r["sessions"] - 1) for r in results),
         "last_connect_s": max(connect, default=0.0),
         "connect_s": sorted(connect),
         "errors": errors[:5],
+        "producer_lag_p99_s": ticker.summary()["lag_p99_s"],
+        "why_sessions_ended": Counter(e for r in results for e in r["ended"]).most_common(5),
     }), flush=True)
     await reader.readline()  # "close"
     release.set()
@@ -290,8 +318,11 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
     common = ["--transport", transport, "--certs", certs]
     if args.quiet:
         common.append("--quiet")
-    bridge = await _spawn("--role", "bridge", *common, *(["--profile"] if args.profile else []))
+    log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-fleet-log-")
+    bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
+    bridge = await _spawn("--role", "bridge", *bridge_args)
     procs: list[asyncio.subprocess.Process] = []
+    restart: dict[str, Any] = {}
     try:
         port = (await _json_line(bridge, 60))["port"]
         nprocs = max(1, min(args.procs, n))
@@ -303,12 +334,16 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
                     "--role", "producers", *common, "--port", str(port), "--first", str(first),
                     "--count", str(count), "--messages", str(args.messages),
                     "--rate", str(args.rate), "--limit", str(args.limit),
+                    *(["--profile"] if args.profile and k == 0 else []),
                 ))
         for p in procs:
             assert await _json_line(p, 60) == "ready"
         burst = time.time() + 0.5
         for p in procs:
             _say(p, f"go {burst}")
+        if args.restart_after is not None:
+            await asyncio.sleep(burst + args.restart_after - time.time())
+            bridge, restart = await _restart(bridge, [*bridge_args, "--port", str(port)])
         results = [await _json_line(p, 3 * args.limit + 60) for p in procs]
         _say(bridge, "report")
         report = await _json_line(bridge, 60)
@@ -324,6 +359,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
             if p.returncode is None:
                 p.kill()
                 await p.wait()
+        log_dir.cleanup()
     connected = sum(r["connected"] for r in results)
     times = sorted(t for r in results for t in r["connect_s"])
     span = times[-1] if times else 0.0
@@ -335,6 +371,9 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
         "failed": n - connected,
         "acked_producers": sum(r["acked"] for r in results),
         "retries": sum(r["retries"] for r in results),
+        "reconnects": sum(r["reconnects"] for r in results),
+        "producer_lag_p99_s": max(r["producer_lag_p99_s"] for r in results),
+        "why_sessions_ended": sum((Counter(dict(r["why_sessions_ended"])) for r in results), Counter()).most_common(5),
         "handshakes_per_s": connected / span if span else 0.0,
         "connect_p50_s": percentile(times, 0.5),
         "connect_p99_s": percentile(times, 0.99),
@@ -342,8 +381,26 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
         "errors": sorted({e for r in results for e in r["errors"]})[:5],
         "exactly_once": final["exactly_once_bad_count"] == 0 and final["streams"] == n,
         "checked_from": "log (no Spark)",
+        **restart,
         **report,
         **final,
+    }
+
+
+async def _restart(
+    bridge: asyncio.subprocess.Process, bridge_args: list[str]
+) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
+    """SIGKILL the bridge mid-run and start another on its log and port; how long it took."""
+    bridge.kill()
+    await bridge.wait()
+    killed = time.perf_counter()
+    again = await _spawn("--role", "bridge", *bridge_args)
+    started = await _json_line(again, 600)
+    return again, {
+        "restarted": True,
+        "restart_streams": started["streams_at_start"],
+        "restart_log_open_s": started["log_open_s"],
+        "restart_listening_s": time.perf_counter() - killed,
     }
 
 
@@ -361,12 +418,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=float, default=300.0, help="seconds a producer may take to connect, and to be acked")
     p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--profile", action="store_true", help="profile the bridge process (cProfile, top functions on stderr)")
+    p.add_argument("--profile", action="store_true", help="profile the bridge process and the first producer process (cProfile, top functions on stderr)")
+    p.add_argument(
+        "--restart-after", type=float, metavar="SECONDS",
+        help="SIGKILL the bridge this long after the burst and start another on the same log "
+        "and port: the fleet must reconnect and resume, still exactly once",
+    )
     # internal: the roles of the processes a run starts
     p.add_argument("--role", choices=["bridge", "producers"], help=argparse.SUPPRESS)
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
     p.add_argument("--certs", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
     return p
@@ -375,11 +438,16 @@ def _parser() -> argparse.ArgumentParser:
 def _line(r: dict[str, Any]) -> str:
     return (
         f"{r['transport']:4} N={r['producers']:>6}: connected {r['connected']} failed {r['failed']} "
-        f"retries {r['retries']} | {r['handshakes_per_s']:.0f} handshakes/s (last at "
+        f"retries {r['retries']} reconnects {r['reconnects']} | {r['handshakes_per_s']:.0f} handshakes/s (last at "
         f"{r['last_connect_s']:.1f} s) | loop lag p99 {r['lag_p99_s'] * 1000:.0f} ms "
-        f"max {r['lag_max_s'] * 1000:.0f} ms | RSS idle {r['rss_idle_mb']:.0f} MB peak "
+        f"max {r['lag_max_s'] * 1000:.0f} ms (producers' p99 {r['producer_lag_p99_s'] * 1000:.0f} ms) | RSS idle {r['rss_idle_mb']:.0f} MB peak "
         f"{r['rss_peak_mb']:.0f} MB, {r['rss_per_session_kb']:.1f} kB/session | "
         f"exactly once: {'yes' if r['exactly_once'] else 'NO'} ({r['records']} records)"
+        + (
+            f" | restarted: {r['restart_streams']} streams, log opened in "
+            f"{r['restart_log_open_s']:.1f} s, listening {r['restart_listening_s']:.1f} s after the kill"
+            if r.get("restarted") else ""
+        )
     )
 
 
@@ -404,20 +472,18 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.role == "bridge":
+    if args.role is not None:
+        role = bridge_role if args.role == "bridge" else producer_role
         if args.profile:
             import cProfile
             import pstats
 
             profiler = cProfile.Profile()
-            profiler.runcall(asyncio.run, bridge_role(args))
-            print("bridge profile (top 25 by own time):", file=sys.stderr)
+            profiler.runcall(asyncio.run, role(args))
+            print(f"{args.role} profile (top 25 by own time):", file=sys.stderr)
             pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
             return 0
-        asyncio.run(bridge_role(args))
-        return 0
-    if args.role == "producers":
-        asyncio.run(producer_role(args))
+        asyncio.run(role(args))
         return 0
     results = asyncio.run(main_async(args))
     if args.json:

@@ -52,6 +52,8 @@ class CreditBudget:
         self.start = max(1, min(start, per_session))
         self.held: dict[Hashable, int] = {}  # granted and not yet earned back
         self.free = total
+        #: sessions whose last grant the empty pool cut short: the ones a top-up may help
+        self.short: set[Hashable] = set()
 
     @property
     def share(self) -> int:
@@ -88,10 +90,15 @@ class CreditBudget:
     def leave(self, key: Hashable) -> None:
         """The session ended: whatever it held returns to the pool."""
         self.free += self.held.pop(key, 0)
+        self.short.discard(key)
 
     def _grant(self, key: Hashable, want: int) -> int:
         held = self.held[key]
         grant = max(0, min(want, self.free))
+        if grant < want:
+            self.short.add(key)
+        else:
+            self.short.discard(key)
         if held + grant == 0 and want > 0:
             grant = 1  # never leave a session with nothing to send on
         self.held[key] = held + grant

@@ -148,9 +148,11 @@ class Ingest:
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
+        self._lag = 0  # sum over streams of complete - committed, kept as they move (not summed per commit)
+        #: sessions holding earned credits not yet sent (the tap was closed, or nothing went out yet)
+        self._owed: set[WorkerPeer] = set()
         for sid in self.log.stream_ids():
-            self._complete[sid] = self.log.complete_offset(sid)
-            self._committed[sid] = self.log.snapshot(sid).earliest
+            self._move(sid, complete=self.log.complete_offset(sid), committed=self.log.snapshot(sid).earliest)
         self._dirty = asyncio.Event()
         #: mean record size, for turning ``memory_budget`` into credits
         self._record_size = RecordSize()
@@ -208,6 +210,7 @@ class Ingest:
 
     def _forget(self, peer: WorkerPeer) -> None:
         state = self._sessions.pop(peer, None)
+        self._owed.discard(peer)
         if self._budget is not None:
             self._budget.leave(peer)
         if state is not None and self._live.get(state.connector) is peer:
@@ -236,8 +239,8 @@ class Ingest:
                            event.stream_id, state.connector, exc)  # fmt: skip
             await peer.restart()
             return
-        self._committed.setdefault(event.stream_id, 0)
-        self._complete.setdefault(event.stream_id, 0)
+        if event.stream_id not in self._complete:
+            self._move(event.stream_id, complete=0, committed=0)
 
     async def _on_messages(self, peer: WorkerPeer, event: RecordsAccepted) -> None:
         state = self._sessions.get(peer)
@@ -281,8 +284,10 @@ class Ingest:
             self._dirty.clear()
             await self.commit()
 
-    async def commit(self) -> None:
+    async def commit(self) -> dict[int, int]:
         """Make everything buffered durable, then return the credits it earned.
+
+        Returns the new durable end offset of each stream the group touched.
 
         The writes and fsyncs run on the log's I/O thread; records arriving
         meanwhile join the next group. Cancelled while the thread works, it
@@ -295,19 +300,30 @@ class Ingest:
             state.committing += n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
         ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        for sid in ends:
+            self._move(sid, complete=self.log.complete_offset(sid))
         if self._budget is not None and self.config.memory_budget is not None:
             self._record_size.committed(sum(earned.values()), group_bytes)
             self._budget.resize(self._budget_records())
-        for sid in ends:
-            self._complete[sid] = self.log.complete_offset(sid)
         for peer, n in earned.items():
             state = self._sessions.get(peer)  # None: the session ended meanwhile
             if state is not None:
                 state.committing -= n
                 state.withheld += n if self._budget is None else self._budget.earned(peer, n)
+                if state.withheld:
+                    self._owed.add(peer)
         self._release_credits()
         if cancelled:
             raise asyncio.CancelledError
+        return ends
+
+    def _move(self, sid: int, *, complete: int | None = None, committed: int | None = None) -> None:
+        """Set a stream's complete and/or committed offset, keeping :attr:`lag` current in O(1)."""
+        old_complete, old_committed = self._complete.get(sid, 0), self._committed.get(sid, 0)
+        new_complete = old_complete if complete is None else complete
+        new_committed = old_committed if committed is None else committed
+        self._complete[sid], self._committed[sid] = new_complete, new_committed
+        self._lag += max(0, new_complete - new_committed) - max(0, old_complete - old_committed)
 
     def _budget_records(self) -> int:
         """Credits the shared pool holds: ``credit_budget``, or fewer if ``memory_budget`` says so."""
@@ -324,13 +340,26 @@ class Ingest:
     @property
     def lag(self) -> int:
         """Records in complete epochs that Spark has not committed yet."""
-        return sum(max(0, end - self._committed.get(sid, 0)) for sid, end in self._complete.items())
+        return self._lag
 
     def _release_credits(self, points_by_connector: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
-        """Send each session its points and, unless the backlog is too long, its credits."""
+        """Send sessions their points and, unless the backlog is too long, their credits.
+
+        Only the sessions concerned are visited (those owed credits, those
+        short of credits under a budget, the owners of new points): this
+        runs after every group commit, and a bridge holds thousands of
+        mostly idle sessions.
+        """
         points_by_connector = points_by_connector or {}
-        open_tap = self.lag <= self.config.max_lag
-        for peer, state in list(self._sessions.items()):
+        open_tap = self._lag <= self.config.max_lag
+        concerned = set(self._owed)
+        if self._budget is not None:
+            concerned |= self._budget.short
+        concerned.update(peer for c in points_by_connector if (peer := self._live.get(c)) is not None)
+        for peer in concerned:
+            state = self._sessions.get(peer)
+            if state is None:
+                continue
             if self._budget is not None:
                 state.withheld += self._budget.top_up(peer)
             credits = state.withheld if open_tap else 0
@@ -338,7 +367,11 @@ class Ingest:
             if credits or points:
                 state.withheld -= credits
                 peer.ack(points, credits)
-        self.counters.withheld_credits = sum(s.withheld for s in self._sessions.values())
+            if state.withheld:
+                self._owed.add(peer)
+            else:
+                self._owed.discard(peer)
+        self.counters.withheld_credits = sum(self._sessions[p].withheld for p in self._owed)
 
     # ------------------------------------------------------------ Spark side
 
@@ -359,17 +392,16 @@ class Ingest:
         both report the same batch. Truncation is separate
         (:meth:`truncate_below`): a slower consumer may still need the records.
         """
-        known = set(self.log.stream_ids())
         advanced = {
             sid: offset
             for sid, offset in positions.items()
-            if sid in known and offset > self._committed.get(sid, 0)
+            if sid in self._complete and offset > self._committed[sid]  # a stream of this log
         }
         points_by_connector: dict[str, list[tuple[int, int]]] = {}
         for sid, point in acks_for(self.log, advanced).items():
-            owner = self.log.snapshot(sid).meta.connector
-            points_by_connector.setdefault(owner, []).append((sid, point))
-        self._committed.update(advanced)
+            points_by_connector.setdefault(self.log.connector_of(sid), []).append((sid, point))
+        for sid, offset in advanced.items():
+            self._move(sid, committed=offset)
         if advanced:  # for `aqueduct-bridge status`: how far producers were told
             self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
         self._release_credits(points_by_connector)

@@ -178,8 +178,12 @@ class _Sealed:
 class _StreamWriter:
     """Writer-side state of one stream partition."""
 
-    def __init__(self, directory: Path, meta: StreamMeta, entries: list[IndexEntry]) -> None:
+    def __init__(
+        self, directory: Path, meta: StreamMeta, entries: list[IndexEntry], pending_streams: set[_StreamWriter]
+    ) -> None:
         self.directory = directory
+        #: the log's streams with records pending: a group commit visits only those
+        self._pending_streams = pending_streams
         self.meta = meta
         self.entries = entries
         last = entries[-1] if entries else None
@@ -303,6 +307,7 @@ class _StreamWriter:
         p = self.pending
         if not p.payload:
             p.reference_before = points.point
+            self._pending_streams.add(self)
         if stable and not points.receive(message_id):  # type: ignore[arg-type]
             raise DuplicateMessage(
                 f"stream {self.meta.stream_id}: message id {message_id} was already "
@@ -518,6 +523,8 @@ class DurableLog:
         self._creations: list[tuple[_StreamWriter, Future[int], int]] = []
         self._creations_lock = threading.Lock()
         self._streams: dict[int, _StreamWriter] = {}
+        #: streams with records appended since the last group commit began (appending thread)
+        self._pending: set[_StreamWriter] = set()
         #: Streams whose files are open, least recently written first (I/O thread only).
         self._opened: OrderedDict[int, _StreamWriter] = OrderedDict()
         #: connector -> its stream ids: a HELLO's OK must not scan every stream of the log
@@ -525,7 +532,7 @@ class DurableLog:
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
                 meta, entries = _recover_stream(d)
-                writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries)
+                writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries, self._pending)
                 writer.check_files()
                 self._by_connector.setdefault(meta.connector, set()).add(meta.stream_id)
 
@@ -570,7 +577,9 @@ class DurableLog:
         files: Callable[[], None] | None = None
         create = False
         if s is None:
-            s = self._streams[stream_id] = _StreamWriter(self.path / STREAMS_DIR / str(stream_id), meta, [])
+            s = self._streams[stream_id] = _StreamWriter(
+                self.path / STREAMS_DIR / str(stream_id), meta, [], self._pending
+            )
             s.created = False
             create = True
             self._by_connector.setdefault(connector, set()).add(stream_id)
@@ -674,6 +683,10 @@ class DurableLog:
         """Every stream the log holds, id -> name, sorted by id."""
         return {sid: self._streams[sid].meta.stream_name for sid in sorted(self._streams)}
 
+    def connector_of(self, stream_id: int) -> str:
+        """The connector (program/instance) that owns the stream."""
+        return self._stream(stream_id).meta.connector
+
     def references_of(self, connector: str) -> list[tuple[int, str, int]]:
         """``(stream id, name, durable point of reference)`` of a connector's streams (for OK)."""
         return [
@@ -716,7 +729,9 @@ class DurableLog:
         (seconds) stamps the batches for retention.
         """
         now_us = int((time.time() if now is None else now) * 1_000_000)
-        sealed = [(s, part) for s in self._streams.values() if (part := s.seal(now_us)) is not None]
+        pending = sorted(self._pending, key=lambda s: s.meta.stream_id)
+        self._pending.clear()
+        sealed = [(s, part) for s in pending if (part := s.seal(now_us)) is not None]
         if not sealed:
             nothing: Future[dict[int, int]] = Future()
             nothing.set_result({})
@@ -841,6 +856,7 @@ class DurableLog:
         for s in self._streams.values():
             s.close()
         self._streams.clear()
+        self._pending.clear()
         self._opened.clear()
 
     def __enter__(self) -> DurableLog:
