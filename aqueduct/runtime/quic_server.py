@@ -104,7 +104,7 @@ class BoundedQuicServer(QuicServer):
         known = header.destination_cid in self._protocols
         initial = not known and header.packet_type == QuicPacketType.INITIAL
         if initial:
-            self.retry_hint.arrived(self._loop.time())
+            self.retry_hint.tick(self._loop.time())
         if initial and self._full():
             if header.version in self._configuration.supported_versions:
                 assert self._transport is not None

@@ -9,11 +9,17 @@ producers more CPU than the handshakes that succeeded.
 
 So the refusal says how long to spread the retry over, in its reason
 phrase (``busy: retry within 4.2 s``): a client waits a random time up to
-that. :class:`RetryHint` keeps the window such that the attempts arriving
-match the handshakes the server completes: once a second, if anything was
-refused, the window is scaled by arrivals / completions (so a crowd twice
-the server's rate doubles it), and it halves after a second without a
-refusal. Clients that do not read the hint still get their own backoff.
+that. :class:`RetryHint` aims the window at crowd / capacity, the time the
+server needs to let everyone waiting in. Neither is known directly (a
+retry comes from a new port with a new connection id), but while clients
+spread over a window ``w``, each comes back about every ``w / 2``, so the
+refusals of one second say ``crowd ~ refused * w / 2``; and while the
+server refuses, its completed handshakes per second are its capacity.
+Once a second the window is scaled by ``refused / (2 * completed)``, by at
+most a factor of two: a client that drew a long wait is committed to it,
+so the window must not overshoot, while one told too short a wait is only
+refused again with a better hint. A second without a refusal halves it.
+Clients that do not read the hint still get their own backoff.
 
 Pure bookkeeping: the caller passes the time.
 """
@@ -28,7 +34,7 @@ CONNECTION_REFUSED = 0x2  # RFC 9000 section 20.1
 MIN_WINDOW = 0.25
 MAX_WINDOW = 60.0
 _PERIOD = 1.0  # seconds between adjustments
-_STEP = (0.5, 4.0)  # a window changes by at most these factors per adjustment
+_STEP = (0.5, 2.0)  # a window changes by at most these factors per adjustment
 
 _REASON = "busy: retry within {:.2f} s"
 _PARSE = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")
@@ -53,14 +59,12 @@ class RetryHint:
     def __init__(self, now: float, window: float = MIN_WINDOW) -> None:
         self.window = window
         self._since = now
-        self._arrived = 0  # new connection attempts this period, refused ones included
         self._completed = 0  # handshakes completed this period
         self._refused = 0
 
-    def arrived(self, now: float) -> None:
-        """A client started a connection (admitted or not)."""
+    def tick(self, now: float) -> None:
+        """Time passes (a datagram arrived): adjust the window once a second."""
         self._roll(now)
-        self._arrived += 1
 
     def completed(self) -> None:
         """A handshake completed (its slot is free for the next client)."""
@@ -77,12 +81,12 @@ class RetryHint:
             return
         if self._refused:
             low, high = _STEP
-            factor = min(high, max(low, self._arrived / max(1, self._completed)))
+            factor = min(high, max(low, self._refused / (2 * max(1, self._completed))))
         else:
             factor = _STEP[0]
         self.window = min(MAX_WINDOW, max(MIN_WINDOW, self.window * factor))
         self._since = now
-        self._arrived = self._completed = self._refused = 0
+        self._completed = self._refused = 0
 
 
 __all__ = ["RetryHint", "busy_reason", "retry_within"]

@@ -9,31 +9,41 @@ from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, RetryHint, busy_reason, retry_within
 
 
-def _second(hint: RetryHint, now: float, arrivals: int, refusals: int, completions: int) -> None:
-    """One second of traffic: arrivals, of which some refused, and completed handshakes."""
-    for i in range(arrivals):
-        hint.arrived(now + i / (arrivals + 1))
-    for _ in range(refusals):
-        hint.refused(now + 0.99)
+def _second(hint: RetryHint, now: float, refusals: int, completions: int) -> None:
+    """One second of traffic: refused attempts and completed handshakes."""
+    hint.tick(now)
+    for i in range(refusals):
+        hint.refused(now + i / (refusals + 1))
     for _ in range(completions):
         hint.completed()
 
 
-def test_a_crowd_many_times_the_handshake_rate_widens_the_window_until_it_matches() -> None:
+def test_a_crowd_many_times_the_handshake_rate_widens_the_window_at_most_twofold_a_second() -> None:
     hint = RetryHint(now=0.0)
     windows = []
-    for t in range(8):  # 2,000 attempts a second against 40 handshakes a second
-        _second(hint, float(t), arrivals=2000, refusals=1960, completions=40)
+    for t in range(10):  # thousands refused a second against 40 handshakes a second
+        _second(hint, float(t), refusals=4000, completions=40)
         windows.append(hint.window)
-    assert windows[0] == MIN_WINDOW  # the first second only measures
-    assert windows[1:4] == [1.0, 4.0, 16.0]  # at most fourfold per second
+    assert windows[:4] == [MIN_WINDOW, 0.5, 1.0, 2.0]  # the first second only measures
     assert windows[-1] == MAX_WINDOW
+
+
+def test_the_window_holds_where_the_crowd_comes_back_at_the_servers_rate() -> None:
+    hint = RetryHint(now=0.0, window=10.0)
+    # 1,000 clients spread over 10 s come back 200 times a second; 100 get in, 100 refused
+    for t in range(3):
+        _second(hint, float(t), refusals=200, completions=100)
+    hint.tick(3.0)
+    assert hint.window == 10.0  # refused / (2 x completed) = 1: the window is right
+    _second(hint, 3.0, refusals=400, completions=100)
+    hint.tick(4.0)
+    assert hint.window == 20.0  # twice the crowd: twice the window
 
 
 def test_without_refusals_the_window_halves_back_to_its_minimum() -> None:
     hint = RetryHint(now=0.0, window=8.0)
     for t in range(1, 8):
-        hint.arrived(float(t))  # clients come, none refused
+        hint.tick(float(t))  # clients come, none refused
     assert hint.window == MIN_WINDOW
 
 
