@@ -125,6 +125,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
         log = DurableLog(args.log or Path(tmp) / "log")
         opened = time.perf_counter() - started
         ingest = AckingIngest(log)
+        # A bridge restarted on a log: Spark (infinitely fast) committed all that is durable.
+        ingest.on_committed({sid: log.durable_end(sid) for sid in log.stream_ids()})
         tasks = [asyncio.ensure_future(ingest.run()), asyncio.ensure_future(ticker.run())]
         port = args.port or 0
         if args.transport == "tcp":

@@ -409,7 +409,10 @@ class Connector:
         ended: SessionEnded | None = None
         handshaken = False
         try:
-            await link.send(session.data_to_send())
+            try:
+                await link.send(session.data_to_send())
+            except (OSError, ConnectionError) as exc:  # reset before our HELLO went out: retried
+                return SessionEnded(str(exc) or type(exc).__name__, "closed"), False
             while ended is None:
                 try:
                     if handshaken:

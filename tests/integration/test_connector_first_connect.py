@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import struct
 import sys
+import threading
 
 from aqueduct.connector.client import Connector
 from aqueduct.connector.memory_sink import MemorySink
@@ -196,3 +198,51 @@ async def test_a_worker_that_accepts_but_never_answers_is_retried() -> None:
         rf"\({conn.stats.retries} failed attempts, last: no OK within 0\.2 s\)",
         message,
     ), message
+
+
+async def test_connections_reset_before_the_hello_are_retried_not_fatal() -> None:
+    """A worker that resets connections as it accepts them (a bridge being killed, a
+    listen queue overflowing): however early the reset comes, even before the HELLO is
+    written, the connector retries; once a real worker listens there, it connects."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.05)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def reset_everything() -> None:
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # the listener was closed: done
+                return
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # RST, at once
+
+    resetter = threading.Thread(target=reset_everything, daemon=True)
+    resetter.start()
+    conns = [Connector(f"tcp://127.0.0.1:{port}", instance=f"p{i}", backoff=(0.001, 0.01)) for i in range(20)]
+    connecting = [asyncio.ensure_future(c.connect()) for c in conns]
+    try:
+        for c in conns:
+            await until_retried(c, 10)
+        stop.set()
+        await asyncio.get_running_loop().run_in_executor(None, resetter.join, TIMEOUT)
+        listener.close()
+        server = await serve_tcp("127.0.0.1", port, MemorySink())
+        try:
+            await asyncio.wait_for(asyncio.gather(*connecting), TIMEOUT)
+            assert all(c.connected for c in conns)
+        finally:
+            await server.close()
+    finally:
+        stop.set()
+        listener.close()
+        for task in connecting:
+            task.cancel()
+        for c in conns:
+            await c.close()
