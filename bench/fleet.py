@@ -406,7 +406,7 @@ async def _restart(
     }
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.fleet",
         description="N producers (one stream each) connect to one bridge in one burst; "
@@ -473,7 +473,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.role is not None:
         role = bridge_role if args.role == "bridge" else producer_role
         if args.profile:

@@ -201,6 +201,7 @@ class _StreamWriter:
         self._index_fd = -1  # opened on the I/O thread when the stream is written to
         #: the stream's directory, metadata and index exist (False until created on the I/O thread)
         self.created = True
+        self._new_files: list[str] = []  # names write_new_files wrote under temporary names
 
     @property
     def files_open(self) -> bool:
@@ -237,10 +238,17 @@ class _StreamWriter:
         temporary names, for ``group`` to sync (I/O thread); :meth:`name_new_files` follows.
 
         Until the renames, a crash leaves a directory without metadata,
-        which opening the log ignores and a later creation reuses.
+        which opening the log ignores and a later creation reuses. An index
+        that exists already is never replaced: a re-NOTIFY that found the
+        stream still being created queues it again, and by the time that
+        runs, a group commit may have indexed records in it.
         """
         self.directory.mkdir(exist_ok=True)
-        for name, data in ((META_FILE, self.meta.to_json()), (INDEX_FILE, MAGIC)):
+        files = [(META_FILE, self.meta.to_json())]
+        if not (self.directory / INDEX_FILE).exists():
+            files.append((INDEX_FILE, MAGIC))
+        self._new_files = [name for name, _ in files]
+        for name, data in files:
             tmp = self.directory / (name + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -251,7 +259,7 @@ class _StreamWriter:
 
     def name_new_files(self, group: SyncGroup) -> None:
         """Give the synced new files their names, for ``group`` to sync the directory."""
-        for name in (META_FILE, INDEX_FILE):
+        for name in self._new_files:
             os.replace(self.directory / (name + ".tmp"), self.directory / name)
         group.add_dir(self.directory)
 

@@ -11,10 +11,9 @@ The timeouts only prevent hangs; nothing here depends on speed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
-from bench.fleet import main_async
+from bench.fleet import build_parser, main_async
 from tests.reliability.faults import Figures
 
 PRODUCERS = 1000
@@ -23,10 +22,10 @@ HANG_GUARD = 600.0  # seconds; a healthy run takes well under a minute
 
 
 async def test_a_thousand_quic_producers_in_one_burst_all_connect_exactly_once(figures: Figures) -> None:
-    args = argparse.Namespace(
-        producers=[PRODUCERS], transports=["quic"], messages=MESSAGES, rate=10.0,
-        procs=2, limit=HANG_GUARD / 2, quiet=True, profile=False,
-    )
+    args = build_parser().parse_args([
+        "--producers", str(PRODUCERS), "--transports", "quic", "--messages", str(MESSAGES),
+        "--rate", "10", "--procs", "2", "--limit", str(HANG_GUARD / 2), "--quiet",
+    ])
     (result,) = await asyncio.wait_for(main_async(args), HANG_GUARD)
     figures.sent = PRODUCERS * MESSAGES
     figures.in_sink = result["records"]

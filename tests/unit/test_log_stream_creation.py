@@ -105,3 +105,16 @@ def test_a_sync_group_reports_a_file_that_is_gone(tmp_path: Path, use_syncfs: bo
     small.add_path(tmp_path / "missing")
     with pytest.raises(FileNotFoundError):
         small.sync()
+
+
+def test_a_stream_queued_for_creation_again_keeps_the_records_indexed_meanwhile(tmp_path: Path) -> None:
+    """A re-NOTIFY that sees the stream still being created queues it again; when that
+    second creation runs, a group commit may already have indexed records in it."""
+    with DurableLog(tmp_path) as log:
+        log.open_stream(1, "s1", "c/1").result(TIMEOUT)
+        log.append(Record.build(1, b"kept", message_id=0))
+        log.commit()
+        log._streams[1].created = False  # what the re-NOTIFY saw while the first creation ran
+        assert log.open_stream(1, "s1-renamed", "c/1").result(TIMEOUT) == 1
+    with DurableLog(tmp_path) as log:
+        assert log.durable_end(1) == 1 and log.stream_names() == {1: "s1-renamed"}
