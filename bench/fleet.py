@@ -174,7 +174,14 @@ async def bridge_role(args: argparse.Namespace) -> None:
                     now = rss_bytes()
                     peak = max(peak, now)
                     sessions = ingest.counters.sessions
+                    committed = ingest.committed_offsets()
                     print(json.dumps({
+                        # every producer is done: a stream still behind here is a lost ack or a stuck record
+                        "streams_not_acked": [
+                            (sid, committed.get(sid, 0), log.durable_end(sid))
+                            for sid in log.stream_ids() if committed.get(sid, 0) < log.durable_end(sid)
+                        ][:20],
+                        "buffered_records": ingest.buffered,
                         "sessions_idle": sessions,
                         "rss_baseline_mb": baseline / 1e6,
                         "rss_idle_mb": now / 1e6,
@@ -232,9 +239,11 @@ async def producer_role(args: argparse.Namespace) -> None:
     release = asyncio.Event()
     results: list[dict[str, Any]] = []
 
+    streams: dict[int, Any] = {}
+
     async def send(conn: Connector, i: int) -> None:
         """Open the producer's stream, send its paced messages, wait for their acks."""
-        stream = await conn.stream(i, f"fleet/{i}")
+        stream = streams[i] = await conn.stream(i, f"fleet/{i}")
         start = loop.time()
         for n in range(stream.resume_from, args.messages):
             await stream.send(b"%d:%d" % (i, n), message_id=n)
@@ -254,6 +263,12 @@ async def producer_role(args: argparse.Namespace) -> None:
             out["acked"] = True
         except Exception as exc:  # noqa: BLE001 - every failure is a figure of the run
             out["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            if (stream := streams.get(i)) is not None:  # where it stood, to tell a lost ack from unsent data
+                out["stuck"] = {
+                    "stream": i, "next_id": stream.next_id, "acked": stream.acked,
+                    "unacked": stream.unacked, "resume_from": stream.resume_from,
+                    "connected": conn.connected, "sessions": conn.stats.connections,
+                }
         out["retries"] = conn.stats.retries
         out["sessions"] = conn.stats.connections
         out["ended"] = [reason[:80] for reason in conn.stats.errors]
@@ -285,6 +300,7 @@ async def producer_role(args: argparse.Namespace) -> None:
         "errors": errors[:5],
         "producer_lag_p99_s": ticker.summary()["lag_p99_s"],
         "why_sessions_ended": Counter(e for r in results for e in r["ended"]).most_common(5),
+        "stuck": [r["stuck"] for r in results if "stuck" in r][:10],
     }), flush=True)
     await reader.readline()  # "close"
     release.set()
@@ -376,6 +392,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
         "reconnects": sum(r["reconnects"] for r in results),
         "producer_lag_p99_s": max(r["producer_lag_p99_s"] for r in results),
         "why_sessions_ended": sum((Counter(dict(r["why_sessions_ended"])) for r in results), Counter()).most_common(5),
+        "stuck_producers": [s for r in results for s in r["stuck"]][:20],
         "handshakes_per_s": connected / span if span else 0.0,
         "connect_p50_s": percentile(times, 0.5),
         "connect_p99_s": percentile(times, 0.99),

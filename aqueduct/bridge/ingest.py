@@ -144,7 +144,9 @@ class Ingest:
         self.config = config or IngestConfig()
         self.counters = IngestCounters()
         self._sessions: dict[WorkerPeer, _Session] = {}
-        self._live: dict[str, WorkerPeer] = {}  # connector -> its newest session
+        self._live: dict[str, WorkerPeer] = {}  # connector -> the session its acks go to
+        #: connector -> its open sessions, oldest HELLO first (usually one; two while it reconnects)
+        self._connector_sessions: dict[str, list[WorkerPeer]] = {}
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
@@ -184,6 +186,7 @@ class Ingest:
             name = connector_name(event.program_name, event.instance_name)
             self._sessions[peer] = _Session(name)
             self._live[name] = peer
+            self._connector_sessions.setdefault(name, []).append(peer)
             self.counters.sessions = len(self._sessions)
             self._ack_committed(peer, name)
             if self._budget is not None and (grant := self._budget.join(peer, event.credits)):
@@ -213,9 +216,32 @@ class Ingest:
         self._owed.discard(peer)
         if self._budget is not None:
             self._budget.leave(peer)
-        if state is not None and self._live.get(state.connector) is peer:
-            del self._live[state.connector]
+        if state is not None:
+            self._hand_acks_on(state.connector, peer)
         self.counters.sessions = len(self._sessions)
+
+    def _hand_acks_on(self, connector: str, ended: WorkerPeer) -> None:
+        """A session ended: if the connector's acks went to it, they go to its other session now.
+
+        A connector that gave up on an attempt (no OK in time) reconnects at
+        once, and the bridge may read the abandoned attempt's HELLO after the
+        new one's: the dead session then receives the acks until its end is
+        read. Dropping the connector's ack target at that point (as this did)
+        left the live session without acks for good; so the acks move to the
+        remaining session, with everything committed so far.
+        """
+        sessions = self._connector_sessions.get(connector, [])
+        if ended in sessions:
+            sessions.remove(ended)
+        if not sessions:
+            self._connector_sessions.pop(connector, None)
+        if self._live.get(connector) is not ended:
+            return
+        if sessions:
+            self._live[connector] = sessions[-1]
+            self._ack_committed(sessions[-1], connector)
+        else:
+            del self._live[connector]
 
     async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
         state = self._sessions[peer]

@@ -260,3 +260,29 @@ async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
         await producer
         assert worker.stored_ids(1) == list(range(total))
         assert peak_buffered <= credits
+
+
+async def test_acks_follow_the_connector_when_an_abandoned_attempt_is_read_after_its_retry(
+    tmp_path: Path,
+) -> None:
+    """A producer gives up on an attempt and reconnects; the bridge reads the abandoned
+    attempt's HELLO after the new session's (it sat in the socket buffer). When that dead
+    session ends, the acks must reach the live one: they stopped for good before."""
+    async with running_worker(tmp_path / "log") as worker:
+        spark = asyncio.create_task(spark_stand_in(worker))
+        try:
+            async with Connector(worker.url, program="raw", instance="p") as conn:
+                stream = await conn.stream(1, "s")
+                await stream.send(b"before")
+                await asyncio.wait_for(stream.wait_acked(1), TIMEOUT)
+                ok, abandoned = await _raw_session(worker.port, [_hello("p")])  # read after the live one
+                assert isinstance(ok, f.Ok)
+                abandoned.close()  # the producer had given up on it
+                await abandoned.wait_closed()
+                await eventually(lambda: worker.ingest.counters.sessions == 1, "the abandoned session to end")
+                for i in range(20):
+                    await stream.send(b"after %d" % i)
+                await asyncio.wait_for(stream.wait_acked(21), TIMEOUT)
+                assert stream.acked == 21 and stream.unacked == 0
+        finally:
+            spark.cancel()
