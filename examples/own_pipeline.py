@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -67,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = args.checkpoint or args.out / "_checkpoint"
 
     spark = SparkSession.builder.appName("my-aqueduct-job").getOrCreate()
-    # SIGTERM ends the job like Ctrl-C does: through the with block's clean stop.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         with Receiver(spark, log=args.log, tcp=args.tcp, quic=args.quic, cookie=args.cookie) as rx:
             print(f"receiving on {rx.tcp_address or rx.quic_address}", flush=True)
@@ -85,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                 .start()
             )
             rx.ack_after(query)
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
+            # Until the query ends or Ctrl-C / SIGTERM; then the with block stops cleanly.
+            if not rx.await_termination():
+                print("stopping", flush=True)
+        print("stopped", flush=True)  # buffered records durable, log released
     finally:
         spark.stop()
     return 0

@@ -8,7 +8,7 @@ sinks. The receiver adds what makes producers worth pointing at it::
         events = rx.stream().select(from_json(col("payload").cast("string"), schema).alias("e"))
         q = events.writeStream.foreachBatch(upsert).option("checkpointLocation", ck).start()
         rx.ack_after(q)
-        q.awaitTermination()
+        rx.await_termination()  # until the query ends, Ctrl-C or SIGTERM
 
 It runs the connector listeners, the durable log and the group commit on
 an event loop in a background thread of the driver process (the same
@@ -22,8 +22,8 @@ holding it in its sink.
 Errors surface in the caller's thread: starting raises what went wrong
 (a log held by another process, a port in use); a failure of the
 background work later (a disk that stops taking fsyncs) stops the queries
-handed to :meth:`~Receiver.ack_after`, so ``awaitTermination`` returns,
-and leaving the ``with`` block raises :class:`ReceiverError`. Leaving the
+handed to :meth:`~Receiver.ack_after`, so :meth:`~Receiver.await_termination`
+returns, and leaving the ``with`` block raises :class:`ReceiverError`. Leaving the
 block by any route (Ctrl-C included) stops those queries, makes buffered
 records durable and releases the log.
 """
@@ -33,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import fields
 from pathlib import Path
@@ -52,6 +54,10 @@ T = TypeVar("T")
 CALL_TIMEOUT = 300.0
 
 STARTING = ("earliest", "latest")
+
+#: Seconds between looks at the queries in :meth:`Receiver.await_termination`:
+#: how soon a signal is acted on.
+POLL = 0.5
 
 
 class ReceiverError(RuntimeError):
@@ -254,6 +260,45 @@ class Receiver:
         self._on_loop(lambda: positions.register(consumer, acks=True))
         self._bridge.watch(query, consumer)
         self._queries.append(query)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until an :meth:`ack_after` query ends, SIGINT or SIGTERM arrives, or ``timeout``.
+
+        Returns True when a query ended (raising its error if it failed,
+        as ``awaitTermination`` does), False on a signal or the timeout;
+        leaving the ``with`` block then stops cleanly.
+
+        Why not ``query.awaitTermination()`` with Ctrl-C: the
+        ``KeyboardInterrupt`` lands inside the py4j call, the driver's
+        connection to the JVM is left mid-answer, and the clean stop that
+        follows can no longer talk to Spark. Here, called from the main
+        thread, a signal only sets a flag, and the queries are asked in
+        short py4j calls that always finish. The previous handlers are
+        restored on return.
+        """
+        if not self._queries:
+            raise ReceiverError("Receiver.await_termination: hand a query to ack_after first")
+        signalled = threading.Event()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: signalled.set())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                for query in self._queries:
+                    if not query.isActive:
+                        error = query.exception()
+                        if error is not None:
+                            raise error
+                        return True
+                left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
+                if signalled.is_set() or left <= 0:
+                    return False
+                self._queries[0].awaitTermination(left)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     # ------------------------------------------------------------ reporting
 

@@ -120,6 +120,7 @@ async def test_own_foreach_batch_pipeline_gets_every_message_once_and_acks_follo
     try:
         query = start(parsed(rx), sink, tmp_path / "ck")
         rx.ack_after(query)
+        assert await asyncio.to_thread(rx.await_termination, 0.3) is False  # running: the timeout ends the wait
         url = f"tcp://127.0.0.1:{rx.tcp_address[1]}"
         async with Connector(url, program="shop", instance="a") as conn:
             stream = await send_events(conn, 1, users)
@@ -174,6 +175,8 @@ async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts
         assert [r["user"] for r in fast.rows()] == first + second
         assert [r["user"] for r in slow.rows()] == first + second
         assert [r["user"] for r in late.rows()] == second
+        q_fast.stop()  # the query driving acks ended: the wait is over at once
+        assert await asyncio.to_thread(rx.await_termination) is True
     finally:
         await asyncio.to_thread(rx.stop)
     consumers = load_consumers(tmp_path / "log")
@@ -221,6 +224,8 @@ async def test_misuse_is_refused_with_a_clear_error(spark: Any, tmp_path: Path) 
         rx.stream()
     await asyncio.to_thread(rx.start)
     try:
+        with pytest.raises(ReceiverError, match="hand a query to ack_after first"):
+            rx.await_termination()
         with pytest.raises(ConsumerError, match="consumer name must be"):
             rx.stream("no/slashes")
         with pytest.raises(ValueError, match="starting must be one of"):
