@@ -1,16 +1,19 @@
-"""Drive the sans-IO core (:class:`aqueduct.proto.connection.Connection`) from aioquic.
+"""Drive the sans-IO core (:class:`aqueduct.proto.connection.Connection`) over one QUIC connection.
 
-One :class:`Driver` per QUIC connection (an aioquic protocol object, so one
-asyncio "task" per connection, no thread or task per channel):
+One :class:`Driver` per QUIC connection, whichever stack carries it (the
+stack is behind :class:`~aqueduct.runtime.transport.QuicTransport`; its
+backend feeds the driver and is driven by it). No thread or task per
+channel:
 
-* aioquic events are fed into the core as they are parsed, except QUIC
-  datagrams, which wait to be handed over in one call (a whole read batch),
-  before the next other event or flush;
-* the core's actions are applied to aioquic in :meth:`Driver.transmit`, which
-  aioquic calls once after each received UDP datagram and each timer; calls
-  from the application only schedule one: ``finish``, ``cancel`` ... with
-  ``call_soon``, sends through a :class:`~aqueduct.runtime.coalesce.SendCoalescer`,
-  so a burst of sends becomes one flush even when it spans turns of the loop;
+* the stack's events are fed into the core as they are parsed, except
+  QUIC datagrams, which wait to be handed over in one call (a whole read
+  batch), before the next other event or flush;
+* the core's actions are applied to the stack in :meth:`Driver.flush`,
+  which the backend calls once after each burst of received packets and
+  each of its timers; calls from the application only schedule one:
+  ``finish``, ``cancel`` ... with ``call_soon``, sends through a
+  :class:`~aqueduct.runtime.coalesce.SendCoalescer`, so a burst of sends
+  becomes one flush even when it spans turns of the loop;
 * the core's timer is armed with ``loop.call_at``;
 * core events are dispatched to the handles registered per chanid.
 
@@ -27,10 +30,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.quic import events as quic_events
-from aioquic.quic.connection import QuicConnection
-
 from aqueduct.proto import events as ev
 from aqueduct.proto.connection import Connection as CoreConnection
 from aqueduct.proto.errors import (
@@ -40,7 +39,6 @@ from aqueduct.proto.errors import (
     ReceiverClosed,
     RemoteProtocolError,
 )
-from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.coalesce import SendCoalescer
 from aqueduct.runtime.framelog import FrameLog
 from aqueduct.runtime.handles import (
@@ -63,35 +61,33 @@ from aqueduct.runtime.payload import (
     encode_bytes,
     plain_decoder,
 )
-from aqueduct.runtime.udp import ReadBatch
+from aqueduct.runtime.transport import QuicTransport
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
 
 PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
 # Room for QUIC's short header, packet number, AEAD tag and DATAGRAM frame
 # header inside one UDP payload; a datagram larger than what fits would stall
-# aioquic's datagram queue, so the core is told a safe bound.
+# the stack's datagram queue, so the core is told a safe bound.
 DATAGRAM_OVERHEAD = 64
-_DatagramFrameReceived = quic_events.DatagramFrameReceived  # (a global, for the hot path)
 
 
-class Driver(QuicConnectionProtocol):
-    """aioquic protocol that runs one Aqueduct connection."""
+class Driver:
+    """Runs one Aqueduct connection over one QUIC connection of any backend."""
 
     def __init__(
         self,
-        quic: QuicConnection,
+        transport: QuicTransport,
         *,
         core: CoreConnection,
         middleware: tuple[Middleware, ...] = (),
         frame_log: FrameLog | None = None,
         on_ready: Callable[[Driver], None] | None = None,
         keepalive: bool = False,
-        batch: ReadBatch | None = None,
     ) -> None:
-        super().__init__(quic)
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
         self.core = core
-        self._batch = batch  # flush after the socket's whole batch of datagrams, not after each
-        self.side = Side.CLIENT if quic.configuration.is_client else Side.SERVER
+        self.side = Side.CLIENT if transport.is_client else Side.SERVER
         self.middleware = middleware
         self.frame_log = frame_log
         self.peer_headers: Headers = ()
@@ -117,90 +113,106 @@ class Driver(QuicConnectionProtocol):
         self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
         # QUIC datagrams received, not yet handed to the core (see _hand_over_datagrams).
         self._datagrams: list[bytes] = []
-        # Stream actions waiting for the datagrams handed to aioquic before them
+        # Stream actions waiting for the datagrams handed to the stack before them
         # to leave (see _release_held): (datagrams that must have left, actions).
         self._held: deque[tuple[int, list[Any]]] = deque()
         self._datagrams_handed = 0
         # Application sends wait for a flush while the application keeps sending.
         self._coalescer = SendCoalescer(self._loop, self.transmit)
+        self._flush_soon: asyncio.Handle | None = None  # a transmit() scheduled by _transmit_soon
 
-    # ------------------------------------------------------------ aioquic input
-    def quic_event_received(self, event: quic_events.QuicEvent) -> None:
-        if isinstance(event, _DatagramFrameReceived):  # the hot path: one per UNRELIABLE message
-            self._datagrams.append(event.data)
-            return
+    @property
+    def transport(self) -> QuicTransport:
+        return self._transport
+
+    # ------------------------------------------------------------ QUIC input (from the backend)
+    def datagram_received(self, data: bytes) -> None:
+        """A DATAGRAM frame: the hot path of UNRELIABLE, kept for one hand-over per batch."""
+        self._datagrams.append(data)
+
+    def stream_data_received(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         if self._datagrams:  # they came first: the core sees them first
             self._hand_over_datagrams()
-        now = self._loop.time()
-        core = self.core
-        if isinstance(event, quic_events.StreamDataReceived):
-            core.receive_stream_data(event.stream_id, event.data, event.end_stream, now)
-        elif isinstance(event, quic_events.StreamReset):
-            core.receive_stream_reset(event.stream_id, event.error_code, now)
-        elif isinstance(event, quic_events.HandshakeCompleted):
-            self._quic_handshake_completed(event, now)
-        elif isinstance(event, quic_events.ConnectionTerminated):
-            self._terminate(ConnectionLost(_describe_close(event), event.error_code))
-        # The core's events are dispatched in transmit(), which aioquic calls
+        self.core.receive_stream_data(stream_id, data, end_stream, self._loop.time())
+
+    def stream_reset_received(self, stream_id: int, error_code: int) -> None:
+        if self._datagrams:
+            self._hand_over_datagrams()
+        self.core.receive_stream_reset(stream_id, error_code, self._loop.time())
+
+    def quic_handshake_completed(self) -> None:
+        if self._datagrams:
+            self._hand_over_datagrams()
+        limit = self._transport.datagram_limit()
+        if limit is None:
+            # Spec section 1: a peer without RFC 9221 datagrams is refused.
+            self._transport.close(
+                PROTOCOL_VIOLATION, "peer did not enable QUIC datagrams (max_datagram_frame_size)"
+            )
+            return
+        self.core.set_max_datagram_size(limit - DATAGRAM_OVERHEAD)
+        if self.side is Side.CLIENT:
+            self.core.initiate(self._loop.time())  # the client speaks first (VERSION, CONNECTION_HEADERS)
+        self._arm_keepalive()
+
+    def quic_terminated(self, error_code: int, reason: str) -> None:
+        """The QUIC connection ended (closed by either side, idle timeout, handshake failure)."""
+        if self._datagrams:
+            self._hand_over_datagrams()
+        reason = reason or "no reason given"
+        self._terminate(ConnectionLost(f"connection closed (error code {error_code}): {reason}", error_code))
+        # The core's events are dispatched in flush(), which the backend calls
         # right after the whole batch of events of one UDP datagram.
 
     def _hand_over_datagrams(self) -> None:
         """Hand the QUIC datagrams received so far to the core, in one call.
 
-        aioquic reports each DATAGRAM frame as its own event, several per UDP
-        packet and a read batch of packets before ``transmit``; a core call
+        Stacks report each DATAGRAM frame as its own event, several per UDP
+        packet and a read batch of packets before ``flush``; a core call
         each cost several microseconds per UNRELIABLE message, while one call
         for all of them delivers a channel's run at once. Nothing may see the
         core with datagrams still waiting here, so they go over before any
         other QUIC event, at the start of every flush and before the core's
         timer. Application calls (stats, send ...) cannot come in between:
-        the events that queued them are always followed by ``transmit`` (at
+        the events that queued them are always followed by ``flush`` (at
         the latest when the read batch ends), before the loop runs anything
         else.
         """
         datagrams, self._datagrams = self._datagrams, []
         self.core.receive_datagrams(datagrams, self._loop.time())
 
-    def _quic_handshake_completed(self, event: quic_events.HandshakeCompleted, now: float) -> None:
-        remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
-        if remote_max is None:
-            # Spec section 1: a peer without RFC 9221 datagrams is refused.
-            self._quic.close(
-                error_code=PROTOCOL_VIOLATION,
-                reason_phrase="peer did not enable QUIC datagrams (max_datagram_frame_size)",
-            )
-            return
-        self.core.set_max_datagram_size(
-            min(remote_max, aioquic_internals.max_datagram_size(self._quic)) - DATAGRAM_OVERHEAD
-        )
-        if self.side is Side.CLIENT:
-            self.core.initiate(now)  # the client speaks first (VERSION, CONNECTION_HEADERS)
-        self._arm_keepalive()
-
     # ------------------------------------------------------------ output
     def transmit(self) -> None:
-        """Apply the core's pending actions to aioquic, then send packets (one flush).
+        """Flush soon: now, or once the backend finished reading its batch of datagrams."""
+        self._transport.transmit()
 
-        aioquic calls this after every datagram it was given; while the
-        socket's reader is still reading a batch, the flush waits for the
-        batch's end (see ``aqueduct.runtime.udp``).
-        """
-        batch = self._batch
-        if batch is not None and batch.active:
-            batch.defer(self)
-            return
+    def _transmit_soon(self) -> None:
+        """One :meth:`transmit` at the loop's next turn, however many calls ask for it."""
+        if self._flush_soon is None:
+            self._flush_soon = self._loop.call_soon(self._transmit_scheduled)
+
+    def _transmit_scheduled(self) -> None:
+        self._flush_soon = None
+        self.transmit()
+
+    def flush(self) -> None:
+        """Apply the core's pending actions to the stack, then send packets (one flush)."""
+        if self._flush_soon is not None:  # this flush does what it would have done
+            self._flush_soon.cancel()
+            self._flush_soon = None
         self._coalescer.flushed()
         self._flush_core()
         self._send_packets()
 
     def _send_packets(self) -> None:
-        """aioquic's flush, plus held stream data whose datagrams have just left."""
-        super().transmit()
+        """The stack's flush, plus held stream data whose datagrams have just left."""
+        transport = self._transport
+        transport.send_packets()
         if self._held and self._release_held():
-            super().transmit()  # the datagrams left: now the stream data announcing them
+            transport.send_packets()  # the datagrams left: now the stream data announcing them
 
     def _flush_core(self) -> bool:
-        """Hand the core's actions to aioquic; True if there were any (packets to send)."""
+        """Hand the core's actions to the stack; True if there were any (packets to send)."""
         if self._datagrams:  # the read batch's datagrams, before anything else
             self._hand_over_datagrams()
         core = self.core
@@ -209,21 +221,22 @@ class Driver(QuicConnectionProtocol):
             for chanid, nbytes in self._dequeued.items():
                 core.dequeued(chanid, nbytes, now)
             self._dequeued.clear()
-        rtt = aioquic_internals.smoothed_rtt(self._quic)
+        transport = self._transport
+        rtt = transport.smoothed_rtt()
         if rtt is not None and rtt != self._rtt:
             self._rtt = rtt
             core.set_rtt(rtt)
         if core.quiet:  # e.g. a datagram that only carried QUIC ACKs: nothing to hand over
             self._arm_core_timer()
             return False
-        quic = self._quic
         actions = core.transmit()
         if actions:
             batch = []
             closing = False
+            send_datagram = transport.send_datagram
             for action in actions:
                 if isinstance(action, ev.DatagramQueued):
-                    quic.send_datagram_frame(action.data)
+                    send_datagram(action.data)
                     self._datagrams_handed += 1
                 else:
                     batch.append(action)
@@ -236,31 +249,28 @@ class Driver(QuicConnectionProtocol):
         return bool(actions)
 
     def _release_held(self, everything: bool = False) -> bool:
-        """Apply held stream actions whose preceding datagrams have left aioquic.
+        """Apply held stream actions whose preceding datagrams have left the stack.
 
-        aioquic queues datagrams without bound and sends them as congestion
-        control allows, while the SENT_UNRELIABLE announcing them (stream
-        data of the same flush) could leave at once. The peer's receipt
-        deadline starts at the announcement, so it would nack datagrams still
-        waiting here: holding stream data until the datagrams before it have
-        left keeps "announced" meaning "sent". Stream-only traffic is never
-        held (nothing precedes it). A close goes out at once.
+        Stacks queue datagrams and send them as congestion control allows,
+        while the SENT_UNRELIABLE announcing them (stream data of the same
+        flush) could leave at once. The peer's receipt deadline starts at
+        the announcement, so it would nack datagrams still waiting in the
+        stack: holding stream data until the datagrams before it have left
+        keeps "announced" meaning "sent". Stream-only traffic is never held
+        (nothing precedes it). A close goes out at once.
         """
-        quic = self._quic
-        left = self._datagrams_handed - aioquic_internals.pending_datagrams(quic)
+        transport = self._transport
+        left = self._datagrams_handed - transport.pending_datagrams()
         held = self._held
         released = False
         while held and (everything or held[0][0] <= left):
             for action in held.popleft()[1]:
                 if isinstance(action, ev.StreamDataQueued):
-                    quic.send_stream_data(action.stream_id, action.data, action.end_stream)
+                    transport.send_stream_data(action.stream_id, action.data, action.end_stream)
                 elif isinstance(action, ev.StreamResetQueued):
-                    try:
-                        quic.reset_stream(action.stream_id, action.error_code)
-                    except ValueError:
-                        pass  # aioquic already discarded the stream (all of it was delivered)
+                    transport.reset_stream(action.stream_id, action.error_code)
                 elif isinstance(action, ev.ConnectionCloseQueued):
-                    quic.close(error_code=action.error_code, reason_phrase=action.reason)
+                    transport.close(action.error_code, action.reason)
             released = True
         return released
 
@@ -278,7 +288,7 @@ class Driver(QuicConnectionProtocol):
     def _arm_keepalive(self) -> None:
         """PING at a third of the negotiated idle timeout: two may be lost before it expires."""
         if self.keepalive and self.terminated is None:
-            interval = aioquic_internals.idle_timeout(self._quic) / 3
+            interval = self._transport.idle_timeout() / 3
             self._keepalive_timer = self._loop.call_later(interval, self._send_keepalive)
 
     def _send_keepalive(self) -> None:
@@ -286,7 +296,7 @@ class Driver(QuicConnectionProtocol):
         if self.terminated is not None:
             return
         self._pings_sent += 1
-        self._quic.send_ping(self._pings_sent)
+        self._transport.send_ping(self._pings_sent)
         self.transmit()
         self._arm_keepalive()
 
@@ -573,11 +583,11 @@ class Driver(QuicConnectionProtocol):
     # ------------------------------------------------------------ closing
     def close_aqueduct(self, reason: str) -> None:
         """Close the connection the Aqueduct way (code 2, application close)."""
-        if self.terminated is None and not self._closed.is_set():
+        if self.terminated is None:
             self.core.close(self._loop.time(), reason)
             self._transmit_soon()
 
+    async def wait_closed(self) -> None:
+        """Wait until the QUIC connection is gone."""
+        await self._transport.wait_closed()
 
-def _describe_close(event: quic_events.ConnectionTerminated) -> str:
-    reason = event.reason_phrase or "no reason given"
-    return f"connection closed (error code {event.error_code}): {reason}"

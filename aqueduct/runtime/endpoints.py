@@ -1,50 +1,39 @@
-"""``serve()`` and ``connect()``: Aqueduct endpoints over aioquic.
+"""``serve()`` and ``connect()``: Aqueduct endpoints over a QUIC backend.
 
 A server yields one :class:`ServerConnection` per accepted client, each with
 its entrypoint :class:`~aqueduct.runtime.handles.Receiver`; ``connect()``
 returns the client's entrypoint :class:`~aqueduct.runtime.handles.Sender`
 (``tx.connection`` is the :class:`Connection`). Both wait for the Aqueduct
 handshake (VERSION / CONNECTION_HEADERS exchange), not just QUIC's, so the
-peer's headers are known when they return.
+peer's headers are known when they return. The QUIC stack is reached only
+through its backend (:mod:`aqueduct.runtime.aioquic_backend`): these
+endpoints build the core and the :class:`~aqueduct.runtime.driver.Driver`,
+the backend the sockets and the QUIC connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import os
-import socket
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from aioquic.quic.connection import QuicConnection
-
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import Connection as CoreConnection
 from aqueduct.proto.errors import ConnectionLost
-from aqueduct.runtime import aioquic_internals
+from aqueduct.runtime import aioquic_backend
 from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.framelog import open_frame_log
 from aqueduct.runtime.handles import Receiver, Sender
 from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
 from aqueduct.runtime.payload import CONNECTION_HEADERS
-from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
-from aqueduct.runtime.tls import (
-    client_configuration,
-    require_client_certificate,
-    server_configuration,
-)
-from aqueduct.runtime.udp import ReadBatch, open_udp
+from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES
+from aqueduct.runtime.transport import QuicTransport
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
-SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
-"""Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
-full Initials) overflows when a fleet connects at once, and every Initial
-dropped there costs its client a retransmission timeout. The kernel caps it
-at ``net.core.rmem_max``."""
 
 
 class Connection:
@@ -52,7 +41,6 @@ class Connection:
 
     def __init__(self, driver: Driver) -> None:
         self._driver = driver
-        self._release: asyncio.Task[None] | None = None  # client: closes the UDP socket at the end
         driver.connection = self
 
     @property
@@ -80,18 +68,8 @@ class Connection:
         return self._driver.core
 
     def stats(self) -> dict[str, Any]:
-        """Counters from the core plus QUIC's view (RTT, packets)."""
-        quic = aioquic_internals.protocol_connection(self._driver)
-        in_flight, window = aioquic_internals.congestion(quic)
-        return {
-            **dataclasses.asdict(self._driver.core.stats()),
-            "quic": {
-                "smoothed_rtt": aioquic_internals.smoothed_rtt(quic),
-                "bytes_in_flight": in_flight,
-                "congestion_window": window,
-                "packets_sent": aioquic_internals.packets_sent(quic),
-            },
-        }
+        """Counters from the core plus QUIC's view (RTT, bytes in flight, window, packets)."""
+        return {**dataclasses.asdict(self._driver.core.stats()), "quic": self._driver.transport.stats()}
 
     async def close(self, reason: str = "") -> None:
         """Close the connection (application close, code 2) and wait until it is gone."""
@@ -99,7 +77,7 @@ class Connection:
         try:
             await asyncio.wait_for(self._driver.wait_closed(), CLOSE_TIMEOUT)
         except TimeoutError:
-            pass  # peer unreachable: aioquic's idle timer finishes the job
+            pass  # peer unreachable: the QUIC idle timer finishes the job
 
     async def wait_closed(self) -> None:
         """Wait until the connection ended, for whatever reason."""
@@ -130,29 +108,29 @@ def _connection_headers(headers: HeadersLike) -> Headers:
     return CONNECTION_HEADERS + own
 
 
-def _make_driver(
-    quic: QuicConnection,
+def _driver_maker(
     headers: Headers,
     middleware: tuple[Middleware, ...],
     frame_log: PathLike | None,
     options: dict[str, Any],
     on_ready: Callable[[Driver], None] | None = None,
     keepalive: bool = False,
-    batch: ReadBatch | None = None,
-) -> Driver:
-    """A driver with its own core; ``options`` are ``ProtoConfig`` fields (window, limits ...)."""
-    is_client = quic.configuration.is_client
-    log = open_frame_log(frame_log, "client" if is_client else "server")
-    core = CoreConnection(is_client, ProtoConfig(headers=headers, frame_log=log, **options))
-    return Driver(
-        quic,
-        core=core,
-        middleware=middleware,
-        frame_log=log,
-        on_ready=on_ready,
-        keepalive=keepalive,
-        batch=batch,
-    )
+) -> Callable[[QuicTransport], Driver]:
+    """What a backend calls per QUIC connection: a driver with its own core.
+
+    ``options`` are ``ProtoConfig`` fields (window, limits ...); they are
+    checked here, once, not at the first connection.
+    """
+    ProtoConfig(headers=headers, **options)
+
+    def make(transport: QuicTransport) -> Driver:
+        log = open_frame_log(frame_log, "client" if transport.is_client else "server")
+        core = CoreConnection(transport.is_client, ProtoConfig(headers=headers, frame_log=log, **options))
+        return Driver(
+            transport, core=core, middleware=middleware, frame_log=log, on_ready=on_ready, keepalive=keepalive
+        )
+
+    return make
 
 
 class Server:
@@ -161,15 +139,14 @@ class Server:
     def __init__(self) -> None:
         self._accepted: asyncio.Queue[ServerConnection | None] = asyncio.Queue()
         self._connections: set[ServerConnection] = set()
-        self._quic_server: BoundedQuicServer | None = None
+        self._listener: aioquic_backend.AioquicListener | None = None
         self._closed = False
 
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) actually bound (useful with port 0)."""
-        assert self._quic_server is not None and self._quic_server._transport is not None
-        host, port = self._quic_server._transport.get_extra_info("sockname")[:2]
-        return host, port
+        assert self._listener is not None
+        return self._listener.address
 
     @property
     def port(self) -> int:
@@ -211,8 +188,8 @@ class Server:
         self._accepted.put_nowait(None)
         conns = [c for c in self._connections if not c.is_closed]
         await asyncio.gather(*(c.close("server closed") for c in conns))
-        if self._quic_server is not None:
-            self._quic_server.close()
+        if self._listener is not None:
+            self._listener.close()
 
     async def __aenter__(self) -> Server:
         return self
@@ -249,30 +226,19 @@ async def serve(
     (:mod:`aqueduct.runtime.quic_server`); other ``options`` go to the
     core's ``ProtoConfig``.
     """
-    config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
-    conn_headers = _connection_headers(headers)
-    mw = tuple(middleware)
     server = Server()
-    batch = ReadBatch()
-
-    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> Driver:
-        # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
-        if cafile is not None:
-            require_client_certificate(quic, cafile)
-        return _make_driver(quic, conn_headers, mw, frame_log, options, server._ready, keepalive, batch)
-
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, addr = infos[0]
-    # aioquic's serve(), bounded, on a socket whose reader reads whole batches (runtime.udp)
-    _, server._quic_server = await open_udp(
-        lambda: BoundedQuicServer(
-            configuration=config, create_protocol=create_protocol, max_handshakes=max_handshakes
-        ),
-        addr,
-        family,
-        batch,
-        receive_buffer=SERVER_RECEIVE_BUFFER,
+    make_driver = _driver_maker(
+        _connection_headers(headers), tuple(middleware), frame_log, options, server._ready, keepalive
+    )
+    server._listener = await aioquic_backend.listen(
+        host,
+        port,
+        certfile=certfile,
+        keyfile=keyfile,
+        cafile=cafile,
+        idle_timeout=idle_timeout,
+        max_handshakes=max_handshakes,
+        make_driver=make_driver,
     )
     return server
 
@@ -306,54 +272,21 @@ async def connect(
     Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
     peer without datagram support) or takes longer than ``timeout``.
     """
-    loop = asyncio.get_running_loop()
-    config = client_configuration(
-        server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout
+    make_driver = _driver_maker(_connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive)
+    driver = await aioquic_backend.dial(
+        host,
+        port,
+        cafile=cafile,
+        verify=verify,
+        certfile=certfile,
+        keyfile=keyfile,
+        server_name=server_name,
+        idle_timeout=idle_timeout,
+        timeout=timeout,
+        make_driver=make_driver,
     )
-    family, addr = await _udp_address(loop, host, port)
-    quic = QuicConnection(configuration=config)
-    batch = ReadBatch()
-    driver = _make_driver(
-        quic, _connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive, batch=batch
-    )
-    local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
-    transport, _ = await open_udp(lambda: driver, local, family, batch)
-    driver.connect(addr)
-    try:
-        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
-    except BaseException as exc:
-        driver.close()
-        transport.close()
-        if isinstance(exc, TimeoutError):
-            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
-        raise
     connection = Connection(driver)
-    connection._release = loop.create_task(_release(driver, transport))
     entry = driver.entrypoint()
     assert isinstance(entry, Sender)
     entry._owns_connection = connection
     return entry
-
-
-async def _udp_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> tuple[int, Any]:
-    """(family, address) to send to; an IP literal skips the resolver.
-
-    ``getaddrinfo`` runs on the loop's thread pool: thousands of clients in
-    one process (a fleet's load generator, a connection storm) would queue
-    on it for an answer they already have.
-    """
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-        family, _, _, _, addr = infos[0]
-        return family, addr
-    if ip.version == 6:
-        return socket.AF_INET6, (host, port, 0, 0)
-    return socket.AF_INET, (host, port)
-
-
-async def _release(driver: Driver, transport: asyncio.BaseTransport) -> None:
-    """Close the client's UDP socket once its connection ended."""
-    await driver.wait_closed()
-    transport.close()

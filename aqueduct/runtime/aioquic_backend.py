@@ -1,0 +1,253 @@
+"""The aioquic backend: Aqueduct drivers on aioquic connections, servers and sockets.
+
+:class:`AioquicTransport` is aioquic's protocol object for one connection:
+it turns aioquic's events into the driver's input calls and implements
+:class:`~aqueduct.runtime.transport.QuicTransport` on its
+``QuicConnection``. :func:`listen` and :func:`dial` are the backend's
+halves of :func:`~aqueduct.runtime.endpoints.serve` and
+:func:`~aqueduct.runtime.endpoints.connect`. This module and the ones it
+uses (:mod:`~aqueduct.runtime.aioquic_internals`,
+:mod:`~aqueduct.runtime.quic_server`, :mod:`~aqueduct.runtime.tls`,
+:mod:`~aqueduct.runtime.udp`) are the only ones that know aioquic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic import events as quic_events
+from aioquic.quic.connection import QuicConnection
+
+from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime import aioquic_internals
+from aqueduct.runtime.driver import Driver
+from aqueduct.runtime.quic_server import BoundedQuicServer
+from aqueduct.runtime.tls import (
+    client_configuration,
+    require_client_certificate,
+    server_configuration,
+)
+from aqueduct.runtime.transport import QuicTransport
+from aqueduct.runtime.udp import ReadBatch, open_udp
+
+PathLike = str | os.PathLike[str]
+MakeDriver = Callable[[QuicTransport], Driver]
+SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
+"""Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
+full Initials) overflows when a fleet connects at once, and every Initial
+dropped there costs its client a retransmission timeout. The kernel caps it
+at ``net.core.rmem_max``."""
+
+_DatagramFrameReceived = quic_events.DatagramFrameReceived  # (a global, for the hot path)
+_StreamDataReceived = quic_events.StreamDataReceived
+
+
+class AioquicTransport(QuicConnectionProtocol):
+    """aioquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
+
+    def __init__(self, quic: QuicConnection, make_driver: MakeDriver, batch: ReadBatch | None = None) -> None:
+        super().__init__(quic)
+        self.is_client = quic.configuration.is_client
+        self._batch = batch  # flush after the socket's whole batch of datagrams, not after each
+        self.socket_release: asyncio.Task[None] | None = None  # a client's: closes its socket at the end
+        self.driver = make_driver(self)
+
+    @property
+    def ready(self) -> asyncio.Future[None]:
+        """The Aqueduct handshake (the bounded server frees a handshake slot on it)."""
+        return self.driver.ready
+
+    # ------------------------------------------------------------ aioquic -> driver
+    def quic_event_received(self, event: quic_events.QuicEvent) -> None:
+        driver = self.driver
+        if isinstance(event, _DatagramFrameReceived):  # the hot path: one per UNRELIABLE message
+            driver.datagram_received(event.data)
+        elif isinstance(event, _StreamDataReceived):
+            driver.stream_data_received(event.stream_id, event.data, event.end_stream)
+        elif isinstance(event, quic_events.StreamReset):
+            driver.stream_reset_received(event.stream_id, event.error_code)
+        elif isinstance(event, quic_events.HandshakeCompleted):
+            driver.quic_handshake_completed()
+        elif isinstance(event, quic_events.ConnectionTerminated):
+            driver.quic_terminated(event.error_code, event.reason_phrase)
+
+    def transmit(self) -> None:
+        """aioquic calls this after every datagram it was given and every timer.
+
+        While the socket's reader is still reading a batch, the flush waits
+        for the batch's end (see :mod:`aqueduct.runtime.udp`).
+        """
+        batch = self._batch
+        if batch is not None and batch.active:
+            batch.defer(self)
+            return
+        self.driver.flush()
+
+    # ------------------------------------------------------------ QuicTransport
+    def send_packets(self) -> None:
+        super().transmit()
+
+    def datagram_limit(self) -> int | None:
+        remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
+        if remote_max is None:
+            return None
+        return min(remote_max, aioquic_internals.max_datagram_size(self._quic))
+
+    def smoothed_rtt(self) -> float | None:
+        return aioquic_internals.smoothed_rtt(self._quic)
+
+    def idle_timeout(self) -> float:
+        return aioquic_internals.idle_timeout(self._quic)
+
+    def pending_datagrams(self) -> int:
+        return aioquic_internals.pending_datagrams(self._quic)
+
+    def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        self._quic.send_stream_data(stream_id, data, end_stream)
+
+    def reset_stream(self, stream_id: int, error_code: int) -> None:
+        try:
+            self._quic.reset_stream(stream_id, error_code)
+        except ValueError:
+            pass  # aioquic already discarded the stream (all of it was delivered)
+
+    def send_datagram(self, data: bytes) -> None:
+        self._quic.send_datagram_frame(data)
+
+    def send_ping(self, uid: int) -> None:
+        self._quic.send_ping(uid)
+
+    def close(self, error_code: int = 0, reason: str = "") -> None:  # type: ignore[override]
+        """Queue a close (sent at the next flush); also aioquic's own ``close()`` when called bare."""
+        self._quic.close(error_code=error_code, reason_phrase=reason)
+
+    def stats(self) -> dict[str, Any]:
+        in_flight, window = aioquic_internals.congestion(self._quic)
+        return {
+            "smoothed_rtt": aioquic_internals.smoothed_rtt(self._quic),
+            "bytes_in_flight": in_flight,
+            "congestion_window": window,
+            "packets_sent": aioquic_internals.packets_sent(self._quic),
+        }
+
+
+class AioquicListener:
+    """A bound UDP socket with aioquic's (bounded) server on it."""
+
+    def __init__(self, server: BoundedQuicServer) -> None:
+        self.server = server
+
+    @property
+    def address(self) -> tuple[str, int]:
+        transport = self.server._transport
+        assert transport is not None
+        host, port = transport.get_extra_info("sockname")[:2]
+        return host, port
+
+    def close(self) -> None:
+        self.server.close()
+
+
+async def listen(
+    host: str,
+    port: int,
+    *,
+    certfile: PathLike,
+    keyfile: PathLike | None,
+    cafile: PathLike | None,
+    idle_timeout: float,
+    max_handshakes: int,
+    make_driver: MakeDriver,
+) -> AioquicListener:
+    """Bind ``host``:``port`` and run ``make_driver`` for every connection a client opens."""
+    config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
+    batch = ReadBatch()
+
+    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AioquicTransport:
+        # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
+        if cafile is not None:
+            require_client_certificate(quic, cafile)
+        return AioquicTransport(quic, make_driver, batch)
+
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    # aioquic's serve(), bounded, on a socket whose reader reads whole batches (runtime.udp)
+    _, server = await open_udp(
+        lambda: BoundedQuicServer(
+            configuration=config, create_protocol=create_protocol, max_handshakes=max_handshakes
+        ),
+        addr,
+        family,
+        batch,
+        receive_buffer=SERVER_RECEIVE_BUFFER,
+    )
+    return AioquicListener(server)
+
+
+async def dial(
+    host: str,
+    port: int,
+    *,
+    cafile: PathLike | None,
+    verify: bool,
+    certfile: PathLike | None,
+    keyfile: PathLike | None,
+    server_name: str | None,
+    idle_timeout: float,
+    timeout: float,
+    make_driver: MakeDriver,
+) -> Driver:
+    """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends."""
+    loop = asyncio.get_running_loop()
+    config = client_configuration(
+        server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout
+    )
+    family, addr = await _udp_address(loop, host, port)
+    batch = ReadBatch()
+    protocol = AioquicTransport(QuicConnection(configuration=config), make_driver, batch)
+    driver = protocol.driver
+    local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
+    transport, _ = await open_udp(lambda: protocol, local, family, batch)
+    protocol.connect(addr)
+    try:
+        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
+    except BaseException as exc:
+        protocol.close()
+        protocol.send_packets()
+        transport.close()
+        if isinstance(exc, TimeoutError):
+            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
+        raise
+    protocol.socket_release = loop.create_task(_release(protocol, transport))
+    return driver
+
+
+async def _udp_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> tuple[int, Any]:
+    """(family, address) to send to; an IP literal skips the resolver.
+
+    ``getaddrinfo`` runs on the loop's thread pool: thousands of clients in
+    one process (a fleet's load generator, a connection storm) would queue
+    on it for an answer they already have.
+    """
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        family, _, _, _, addr = infos[0]
+        return family, addr
+    if ip.version == 6:
+        return socket.AF_INET6, (host, port, 0, 0)
+    return socket.AF_INET, (host, port)
+
+
+async def _release(protocol: AioquicTransport, transport: asyncio.BaseTransport) -> None:
+    """Close the client's UDP socket once its QUIC connection is gone."""
+    await protocol.wait_closed()
+    transport.close()

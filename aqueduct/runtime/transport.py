@@ -1,0 +1,80 @@
+"""The seam between the Aqueduct driver and a QUIC stack.
+
+:class:`~aqueduct.runtime.driver.Driver` runs the sans-IO core over one
+QUIC connection without knowing which stack carries it. It asks the stack
+for exactly what :class:`QuicTransport` lists, and the stack's backend
+calls the driver's input methods (``stream_data_received``,
+``stream_reset_received``, ``datagram_received``,
+``quic_handshake_completed``, ``quic_terminated``, then ``flush`` once
+after each burst of them). Everything a stack needs beyond that (its
+configuration, TLS hooks, its server, its private members) stays in its
+backend's modules: for aioquic :mod:`aqueduct.runtime.aioquic_backend`
+with :mod:`~aqueduct.runtime.aioquic_internals`,
+:mod:`~aqueduct.runtime.quic_server`, :mod:`~aqueduct.runtime.tls` and
+:mod:`~aqueduct.runtime.udp`. ``tests/unit/test_transport_seam.py`` fails
+when any other runtime module imports a QUIC stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class QuicTransport(Protocol):
+    """One QUIC connection of a stack, as the driver uses it.
+
+    Calls that queue something (stream data, datagrams, resets, a close, a
+    PING) only queue it; :meth:`send_packets` puts what is queued on the
+    wire. The driver calls :meth:`transmit` when it has something to send
+    outside a flush the stack started (a timer, an application call); the
+    backend then calls the driver's ``flush`` now or, while it is still
+    reading a batch of datagrams, once that batch ends.
+    """
+
+    is_client: bool
+
+    def datagram_limit(self) -> int | None:
+        """The largest DATAGRAM frame payload that fits one packet; None if the peer has no datagrams."""
+        ...
+
+    def smoothed_rtt(self) -> float | None:
+        """The smoothed RTT in seconds, None before the first sample."""
+        ...
+
+    def idle_timeout(self) -> float:
+        """The negotiated idle timeout in seconds."""
+        ...
+
+    def pending_datagrams(self) -> int:
+        """Datagrams handed over that have not left in a packet yet."""
+        ...
+
+    def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool) -> None: ...
+
+    def reset_stream(self, stream_id: int, error_code: int) -> None:
+        """Reset a stream; a stream the stack already forgot (all delivered) is left alone."""
+        ...
+
+    def send_datagram(self, data: bytes) -> None: ...
+
+    def send_ping(self, uid: int) -> None: ...
+
+    def close(self, error_code: int, reason: str) -> None:
+        """Close the connection (an application close) at the next :meth:`send_packets`."""
+        ...
+
+    def transmit(self) -> None:
+        """Have the driver flush: now, or after the batch of datagrams being read."""
+        ...
+
+    def send_packets(self) -> None:
+        """Build and send the packets for everything queued."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """The stack's view of the connection: RTT, bytes in flight, congestion window, packets."""
+        ...
+
+    async def wait_closed(self) -> None:
+        """Wait until the QUIC connection is gone (closed, drained or timed out)."""
+        ...

@@ -1,0 +1,51 @@
+"""The QUIC stack stays behind its backend: no other module of aqueduct imports it.
+
+The driver, the endpoints, the handles, the connector and the bridge reach
+QUIC only through :class:`aqueduct.runtime.transport.QuicTransport` and
+the backend's ``listen`` / ``dial``. A module that imports aioquic outside
+the backend ties the product to one stack again; this test names it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import aqueduct
+
+PACKAGE = Path(aqueduct.__file__).parent
+#: The aioquic backend: the only modules that may import aioquic.
+AIOQUIC_BACKEND = {
+    "runtime/aioquic_backend.py",
+    "runtime/aioquic_internals.py",
+    "runtime/quic_server.py",
+    "runtime/tls.py",
+}
+STACKS = ("aioquic", "qh3", "aiopquic")
+
+
+def stacks_imported(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.update(name.split(".")[0] for name in names if name.split(".")[0] in STACKS)
+    return found
+
+
+def test_only_the_backend_modules_import_a_quic_stack() -> None:
+    outside = {
+        str(path.relative_to(PACKAGE)): sorted(stacks)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (stacks := stacks_imported(path)) and str(path.relative_to(PACKAGE)) not in AIOQUIC_BACKEND
+    }
+    assert outside == {}, f"QUIC stack imported outside its backend: {outside}"
+
+
+def test_the_backend_modules_listed_here_exist() -> None:
+    # A backend module renamed or removed must be taken off the list, not silently ignored.
+    assert all((PACKAGE / name).is_file() for name in AIOQUIC_BACKEND)
