@@ -35,7 +35,11 @@ running: every producer reconnects with its backoff and resumes from the
 points of reference the log hands back. The run then also reports the
 streams the new bridge found in its log, how long opening the log took and
 how long after the kill it listened again; exactly-once is checked by the
-second bridge, over everything both received.
+second bridge, over everything both received. Once every producer is done
+(whether the kill came while they sent or once they were idle), each must
+be connected to the new bridge again: the run reports how many were
+(``reconnected_after_restart``) and when the last one was
+(``last_reconnect_s``, from the kill).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -222,11 +227,27 @@ def verify(log: Any, expected: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- producer role
 
 
+def _dump_tasks() -> None:
+    """On SIGUSR1: how many tasks wait where (their innermost frames), on stderr."""
+    where: Counter[str] = Counter()
+    for task in asyncio.all_tasks():
+        chain, coro = [], task.get_coro()
+        while coro is not None and len(chain) < 10:  # follow what each coroutine awaits
+            frame = getattr(coro, "cr_frame", None)
+            if frame is not None:
+                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None)
+        where[" -> ".join(chain)] += 1
+    for stack, count in where.most_common(15):
+        print(f"tasks {count:6}: {stack}", file=sys.stderr, flush=True)
+
+
 async def producer_role(args: argparse.Namespace) -> None:
     """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
     from aqueduct.connector.client import Connector
 
     loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     scheme = "tcp" if args.transport == "tcp" else "aqueduct"
@@ -252,8 +273,10 @@ async def producer_role(args: argparse.Namespace) -> None:
                 await asyncio.sleep(delay)
         await conn.wait_all_acked()
 
+    conns: dict[int, Connector] = {}
+
     async def one(i: int, burst: float) -> None:
-        conn = Connector(url, program=PROGRAM, instance=f"p{i}", cafile=cafile)
+        conn = conns[i] = Connector(url, program=PROGRAM, instance=f"p{i}", cafile=cafile)
         out: dict[str, Any] = {"connected": False}
         try:
             await asyncio.wait_for(conn.connect(), args.limit)
@@ -302,7 +325,16 @@ async def producer_role(args: argparse.Namespace) -> None:
         "why_sessions_ended": Counter(e for r in results for e in r["ended"]).most_common(5),
         "stuck": [r["stuck"] for r in results if "stuck" in r][:10],
     }), flush=True)
-    await reader.readline()  # "close"
+    line = (await reader.readline()).decode().split()
+    if line and line[0] == "reconnected":  # after a restart: is every producer back?
+        killed, deadline = float(line[1]), time.time() + args.limit
+        while time.time() < deadline and not all(c.connected for c in conns.values()):
+            await asyncio.sleep(0.2)
+        print(json.dumps({
+            "reconnected": sum(c.connected for c in conns.values()),
+            "last_reconnect_s": time.time() - killed,
+        }), flush=True)
+        await reader.readline()  # "close"
     release.set()
     await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -363,6 +395,12 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
             await asyncio.sleep(burst + args.restart_after - time.time())
             bridge, restart = await _restart(bridge, [*bridge_args, "--port", str(port)])
         results = [await _json_line(p, 3 * args.limit + 60) for p in procs]
+        if restart:
+            for p in procs:
+                _say(p, f"reconnected {restart['killed_at']}")
+            back = [await _json_line(p, args.limit + 60) for p in procs]
+            restart["reconnected_after_restart"] = sum(b["reconnected"] for b in back)
+            restart["last_reconnect_s"] = max(b["last_reconnect_s"] for b in back)
         _say(bridge, "report")
         report = await _json_line(bridge, 60)
         for p in procs:
@@ -412,7 +450,7 @@ async def _restart(
     """SIGKILL the bridge mid-run and start another on its log and port; how long it took."""
     bridge.kill()
     await bridge.wait()
-    killed = time.perf_counter()
+    killed, killed_at = time.perf_counter(), time.time()
     again = await _spawn("--role", "bridge", *bridge_args)
     started = await _json_line(again, 600)
     return again, {
@@ -420,6 +458,7 @@ async def _restart(
         "restart_streams": started["streams_at_start"],
         "restart_log_open_s": started["log_open_s"],
         "restart_listening_s": time.perf_counter() - killed,
+        "killed_at": killed_at,
     }
 
 
@@ -464,7 +503,8 @@ def _line(r: dict[str, Any]) -> str:
         f"exactly once: {'yes' if r['exactly_once'] else 'NO'} ({r['records']} records)"
         + (
             f" | restarted: {r['restart_streams']} streams, log opened in "
-            f"{r['restart_log_open_s']:.1f} s, listening {r['restart_listening_s']:.1f} s after the kill"
+            f"{r['restart_log_open_s']:.1f} s, listening {r['restart_listening_s']:.1f} s after the kill, "
+            f"{r['reconnected_after_restart']} reconnected (last {r['last_reconnect_s']:.1f} s after it)"
             if r.get("restarted") else ""
         )
     )

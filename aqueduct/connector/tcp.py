@@ -16,6 +16,13 @@ from aqueduct.connector.worker_server import SessionFactory, WorkerPeer, WorkerS
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
 READ_SIZE = 256 * 1024
+LISTEN_BACKLOG = 4096
+"""Connections the kernel may hold for the worker before it accepts them.
+
+asyncio's default (100) overflows when a fleet reconnects at once after a
+bridge restart: the kernel then falls back to SYN cookies and drops
+handshakes it cannot queue, and producers sit in connections the worker
+never accepts until their timeouts. Linux caps it at ``net.core.somaxconn``."""
 
 
 class TcpLink:
@@ -78,7 +85,7 @@ async def serve_tcp(
 
         await server.run_peer(peer, read_loop())
 
-    listener = await asyncio.start_server(on_connection, host, port)
+    listener = await asyncio.start_server(on_connection, host, port, backlog=LISTEN_BACKLOG)
 
     async def close_listener() -> None:
         listener.close()
