@@ -40,17 +40,15 @@ from aqueduct.proto.errors import (
     RemoteProtocolError,
 )
 from aqueduct.runtime.coalesce import SendCoalescer
+from aqueduct.runtime.delivery import Finished
 from aqueduct.runtime.framelog import FrameLog
 from aqueduct.runtime.handles import (
     AttachmentOut,
-    Finished,
     Message,
     Mode,
-    OneshotReceiver,
-    OneshotSender,
     Receiver,
     Sender,
-    _Handle,
+    networked_handle,
 )
 from aqueduct.runtime.headers import Headers, Middleware, run_middleware
 from aqueduct.runtime.payload import (
@@ -100,8 +98,8 @@ class Driver:
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self._on_ready = on_ready
         # Weak: dropping a handle releases its channel (see ``dropped``).
-        self._handles: weakref.WeakValueDictionary[int, _Handle] = weakref.WeakValueDictionary()
-        self._entry: _Handle | None = None  # kept alive for the connection's lifetime
+        self._handles: weakref.WeakValueDictionary[int, Sender | Receiver] = weakref.WeakValueDictionary()
+        self._entry: Sender | Receiver | None = None  # kept alive for the connection's lifetime
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at: float | None = None
         # QUIC PINGs keep an idle but healthy connection from hitting the idle
@@ -320,29 +318,30 @@ class Driver:
             elif isinstance(event, ev.SendWindowOpened):
                 handle = self._handles.get(event.chanid)
                 if isinstance(handle, Sender):
-                    handle._window_opened()
+                    handle.gate.window_opened()
             elif isinstance(event, ev.MessagesAcked):
                 pass  # counted by the core; visible through stats()
             elif isinstance(event, ev.ChannelFinished):
                 handle = self._handles.pop(event.chanid, None)
                 if isinstance(handle, Receiver):
-                    handle._end(Finished())
+                    handle.inbox.ended(Finished())
                 elif isinstance(handle, Sender):
-                    handle._finish_confirmed()
+                    handle.gate.finish_confirmed()
             elif isinstance(event, ev.ChannelCancelled):
                 handle = self._handles.pop(event.chanid, None)
                 if isinstance(handle, Receiver):
-                    handle._cancel()
+                    handle.inbox.cancelled()
             elif isinstance(event, ev.ReceiverWasClosed):
                 handle = self._handles.pop(event.chanid, None)
                 if isinstance(handle, Sender):
-                    handle._fail(ReceiverClosed("the receiver closed the channel"))
+                    handle.gate.failed(ReceiverClosed("the receiver closed the channel"))
             elif isinstance(event, ev.ChannelLost):
                 handle = self._handles.pop(event.chanid, None)
-                if handle is not None:
-                    handle._fail(  # type: ignore[attr-defined]
-                        LostInTransit(f"channel {event.chanid} was lost in transit")
-                    )
+                lost = LostInTransit(f"channel {event.chanid} was lost in transit")
+                if isinstance(handle, Receiver):
+                    handle.inbox.lost(lost)
+                elif isinstance(handle, Sender):
+                    handle.gate.failed(lost)
             elif isinstance(event, ev.HandshakeCompleted):
                 self._aqueduct_ready(event.peer_headers)
             elif isinstance(event, ev.ConnectionTerminated):
@@ -356,18 +355,14 @@ class Driver:
     def _aqueduct_ready(self, peer_headers: Headers) -> None:
         self.peer_headers = peer_headers
         self.peer_content_type = content_type(peer_headers, CBOR)
-        if self.side is Side.CLIENT:
-            entry: _Handle = Sender(None)
-        else:
-            entry = Receiver(None)
-        entry._networked(self, ENTRYPOINT, received=True)
-        self._entry = entry
+        # The client's entrypoint is a Sender, the server's a Receiver.
+        self._entry = networked_handle(self, ENTRYPOINT, sending=self.side is Side.CLIENT)
         if not self.ready.done():
             self.ready.set_result(None)
         if self._on_ready is not None:
             self._on_ready(self)
 
-    def entrypoint(self) -> _Handle:
+    def entrypoint(self) -> Sender | Receiver:
         """The entrypoint handle (Sender on the client, Receiver on the server)."""
         assert self._entry is not None, "the Aqueduct handshake has not completed"
         return self._entry
@@ -383,9 +378,9 @@ class Driver:
         try:
             value = decode_value(event.payload, headers, handles, self.peer_content_type)
         except PayloadError as exc:
-            receiver._push_failure(exc, event.cost)
+            receiver.inbox.undecodable_arrived(exc, event.cost)
             return
-        receiver._push(Message(value, headers, handles), event.cost)
+        receiver.inbox.message_arrived(Message(value, headers, handles), event.cost)
 
     def _message_run_received(self, event: ev.MessageRunReceived) -> None:
         """Plain messages in bulk: decoded and queued without an event or Message each."""
@@ -396,13 +391,14 @@ class Driver:
         receiver = self._handles.get(event.chanid)
         if not isinstance(receiver, Receiver):
             return
+        inbox = receiver.inbox
         decode = plain_decoder(self.peer_content_type)
         if decode is None:
-            receiver._push_values(event.payloads, event.costs)
+            inbox.values_arrived(event.payloads, event.costs)
             return
         costs = event.costs
         try:
-            receiver._push_values([decode(payload) for payload in event.payloads], costs)
+            inbox.values_arrived([decode(payload) for payload in event.payloads], costs)
             return
         except PayloadError:
             pass  # decode again one by one: the messages before the bad one, then its error
@@ -412,22 +408,21 @@ class Driver:
             try:
                 values.append(decode(payload))
             except PayloadError as exc:  # in order: the messages before it, then the error
-                receiver._push_values(values, costs[start:i])
-                receiver._push_failure(exc, costs[i])
+                inbox.values_arrived(values, costs[start:i])
+                inbox.undecodable_arrived(exc, costs[i])
                 values, start = [], i + 1
-        receiver._push_values(values, costs[start:])
+        inbox.values_arrived(values, costs[start:])
 
-    def _adopt(self, attachment: ev.Attachment) -> _Handle:
+    def _adopt(self, attachment: ev.Attachment) -> Sender | Receiver:
         """A handle for a channel the peer attached to a message."""
         chanid = attachment.chanid
-        we_send = chanid_sender(chanid) == self.side
-        oneshot = chanid_oneshot(chanid)
-        if we_send:
-            handle: _Handle = (OneshotSender if oneshot else Sender)(None, attachment.headers)
-        else:
-            handle = (OneshotReceiver if oneshot else Receiver)(None, attachment.headers)
-        handle._networked(self, chanid, received=True)
-        return handle
+        return networked_handle(
+            self,
+            chanid,
+            sending=chanid_sender(chanid) == self.side,
+            oneshot=chanid_oneshot(chanid),
+            headers=attachment.headers,
+        )
 
     def _terminate(self, lost: ConnectionLost) -> None:
         if self.terminated is not None:
@@ -440,9 +435,9 @@ class Driver:
         self._handles.clear()
         for handle in handles:
             if isinstance(handle, Receiver):
-                handle._end(lost)  # buffered messages stay readable, then ConnectionLost
-            else:
-                handle._fail(lost)  # type: ignore[attr-defined]
+                handle.inbox.ended(lost)  # buffered messages stay readable, then ConnectionLost
+            elif isinstance(handle, Sender):
+                handle.gate.failed(lost)
         if self._core_timer is not None:
             self._core_timer.cancel()
             self._core_timer = None

@@ -26,7 +26,7 @@ from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime import aioquic_backend
 from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.framelog import open_frame_log
-from aqueduct.runtime.handles import Receiver, Sender
+from aqueduct.runtime.handles import Receiver, Sender, give_connection
 from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
 from aqueduct.runtime.payload import CONNECTION_HEADERS
 from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES
@@ -288,5 +288,5 @@ async def connect(
     connection = Connection(driver)
     entry = driver.entrypoint()
     assert isinstance(entry, Sender)
-    entry._owns_connection = connection
+    give_connection(entry, connection)
     return entry

@@ -1,12 +1,19 @@
-"""Public channel handles: :class:`Sender`, :class:`Receiver`, their oneshot twins.
+"""Public channel handles: :class:`Sender`, :class:`Receiver`, their oneshot twins, and their two backends.
 
-A pair made by :func:`channel` starts *local*: the sender appends straight
-into the receiver's buffer (no encoding, values passed by reference). When
-one half is sent inside a message on a networked channel it *migrates*:
-the half that stays becomes *networked* on that connection and from then on
-talks through the sans-IO core (via the :class:`Link` the connection's
-driver implements). Handles that arrive inside received messages are
-networked from birth.
+A handle runs on a backend. A pair made by :func:`channel` starts on a
+:class:`LocalPipe`: the sender appends straight into the receiver's
+:class:`~aqueduct.runtime.delivery.Inbox` (no encoding, values passed by
+reference). When one half is sent inside a message on a networked channel,
+the pipe *networks* the half that stays: it moves to a
+:class:`NetworkedChannel` on that connection and from then on talks
+through the sans-IO core (via the :class:`Link` the connection's driver
+implements). Handles that arrive inside received messages are networked
+from birth (:func:`networked_handle`).
+
+Whatever feeds a handle speaks the delivery protocol of
+:mod:`aqueduct.runtime.delivery` (a Receiver's ``inbox``, a Sender's
+``gate``), the local pipe as much as the driver; the driver calls nothing
+else of a handle beyond the functions at the end of this module.
 
 Topology rules, enforced before anything is sent (``LocalProtocolError``):
 
@@ -21,33 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from itertools import repeat
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aqueduct.proto.errors import (
-    Cancelled,
-    ChannelOutcome,
-    LocalProtocolError,
-    ReceiverClosed,
-)
+from aqueduct.proto.errors import LocalProtocolError, ReceiverClosed
 from aqueduct.proto.sender import Mode
+from aqueduct.runtime.delivery import FAILED, Finished, Inbox, SendGate
 from aqueduct.runtime.headers import Headers, HeadersLike, normalize_headers
 from aqueduct.runtime.payload import encode_value
 
 DEFAULT_CAPACITY = 128
 """Messages a local pair buffers before ``send()`` waits for the receiver."""
-_FAILED = object()  # marks a queue entry whose value is the error to raise
-
-
-class Finished(Exception):  # noqa: N818 - the protocol's name for the normal end
-    """``recv()`` after the sender finished and every message was read.
-
-    Not an :class:`~aqueduct.proto.errors.AqueductError`: finishing is the
-    normal end of a channel, and ``async for`` simply stops.
-    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,43 +87,167 @@ class Link(Protocol):
     def connection(self) -> Any: ...
 
 
-@dataclass(eq=False)
-class _Pair:
-    """Shared state of a channel while both halves live in this process."""
+class LocalPipe:
+    """Both halves of a pair in this process: a handle's local backend."""
 
-    capacity: int
-    oneshot: bool
-    headers: Headers
-    sender: Sender = field(init=False)
-    receiver: Receiver = field(init=False)
-    space: asyncio.Event = field(default_factory=asyncio.Event)
+    def __init__(self, capacity: int, oneshot: bool, headers: Headers) -> None:
+        self.capacity = capacity
+        self.oneshot = oneshot
+        self.headers = headers
+        self.space = asyncio.Event()  # set when the receiver took a message (or the pipe ended)
+        self.finished = False
+        self.cancelled = False
+        self.sender: Sender
+        self.receiver: Receiver
+
+    def offer(self, message: Message) -> bool:
+        """Queue ``message`` for the receiver; False when its buffer is full (wait for ``space``)."""
+        inbox = self.receiver.inbox
+        if inbox.closed:
+            raise ReceiverClosed("the receiver closed the channel")
+        if len(inbox.items) < self.capacity:
+            inbox.message_arrived(message, 0)
+            return True
+        self.space.clear()
+        return False
+
+    def finish(self) -> None:
+        self.finished = True
+        self.receiver.inbox.ended(Finished())
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.receiver.inbox.cancelled()
+        self.space.set()  # a send() waiting for room sees the cancel
+
+    def close_receiver(self) -> None:
+        self.receiver.inbox.close()
+        self.sender.gate.failed(ReceiverClosed("the receiver closed the channel"))
+        self.space.set()
+
+    def network(self, moving: _Handle, link: Link) -> tuple[int, Callable[[], None] | None]:
+        """``moving`` is being sent on ``link``: the half that stays becomes networked there.
+
+        Returns the new chanid and, when the Receiver went away, a callable
+        that moves the messages already buffered here onto the network (to
+        run after the attaching message was handed to the core, so it goes
+        first).
+        """
+        sender, receiver = self.sender, self.receiver
+        sending_receiver = moving is receiver
+        chanid = link.new_channel(sender_is_local=sending_receiver, oneshot=self.oneshot)
+        moving._sent_away()
+        if not sending_receiver:
+            receiver._network(link, chanid, received=False)
+            return chanid, None
+        inbox = receiver.inbox
+        queued = [full if isinstance(full, Message) else Message(value) for value, _, full in inbox.items]
+        inbox.items.clear()
+        channel = sender._network(link, chanid, received=False)
+        if sender.mode is not Mode.ORDERED:
+            channel.set_mode(sender.mode)
+        inbox.wake()  # a recv() waiting on the Receiver that left learns it is gone
+        self.space.set()  # a send() blocked on the local buffer retries on the network
+
+        def move() -> None:
+            for item in queued:
+                channel.send(item.value, item.headers, item.attachments)
+            if self.finished:
+                channel.finish()
+            elif self.cancelled:
+                channel.cancel()
+
+        return chanid, move
+
+
+class NetworkedChannel:
+    """A handle's networked backend: channel ``chanid`` of a connection, through its :class:`Link`."""
+
+    __slots__ = ("link", "chanid")
+
+    def __init__(self, link: Link, chanid: int) -> None:
+        self.link = link
+        self.chanid = chanid
+
+    def send_bytes(self, value: bytes) -> bool:
+        """Raw bytes, nothing attached: the bulk case; False when the sender must wait for room."""
+        return self.link.send_bytes(self.chanid, value)
+
+    def send(self, value: Any, headers: Headers, extra: tuple[_Handle, ...] = ()) -> bool:
+        """Encode (networking the local handles inside) and hand to the core; False: wait for room."""
+        link = self.link
+        attached: list[_Handle] = []
+
+        def attach(obj: object) -> int:
+            if not isinstance(obj, _Handle):
+                raise TypeError(f"{type(obj).__name__} is neither CBOR-encodable nor a channel handle")
+            for i, seen in enumerate(attached):
+                if seen is obj:
+                    return i
+            obj._check_attachable(attached)
+            attached.append(obj)
+            return len(attached) - 1
+
+        for handle in extra:
+            attach(handle)
+        payload, codec_headers = encode_value(value, attach, link.content_type)
+        refs: list[AttachmentOut] = []
+        moves: list[Callable[[], None]] = []
+        for handle in attached:
+            chanid, move = handle._send_away_on(link)
+            refs.append(AttachmentOut(chanid, handle.headers))
+            if move is not None:
+                moves.append(move)
+        ok = link.send_message(self.chanid, payload, codec_headers + headers, tuple(refs))
+        for move in moves:  # messages queued in a local pair follow their receiver
+            move()
+        return ok
+
+    def blocked(self) -> bool:
+        return self.link.send_blocked(self.chanid)
+
+    def set_mode(self, mode: Mode) -> None:
+        self.link.set_mode(self.chanid, mode)
+
+    def finish(self) -> None:
+        self.link.finish(self.chanid)
+
+    def cancel(self) -> None:
+        self.link.cancel(self.chanid)
+
+    def close_receiver(self) -> None:
+        self.link.close_receiver(self.chanid)
+
+    def dequeued(self, nbytes: int) -> None:
+        self.link.dequeued(self.chanid, nbytes)
+
+    def stats(self) -> dict[str, Any]:
+        return self.link.channel_stats(self.chanid)
 
 
 class _Handle:
-    """State common to both halves: local pair, or (link, chanid), or gone."""
+    """State common to both halves: a backend (local pipe or networked channel), or gone."""
 
     _kind = "handle"
 
-    def __init__(self, pair: _Pair | None, headers: Headers) -> None:
-        self._pair = pair
-        self._link: Link | None = None
-        self._chanid: int | None = None
+    def __init__(self, channel: LocalPipe | NetworkedChannel | None, headers: Headers) -> None:
+        self._channel = channel  # None once sent away
         self._received = False  # arrived from a connection (never local)
-        self._gone = False  # sent away inside a message
         self.headers = headers  # per-channel headers, sent with the attachment
 
     # -- topology ---------------------------------------------------------
     def _check_usable(self) -> None:
-        if self._gone:
+        if self._channel is None:
             raise LocalProtocolError(f"this {self._kind} was sent away and can no longer be used")
 
     def _check_attachable(self, others: list[_Handle]) -> None:
         """Raise unless this handle may ride in an outgoing message with ``others``."""
-        if self._gone:
+        channel = self._channel
+        if channel is None:
             raise LocalProtocolError(
                 f"this {self._kind} was already sent away; a handle can be attached once"
             )
-        if self._link is not None:
+        if isinstance(channel, NetworkedChannel):
             if self._received:
                 raise LocalProtocolError(
                     f"this {self._kind} was received from a connection; its other half is "
@@ -141,33 +257,41 @@ class _Handle:
                 f"the other half of this {self._kind}'s channel was already sent away; "
                 "both halves of a channel cannot be remote"
             )
-        if isinstance(self, Sender) and (self._finished or self._cancelled or self._failure):
-            raise LocalProtocolError("a finished, cancelled or failed Sender cannot be sent away")
-        if isinstance(self, Receiver) and self._closed:
-            raise LocalProtocolError("a closed Receiver cannot be sent away")
-        assert self._pair is not None
+        self._check_ended_for_attaching()
         for other in others:
-            if other._pair is self._pair:
+            if other._channel is channel:
                 raise LocalProtocolError(
                     "both halves of one channel cannot be sent away (in one message or not)"
                 )
 
-    def _networked(self, link: Link, chanid: int, received: bool) -> None:
-        self._pair = None
-        self._link = link
-        self._chanid = chanid
+    def _check_ended_for_attaching(self) -> None:
+        """Raise if this half ended in a way that forbids sending it away."""
+
+    def _send_away_on(self, link: Link) -> tuple[int, Callable[[], None] | None]:
+        """This local handle rides in a message on ``link``: its pipe networks the other half."""
+        pipe = self._channel
+        assert isinstance(pipe, LocalPipe)
+        return pipe.network(self, link)
+
+    def _sent_away(self) -> None:
+        self._channel = None
+
+    def _network(self, link: Link, chanid: int, received: bool) -> NetworkedChannel:
+        channel = self._channel = NetworkedChannel(link, chanid)
         self._received = received
         link.register(chanid, self)  # type: ignore[arg-type]
         # A networked handle the application drops while its channel is open
         # releases the channel (a Sender cancels, a Receiver closes), so the
         # peer is not left waiting and neither core keeps the state forever.
         weakref.finalize(self, link.dropped, chanid).atexit = False
+        return channel
 
     def __repr__(self) -> str:
-        if self._gone:
+        channel = self._channel
+        if channel is None:
             where = "sent away"
-        elif self._link is not None:
-            where = f"chanid={self._chanid}" + (" received" if self._received else "")
+        elif isinstance(channel, NetworkedChannel):
+            where = f"chanid={channel.chanid}" + (" received" if self._received else "")
         else:
             where = "local"
         return f"<{self._kind} {where}>"
@@ -175,17 +299,19 @@ class _Handle:
     @property
     def is_networked(self) -> bool:
         """True once this handle talks to a peer over a connection."""
-        return self._link is not None
+        return isinstance(self._channel, NetworkedChannel)
 
     @property
     def connection(self) -> Any:
         """The :class:`~aqueduct.runtime.endpoints.Connection` this handle uses (None if local)."""
-        return None if self._link is None else self._link.connection
+        channel = self._channel
+        return channel.link.connection if isinstance(channel, NetworkedChannel) else None
 
     def stats(self) -> dict[str, Any]:
         """Counters of this channel (the core's, when networked)."""
-        if self._link is not None and self._chanid is not None:
-            return self._link.channel_stats(self._chanid)
+        channel = self._channel
+        if isinstance(channel, NetworkedChannel):
+            return channel.stats()
         return self._local_stats()
 
     def _local_stats(self) -> dict[str, Any]:
@@ -197,21 +323,14 @@ class Sender(_Handle):
 
     _kind = "Sender"
 
-    def __init__(self, pair: _Pair | None, headers: Headers = ()) -> None:
-        super().__init__(pair, headers)
+    def __init__(self, channel: LocalPipe | NetworkedChannel | None, headers: Headers = ()) -> None:
+        super().__init__(channel, headers)
+        self.gate = SendGate()  # where send() and finish() wait; the far side reports here
         self._mode = Mode.ORDERED
         self._started = False
         self._finished = False
         self._cancelled = False
-        self._failure: ChannelOutcome | None = None
-        # send() calls waiting for room: several tasks may share one Sender,
-        # and every one of them must be woken (or failed) by the driver.
-        self._window_waiters: list[asyncio.Future[None]] = []
-        self._finish_done: asyncio.Future[None] | None = None
         self._sent = 0
-        # The last networked send left the core's queue not full, and nothing
-        # ended the channel since (finish, cancel and failures clear it).
-        self._room = False
         self._owns_connection: Any = None  # set on the entrypoint Sender that connect() returns
 
     # -- mode ---------------------------------------------------------------
@@ -220,8 +339,9 @@ class Sender(_Handle):
         if self._started and mode is not self._mode:
             raise LocalProtocolError("the delivery mode must be chosen before the first send")
         self._mode = mode
-        if self._link is not None:
-            self._link.set_mode(self._chanid, mode)  # type: ignore[arg-type]
+        channel = self._channel
+        if isinstance(channel, NetworkedChannel):
+            channel.set_mode(mode)
         return self
 
     def unordered(self) -> Sender:
@@ -252,15 +372,14 @@ class Sender(_Handle):
         Raises :class:`ReceiverClosed` once the receiver closed, and the
         channel's outcome (``LostInTransit``, ``ConnectionLost``) if it failed.
         """
-        if self._room and headers is None and not attachments and type(value) is bytes:
+        gate = self.gate
+        if gate.room and headers is None and not attachments and type(value) is bytes:
             # The bulk case, in one call to the driver: raw bytes with nothing
             # attached on a networked channel that is open and has room.
-            link = self._link
-            assert link is not None and self._chanid is not None
             self._sent += 1
-            self._room = link.send_bytes(self._chanid, value)
-            if not self._room and self._mode is not Mode.UNRELIABLE:
-                await self._wait_window()
+            gate.room = self._channel.send_bytes(value)  # type: ignore[union-attr]
+            if not gate.room and self._mode is not Mode.UNRELIABLE:
+                await gate.wait_window()
             return
         self._check_sendable()
         hdrs = normalize_headers(headers)
@@ -269,79 +388,39 @@ class Sender(_Handle):
             if not isinstance(handle, _Handle):
                 raise TypeError(f"attachments must be Senders or Receivers, got {type(handle).__name__}")
         self._started = True
-        while self._pair is not None:
-            receiver = self._pair.receiver
-            if receiver._closed:
-                raise ReceiverClosed("the receiver closed the channel")
-            if len(receiver._items) < self._pair.capacity:
+        channel = self._channel
+        while isinstance(channel, LocalPipe):
+            if channel.offer(Message(value, hdrs, extra)):
                 self._sent += 1
-                receiver._push(Message(value, hdrs, extra), 0)
                 return
-            self._pair.space.clear()
-            await self._pair.space.wait()
+            await channel.space.wait()
             self._check_sendable()
+            channel = self._channel  # the receiver may have been sent away meanwhile
+        assert isinstance(channel, NetworkedChannel)
         if self._mode is not Mode.UNRELIABLE:
             # Never add to a queue that is already full (another task's send()
             # may be waiting on it): wait for room first, so the bound holds.
             # (Skipped while the last send left room: only a send fills it.)
-            link = self._link
-            assert link is not None and self._chanid is not None
-            while not self._room and link.send_blocked(self._chanid):
-                await self._wait_window()
+            while not gate.room and channel.blocked():
+                await gate.wait_window()
                 self._check_sendable()
-        self._room = self._send_networked(value, hdrs, extra)
-        if not self._room and self._mode is not Mode.UNRELIABLE:
-            await self._wait_window()
+        self._sent += 1
+        gate.room = channel.send(value, hdrs, extra)
+        if not gate.room and self._mode is not Mode.UNRELIABLE:
+            await gate.wait_window()
 
     def _check_sendable(self) -> None:
         self._check_usable()
-        if self._failure is not None:
-            raise self._failure.with_traceback(None)
+        if self.gate.failure is not None:
+            raise self.gate.failure.with_traceback(None)
         if self._finished:
             raise LocalProtocolError(f"send() on a {self._kind} after finish()")
         if self._cancelled:
             raise LocalProtocolError(f"send() on a {self._kind} after cancel()")
 
-    def _send_networked(self, value: Any, headers: Headers, extra: tuple[_Handle, ...] = ()) -> bool:
-        """Encode and hand to the core; False if the core's queue is full (wait)."""
-        link = self._link
-        assert link is not None and self._chanid is not None
-        attached: list[_Handle] = []
-
-        def attach(obj: object) -> int:
-            if not isinstance(obj, _Handle):
-                raise TypeError(f"{type(obj).__name__} is neither CBOR-encodable nor a channel handle")
-            for i, seen in enumerate(attached):
-                if seen is obj:
-                    return i
-            obj._check_attachable(attached)
-            attached.append(obj)
-            return len(attached) - 1
-
-        for handle in extra:
-            attach(handle)
-        payload, codec_headers = encode_value(value, attach, link.content_type)
-        refs: list[AttachmentOut] = []
-        moves: list[Callable[[], None]] = []
-        for handle in attached:
-            chanid, move = _migrate(handle, link)
-            refs.append(AttachmentOut(chanid, handle.headers))
-            if move is not None:
-                moves.append(move)
-        self._sent += 1
-        ok = link.send_message(self._chanid, payload, codec_headers + headers, tuple(refs))
-        for move in moves:  # messages queued in a local pair follow their receiver
-            move()
-        return ok
-
-    async def _wait_window(self) -> None:
-        """Wait for the driver's next "window opened" (or the channel's failure)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._window_waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            self._window_waiters.remove(waiter)
+    def _check_ended_for_attaching(self) -> None:
+        if self._finished or self._cancelled or self.gate.failure is not None:
+            raise LocalProtocolError("a finished, cancelled or failed Sender cannot be sent away")
 
     async def finish(self) -> None:
         """Declare the last message sent; the receiver's iteration ends after it.
@@ -352,53 +431,25 @@ class Sender(_Handle):
         """
         self._check_sendable()
         self._finished = True
-        self._room = False
-        if self._pair is not None:
-            self._pair.receiver._end(Finished())
+        self.gate.room = False
+        channel = self._channel
+        if isinstance(channel, LocalPipe):
+            channel.finish()
             return
-        assert self._link is not None and self._chanid is not None
-        self._finish_done = asyncio.get_running_loop().create_future()
-        self._link.finish(self._chanid)
-        await self._finish_done
+        assert channel is not None
+        done = self.gate.expect_finish()
+        channel.finish()
+        await done
 
     def cancel(self) -> None:
         """Abandon the channel: undelivered messages are dropped, the receiver sees Cancelled."""
         self._check_usable()
-        if self._finished or self._cancelled or self._failure is not None:
+        if self._finished or self._cancelled or self.gate.failure is not None:
             return
         self._cancelled = True
-        self._room = False
-        if self._pair is not None:
-            self._pair.receiver._cancel()
-        else:
-            assert self._link is not None and self._chanid is not None
-            self._link.cancel(self._chanid)
-        self._wake(LocalProtocolError("the Sender was cancelled"))
-
-    # -- driver callbacks -----------------------------------------------------
-    def _finish_confirmed(self) -> None:
-        """The receiver got everything up to the finish and closed the channel."""
-        if self._finish_done is not None and not self._finish_done.done():
-            self._finish_done.set_result(None)
-
-    def _window_opened(self) -> None:
-        for waiter in self._window_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _fail(self, outcome: ChannelOutcome) -> None:
-        """The channel ended under us (receiver closed, lost, connection gone)."""
-        if self._failure is None:
-            self._failure = outcome
-        self._room = False
-        self._wake(outcome)
-
-    def _wake(self, exc: Exception) -> None:
-        for waiter in (*self._window_waiters, self._finish_done):
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-        if self._pair is not None:
-            self._pair.space.set()
+        assert self._channel is not None
+        self._channel.cancel()
+        self.gate.stop(LocalProtocolError("the Sender was cancelled"))
 
     def _local_stats(self) -> dict[str, Any]:
         return {"networked": False, "sent": self._sent, "mode": self._mode.value}
@@ -409,7 +460,9 @@ class Sender(_Handle):
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         """Finish on a clean exit, cancel on an exception; close the connection if it is ours."""
         try:
-            if not self._gone and not (self._finished or self._cancelled or self._failure):
+            if self._channel is not None and not (
+                self._finished or self._cancelled or self.gate.failure is not None
+            ):
                 if exc is None:
                     await self.finish()
                 else:
@@ -422,23 +475,16 @@ class Sender(_Handle):
 class Receiver(_Handle):
     """The receiving half of a channel: ``async for value in rx`` or ``await rx.recv()``.
 
-    Its queue holds ``(value, cost, full)`` entries: ``full`` is the whole
-    :class:`Message` when the message has headers or attachments, ``None``
-    for a plain value (no object beyond the value is built per message:
-    ``async for`` on a busy channel only needs values), and ``_FAILED`` when
-    ``value`` is the error to raise in its place. ``cost`` is what dequeuing
-    it returns to the sender's window; consumed costs are summed and handed
-    to the connection once per burst of reads.
+    Messages wait in its ``inbox`` (see :class:`~aqueduct.runtime.delivery.Inbox`).
+    Costs of dequeued messages are summed and handed to the connection once
+    per burst of reads (what returns the sender's window).
     """
 
     _kind = "Receiver"
 
-    def __init__(self, pair: _Pair | None, headers: Headers = ()) -> None:
-        super().__init__(pair, headers)
-        self._items: deque[tuple[Any, int, Message | object | None]] = deque()
-        self._outcome: Exception | None = None
-        self._closed = False
-        self._waiter: asyncio.Future[None] | None = None
+    def __init__(self, channel: LocalPipe | NetworkedChannel | None, headers: Headers = ()) -> None:
+        super().__init__(channel, headers)
+        self.inbox = Inbox()  # what the far side delivers into
         self._received_count = 0
         self._consumed = 0  # costs of dequeued messages not yet handed to the link
 
@@ -452,14 +498,14 @@ class Receiver(_Handle):
         """The next message's value (see :meth:`recv_message`)."""
         return (await self._take())[0]
 
-    async def _take(self) -> tuple[Any, int, Message | object | None]:
+    async def _take(self) -> tuple[Any, int, Any]:
         """The next entry, waiting for one; raises a failed message's error."""
         while True:
             entry = self._next()
             if entry is None:
-                await self._wait()
+                await self.inbox.wait()
                 continue
-            if entry[2] is _FAILED:
+            if entry[2] is FAILED:
                 raise entry[0]
             return entry
 
@@ -470,15 +516,16 @@ class Receiver(_Handle):
         # _take's loop, inline: awaiting _take() would build a coroutine per
         # message, a visible share of a busy receiver's time.
         next_entry = self._next
+        wait = self.inbox.wait
         while True:
             try:
                 entry = next_entry()
             except Finished:
                 return
             if entry is None:
-                await self._wait()
+                await wait()
                 continue
-            if entry[2] is _FAILED:
+            if entry[2] is FAILED:
                 raise entry[0]
             yield entry[0]
 
@@ -490,100 +537,58 @@ class Receiver(_Handle):
             except Finished:
                 return
 
-    def _next(self) -> tuple[Any, int, Message | object | None] | None:
+    def _next(self) -> tuple[Any, int, Any] | None:
         """Dequeue the next entry; None when the caller must wait; raises at the end."""
         self._check_usable()
-        if self._closed:
+        inbox = self.inbox
+        if inbox.closed:
             raise LocalProtocolError("recv() on a closed Receiver")
-        items = self._items
+        items = inbox.items
         if items:
             entry = items.popleft()
             self._received_count += 1
-            if self._pair is not None:
-                self._pair.space.set()
+            channel = self._channel
+            if type(channel) is LocalPipe:
+                channel.space.set()
             elif entry[1]:
                 if not self._consumed:
                     asyncio.get_running_loop().call_soon(self._hand_over_consumed)
                 self._consumed += entry[1]
             return entry
-        if self._outcome is not None:
+        if inbox.outcome is not None:
             # Raised again on every later call: drop the old traceback each time.
-            raise self._outcome.with_traceback(None)
+            raise inbox.outcome.with_traceback(None)
         return None
 
     def _hand_over_consumed(self) -> None:
         """Report this burst's dequeued bytes (DEQUEUED credit, attachment tracking)."""
         consumed, self._consumed = self._consumed, 0
-        if consumed and self._link is not None:
-            self._link.dequeued(self._chanid, consumed)  # type: ignore[arg-type]
-
-    async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        channel = self._channel
+        if consumed and isinstance(channel, NetworkedChannel):
+            channel.dequeued(consumed)
 
     async def close(self) -> None:
         """Stop receiving: buffered messages are dropped and further sends fail with ReceiverClosed."""
         self._check_usable()
-        if self._closed:
+        inbox = self.inbox
+        if inbox.closed:
             return
-        self._closed = True
-        self._items.clear()
-        if self._pair is not None:
-            sender = self._pair.sender
-            sender._fail(ReceiverClosed("the receiver closed the channel"))
-        elif self._outcome is None:
-            assert self._link is not None and self._chanid is not None
-            self._link.close_receiver(self._chanid)
-        self._wake()
-
-    # -- delivery (local sender or driver) ----------------------------------------
-    def _push(self, message: Message, cost: int) -> None:
-        if self._closed or self._outcome is not None:
+        channel = self._channel
+        if isinstance(channel, LocalPipe):
+            channel.close_receiver()
             return
-        if message.headers or message.attachments:
-            self._items.append((message.value, cost, message))
-        else:
-            self._items.append((message.value, cost, None))
-        self._wake()
+        ended = inbox.outcome is not None
+        inbox.close()
+        if not ended:
+            assert channel is not None
+            channel.close_receiver()
 
-    def _push_failure(self, error: Exception, cost: int) -> None:
-        """A message that could not be decoded: ``recv`` raises ``error`` in its place."""
-        if self._closed or self._outcome is not None:
-            return
-        self._items.append((error, cost, _FAILED))
-        self._wake()
-
-    def _push_values(self, values: list[Any], costs: list[int]) -> None:
-        """Plain messages (no headers, no attachments), in order."""
-        if self._closed or self._outcome is not None:
-            return
-        self._items.extend(zip(values, costs, repeat(None)))
-        self._wake()
-
-    def _end(self, outcome: Exception) -> None:
-        """No more messages after the buffered ones; then ``outcome`` is raised."""
-        if self._outcome is None:
-            self._outcome = outcome
-        self._wake()
-
-    def _cancel(self) -> None:
-        self._items.clear()
-        self._end(Cancelled("the sender cancelled the channel"))
-
-    def _fail(self, outcome: ChannelOutcome) -> None:
-        """Lost in transit: fail at once (buffered messages cannot be trusted to matter)."""
-        self._items.clear()
-        self._end(outcome)
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+    def _check_ended_for_attaching(self) -> None:
+        if self.inbox.closed:
+            raise LocalProtocolError("a closed Receiver cannot be sent away")
 
     def _local_stats(self) -> dict[str, Any]:
-        return {"networked": False, "received": self._received_count, "buffered": len(self._items)}
+        return {"networked": False, "received": self._received_count, "buffered": len(self.inbox.items)}
 
 
 class OneshotSender(Sender):
@@ -611,7 +616,7 @@ class OneshotSender(Sender):
         if self._started:
             raise LocalProtocolError("a oneshot channel carries a single message; send() was called twice")
         await super().send(value, headers, attachments)
-        if self._failure is None and not self._cancelled:
+        if self.gate.failure is None and not self._cancelled:
             await self.finish()
 
 
@@ -619,42 +624,6 @@ class OneshotReceiver(Receiver):
     """Receives at most one message: ``value = await orx.recv()``."""
 
     _kind = "OneshotReceiver"
-
-
-def _migrate(handle: _Handle, link: Link) -> tuple[int, Callable[[], None] | None]:
-    """Turn a local pair networked because ``handle`` is being sent on ``link``.
-
-    Returns the new chanid and, when the Receiver went away, a callable that
-    moves the messages already buffered locally onto the network (to run
-    after the attaching message was handed to the core, so it goes first).
-    """
-    pair = handle._pair
-    assert pair is not None
-    sender, receiver = pair.sender, pair.receiver
-    sending_receiver = handle is receiver
-    chanid = link.new_channel(sender_is_local=sending_receiver, oneshot=pair.oneshot)
-    handle._pair = None
-    handle._gone = True
-    if not sending_receiver:
-        receiver._networked(link, chanid, received=False)
-        return chanid, None
-    queued = [full if isinstance(full, Message) else Message(value) for value, _, full in receiver._items]
-    receiver._items.clear()
-    sender._networked(link, chanid, received=False)
-    if sender._mode is not Mode.ORDERED:
-        link.set_mode(chanid, sender._mode)
-    receiver._wake()
-    pair.space.set()  # a send() blocked on the local buffer retries on the network
-
-    def move() -> None:
-        for item in queued:
-            sender._send_networked(item.value, item.headers, item.attachments)
-        if sender._finished:
-            link.finish(chanid)
-        elif sender._cancelled:
-            link.cancel(chanid)
-
-    return chanid, move
 
 
 def channel(capacity: int = DEFAULT_CAPACITY, headers: HeadersLike = None) -> tuple[Sender, Receiver]:
@@ -675,7 +644,28 @@ def _make_pair(sender_cls: type, receiver_cls: type, capacity: int, is_oneshot: 
     if capacity < 1:
         raise ValueError(f"channel capacity must be at least 1, got {capacity}")
     hdrs = normalize_headers(headers)
-    pair = _Pair(capacity, is_oneshot, hdrs)
-    pair.sender = sender_cls(pair, hdrs)
-    pair.receiver = receiver_cls(pair, hdrs)
-    return pair.sender, pair.receiver
+    pipe = LocalPipe(capacity, is_oneshot, hdrs)
+    pipe.sender = sender_cls(pipe, hdrs)
+    pipe.receiver = receiver_cls(pipe, hdrs)
+    return pipe.sender, pipe.receiver
+
+
+# ---------------------------------------------------------------- for the driver and endpoints
+
+
+def networked_handle(
+    link: Link, chanid: int, *, sending: bool, oneshot: bool = False, headers: Headers = ()
+) -> Sender | Receiver:
+    """A handle for channel ``chanid`` of ``link`` that arrived from it (attached by the peer,
+    or the connection's entrypoint): ``sending`` says which half is ours."""
+    if sending:
+        handle: Sender | Receiver = (OneshotSender if oneshot else Sender)(None, headers)
+    else:
+        handle = (OneshotReceiver if oneshot else Receiver)(None, headers)
+    handle._network(link, chanid, received=True)
+    return handle
+
+
+def give_connection(entrypoint: Sender, connection: Any) -> None:
+    """The entrypoint Sender ``connect()`` returns closes ``connection`` when its ``async with`` ends."""
+    entrypoint._owns_connection = connection

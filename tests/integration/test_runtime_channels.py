@@ -75,8 +75,8 @@ async def test_a_bad_payload_inside_a_run_fails_only_its_own_message(linked):
     exactly its own recv(), in order, and its neighbours still arrive."""
     tx, conn = linked
     await tx.send(b"before")  # networked and open: its raw path is set up
-    link = tx._link  # the runtime's own send path, to put a payload no encoder would write
-    link.send_message(tx._chanid, b"\xff\xff", (), ())  # (0xff: a CBOR "break" out of place)
+    channel = tx._channel  # the runtime's own send path, to put a payload no encoder would write
+    channel.link.send_message(channel.chanid, b"\xff\xff", (), ())  # (0xff: a CBOR "break" out of place)
     await tx.send(b"after")
     await tx.finish()
     rx = conn.entrypoint
