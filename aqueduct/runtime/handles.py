@@ -225,6 +225,20 @@ class NetworkedChannel:
         return self.link.channel_stats(self.chanid)
 
 
+def _release_dropped(dropped: weakref.WeakMethod[Callable[[int], None]], chanid: int) -> None:
+    """A networked handle was garbage-collected: its link releases the channel, if the link still lives.
+
+    The finalizer holds the link only weakly. Holding ``link.dropped``
+    itself kept every connection's driver alive forever through the
+    finalizer registry (the driver holds its entrypoint handle, whose
+    finalizer held the driver): each closed connection leaked its driver,
+    core and QUIC connection.
+    """
+    method = dropped()
+    if method is not None:
+        method(chanid)
+
+
 class _Handle:
     """State common to both halves: a backend (local pipe or networked channel), or gone."""
 
@@ -283,7 +297,7 @@ class _Handle:
         # A networked handle the application drops while its channel is open
         # releases the channel (a Sender cancels, a Receiver closes), so the
         # peer is not left waiting and neither core keeps the state forever.
-        weakref.finalize(self, link.dropped, chanid).atexit = False
+        weakref.finalize(self, _release_dropped, weakref.WeakMethod(link.dropped), chanid).atexit = False
         return channel
 
     def __repr__(self) -> str:
