@@ -1,15 +1,25 @@
 # Everything a fresh machine needs: `make test` builds .venv from nothing.
-PYTHON ?= python3
+#
+# The interpreter: the first Python >= 3.12 found (on PATH, then under pyenv),
+# because the picoquic backend (aiopquic) needs it; else python3, and the
+# picoquic tests are reported as skipped with the reason. PYTHON=... overrides.
+PY312_CANDIDATES := python3.12 python3.13 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) \
+                    $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)
+PYTHON ?= $(firstword $(foreach p,$(PY312_CANDIDATES),$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && command -v $(p))) python3)
+PYVER  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-stamp
+STAMP  := $(VENV)/.installed-py$(PYVER)
 
 .PHONY: test lint demo interop bench java clean
 
+# (Re)built when pyproject.toml changes or the interpreter's version does.
 $(STAMP): pyproject.toml
+	@echo "make: Python $(PYVER) ($(PYTHON))$(if $(filter 3.11 3.10,$(PYVER)), -- no Python >= 3.12 found: the picoquic backend's tests will be skipped,)"
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,lint]"
+	$(PY) -m pip install -q -e ".[test,lint,picoquic]"
 	touch $(STAMP)
 
 # Spark needs a JVM; install one only where it is missing.

@@ -111,7 +111,7 @@ def _describe(ids: list[int | None]) -> str:
     return f"{len(ids)} ids, duplicates {dups[:5]}, missing {missing[:5]}"
 
 
-async def run_client(host: str, port: int, cafile: Path | None) -> str:
+async def run_client(host: str, port: int, cafile: Path | None, quic_backend: str = "aioquic") -> str:
     """The connector half; returns a summary, raises :class:`CaseFailed`."""
     connector = Connector(
         f"aqueduct://{host}:{port}",
@@ -119,6 +119,7 @@ async def run_client(host: str, port: int, cafile: Path | None) -> str:
         instance=INSTANCE,
         cafile=str(cafile) if cafile else None,
         connect_timeout=WAIT,
+        quic_backend=quic_backend,
     )
     async with connector:
         stream = await connector.stream(STREAM, "interop/resume")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aqueduct
+from aqueduct.runtime.endpoints import BACKENDS, check_backend
 from interop import connector_resume
 from interop.testcases import ALL_NAMES, TESTCASES, CaseFailed, TestCase, run_client, run_server
 
@@ -60,10 +61,15 @@ async def _linger(conn: Any) -> None:
 
 
 async def connect_and_run(
-    case: TestCase, host: str, port: int, cafile: Path | None, frame_log: Path | None = None
+    case: TestCase,
+    host: str,
+    port: int,
+    cafile: Path | None,
+    frame_log: Path | None = None,
+    quic_backend: str = "aioquic",
 ) -> str:
     """Connect, run the client half on the entrypoint, then close the connection."""
-    entry = await aqueduct.connect(host, port, cafile=cafile, frame_log=frame_log)
+    entry = await aqueduct.connect(host, port, cafile=cafile, frame_log=frame_log, backend=quic_backend)
     log.info("connected to %s:%d", host, port)
     try:
         return await run_client(case, entry)
@@ -74,19 +80,20 @@ async def connect_and_run(
 async def _role(case: TestCase | None, args: argparse.Namespace) -> str:
     if case is None:  # connector-resume: connector sessions over Aqueduct
         if args.role == "client":
-            return await connector_resume.run_client(args.host, args.port, args.cafile)
+            return await connector_resume.run_client(args.host, args.port, args.cafile, args.quic_backend)
         return await connector_resume.run_server(args.host, args.port, args.cert, args.key)
     # The frame log (every Aqueduct frame sent and received) is what makes a
     # failed interop run diagnosable after the fact.
     frame_log = args.log / f"{args.role}-frames.jsonl" if args.log else None
     if args.role == "client":
-        return await connect_and_run(case, args.host, args.port, args.cafile, frame_log)
+        return await connect_and_run(case, args.host, args.port, args.cafile, frame_log, args.quic_backend)
     server = await aqueduct.serve(
         args.host,
         args.port,
         certfile=args.cert,
         keyfile=args.key,
         frame_log=frame_log,
+        backend=args.quic_backend,
         **case.server_options,
     )
     log.info("listening on %s:%d", args.host, args.port)
@@ -106,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cert", type=Path, help="server certificate (PEM)")
     p.add_argument("--key", type=Path, help="server private key (PEM)")
     p.add_argument("--cafile", type=Path, help="CA that signed the server certificate (client)")
+    p.add_argument("--quic-backend", choices=BACKENDS, default="aioquic",
+                   help="QUIC stack: aioquic (default) or picoquic (clients only; needs the picoquic extra)")
     p.add_argument("--log", type=Path, help="directory for this endpoint's log file")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="give up after N seconds")
     return p
@@ -150,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "server" and (args.cert is None or args.key is None):
         log.error("--role server needs --cert and --key")
         return EXIT_FAILED
+    try:
+        check_backend(args.quic_backend, serving=args.role == "server")
+    except ValueError as exc:  # a backend this machine lacks, or one that cannot serve
+        log.warning("--quic-backend %s: %s", args.quic_backend, exc)
+        return EXIT_UNSUPPORTED
     return asyncio.run(_run(args.testcase, case, args))
 
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aqueduct.runtime.certs import CertPaths, generate_certs
+from aqueduct.runtime.endpoints import BACKENDS
 from interop.network import SCENARIOS, scenario
 from interop.proxy import LossyProxy
 from interop.testcases import ALL_NAMES
@@ -250,6 +251,18 @@ def _csv(text: str, known: Iterable[str], what: str) -> list[str]:
     return names
 
 
+def _default_implementations(backends: list[str]) -> list[Implementation]:
+    """This project's endpoint once per QUIC backend (``aqueduct-py`` is aioquic's)."""
+    default = Implementation.parse(DEFAULT_IMPLEMENTATION)
+    return [
+        Implementation(
+            default.name if backend == "aioquic" else f"{default.name}-{backend}",
+            (*default.command, "--quic-backend", backend),
+        )
+        for backend in backends
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m interop.run",
@@ -266,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
                    type=lambda text: _csv(text, SCENARIOS, "scenario"),
                    help=f"comma-separated network scenarios out of {', '.join(SCENARIOS)}")
+    p.add_argument("--quic-backends", default="aioquic",
+                   type=lambda text: _csv(text, BACKENDS, "QUIC backend"),
+                   help="with the default endpoints: one server and one client per QUIC backend "
+                   f"out of {', '.join(BACKENDS)} (default aioquic), every server against every client")
     p.add_argument("--out", type=Path, default=Path("build/interop"), help="results directory")
     p.add_argument("--seed", type=int, default=1, help="seed of the lossy proxy")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per run")
@@ -283,9 +300,9 @@ async def run_matrix(args: argparse.Namespace, results: list[RunResult]) -> None
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    default = Implementation.parse(DEFAULT_IMPLEMENTATION)
-    servers = args.server or [default]
-    clients = args.client or [default]
+    defaults = _default_implementations(args.quic_backends)
+    servers = args.server or defaults
+    clients = args.client or defaults
     certs = generate_certs(args.out / "certs", overwrite=True)
     total = len(servers) * len(clients) * len(args.testcases) * len(args.scenarios)
     for scen in args.scenarios:

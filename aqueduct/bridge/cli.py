@@ -59,6 +59,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--quic", type=host_port, metavar="HOST:PORT", help="QUIC listen address")
+    p.add_argument(
+        "--quic-backend", choices=("aioquic", "picoquic"), default="aioquic",
+        help="QUIC stack of the --quic listener (default aioquic; picoquic cannot serve yet and is refused)",
+    )
     p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="plain TCP listen address")
     p.add_argument(
         "--wallaroo-tcp", type=host_port, metavar="HOST:PORT",
@@ -217,6 +221,14 @@ def _serve(args: argparse.Namespace) -> int:
     if (args.cert is None) != (args.key is None):
         print("aqueduct-bridge serve: --cert and --key go together", file=sys.stderr)
         return 2
+    if args.quic is not None:
+        from aqueduct.runtime.endpoints import check_backend
+
+        try:
+            check_backend(args.quic_backend, serving=True)
+        except ValueError as exc:
+            print(f"aqueduct-bridge serve: --quic-backend: {exc}", file=sys.stderr)
+            return 2
     if args.pipeline is not None:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
         from aqueduct.bridge.pipeline import PipelineError, load_pipeline

@@ -64,8 +64,11 @@ class AqueductLink:
         mode_of: Callable[[int], Mode],
         cafile: str | None = None,
         idle_timeout: float = 10.0,
+        quic_backend: str = "aioquic",
     ) -> AqueductLink:
         """Connect with keep-alive, so a dead worker is noticed within ``idle_timeout``.
+
+        ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``).
 
         A failed attempt (nobody answers, TLS refused) is a ``ConnectionError``
         like a refused TCP connect, so the client retries with backoff.
@@ -78,6 +81,7 @@ class AqueductLink:
                 idle_timeout=idle_timeout,
                 keepalive=True,
                 headers=RAW_CONNECTION_HEADERS,
+                backend=quic_backend,
             )
         except ChannelOutcome as exc:
             if isinstance(exc, ConnectionLost) and (window := retry_within(exc)) is not None:

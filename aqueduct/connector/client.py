@@ -200,6 +200,7 @@ class Connector:
         backoff: tuple[float, float] = (0.05, 5.0),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         idle_timeout: float = 10.0,
+        quic_backend: str = "aioquic",
     ) -> None:
         """``connect_timeout``: seconds ``connect`` keeps retrying the first connection
         (``None``, the default: until the worker answers or refuses). ``backoff``:
@@ -210,6 +211,8 @@ class Connector:
         healthy idle connection up, so it only bounds how long a dead bridge goes
         unnoticed); on both transports while waiting for the OK (a worker whose
         listener accepted the connection but never answers it is retried).
+        ``quic_backend``: the QUIC stack of aqueduct:// connections,
+        ``"aioquic"`` or ``"picoquic"`` (the ``picoquic`` extra); checked here.
         """
         self.url = url
         self.program = program
@@ -230,7 +233,7 @@ class Connector:
         self._kick = asyncio.Event()  # wakes the writer
         self._runner: asyncio.Task[None] | None = None
         self.idle_timeout = idle_timeout
-        self._open_link = _link_opener(url, cafile, self._mode_of, idle_timeout)
+        self._open_link = _link_opener(url, cafile, self._mode_of, idle_timeout, quic_backend)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -462,7 +465,7 @@ class Connector:
 
 
 def _link_opener(
-    url: str, cafile: str | None, mode_of: Callable[[int], Mode], idle_timeout: float
+    url: str, cafile: str | None, mode_of: Callable[[int], Mode], idle_timeout: float, quic_backend: str
 ) -> Callable[[], Awaitable[Link]]:
     parts = urlsplit(url)
     if parts.hostname is None or parts.port is None:
@@ -474,6 +477,8 @@ def _link_opener(
         return lambda: TcpLink.open(host, port)
     if parts.scheme == "aqueduct":
         from aqueduct.connector.aqueduct_transport import AqueductLink
+        from aqueduct.runtime.endpoints import check_backend
 
-        return lambda: AqueductLink.open(host, port, mode_of, cafile, idle_timeout)
+        check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
+        return lambda: AqueductLink.open(host, port, mode_of, cafile, idle_timeout, quic_backend)
     raise ValueError(f"unsupported connector URL scheme {parts.scheme!r} (tcp:// or aqueduct://)")

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from aqueduct.connector.client import Connector, ConnectorRefused, ConnectorStream
 from aqueduct.connector.outbound import Mode
+from aqueduct.runtime.endpoints import BACKENDS, check_backend
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", default=None, help="connector instance name (default: host name)")
     p.add_argument("--cookie", default="", help="shared secret the worker expects")
     p.add_argument("--cafile", default=None, help="CA certificate to verify an aqueduct:// worker")
+    p.add_argument("--quic-backend", choices=BACKENDS, default="aioquic", help="QUIC stack of aqueduct:// connections (default aioquic; picoquic needs the picoquic extra)")
     p.add_argument("--count", type=int, default=None, help="generate this many messages per stream instead of reading lines")
     p.add_argument("--rate", type=float, default=None, help="messages per second in total (default: as fast as credits allow)")
     p.add_argument("--streams", type=int, default=1, help="generated streams, ids 0..N-1 (default 1)")
@@ -113,6 +115,7 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
         cookie=args.cookie,
         cafile=args.cafile,
         connect_timeout=args.connect_timeout,
+        quic_backend=args.quic_backend,
     )
     streams: list[ConnectorStream] = []
     reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
@@ -176,7 +179,13 @@ async def _send_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.url.startswith("aqueduct:"):
+        try:
+            check_backend(args.quic_backend)
+        except ValueError as exc:
+            parser.error(str(exc))
     names = args.files or ["-"]
     files: list[TextIO] = []
     try:

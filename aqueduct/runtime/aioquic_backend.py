@@ -44,6 +44,10 @@ full Initials) overflows when a fleet connects at once, and every Initial
 dropped there costs its client a retransmission timeout. The kernel caps it
 at ``net.core.rmem_max``."""
 
+# Room for QUIC's short header, packet number, AEAD tag and DATAGRAM frame
+# header inside one UDP payload; a datagram larger than what fits would stall
+# aioquic's datagram queue, so the core is told a safe bound.
+DATAGRAM_OVERHEAD = 64
 _DatagramFrameReceived = quic_events.DatagramFrameReceived  # (a global, for the hot path)
 _StreamDataReceived = quic_events.StreamDataReceived
 
@@ -97,7 +101,7 @@ class AioquicTransport(QuicConnectionProtocol):
         remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
         if remote_max is None:
             return None
-        return min(remote_max, aioquic_internals.max_datagram_size(self._quic))
+        return min(remote_max, aioquic_internals.max_datagram_size(self._quic)) - DATAGRAM_OVERHEAD
 
     def smoothed_rtt(self) -> float | None:
         return aioquic_internals.smoothed_rtt(self._quic)
@@ -203,8 +207,13 @@ async def dial(
     idle_timeout: float,
     timeout: float,
     make_driver: MakeDriver,
+    keepalive: bool,
 ) -> Driver:
-    """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends."""
+    """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends.
+
+    ``keepalive`` needs nothing here: on aioquic the driver sends the PINGs
+    (``QuicTransport.send_ping``).
+    """
     loop = asyncio.get_running_loop()
     config = client_configuration(
         server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout

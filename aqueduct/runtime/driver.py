@@ -63,10 +63,6 @@ from aqueduct.runtime.transport import QuicTransport
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
 
 PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
-# Room for QUIC's short header, packet number, AEAD tag and DATAGRAM frame
-# header inside one UDP payload; a datagram larger than what fits would stall
-# the stack's datagram queue, so the core is told a safe bound.
-DATAGRAM_OVERHEAD = 64
 
 
 class Driver:
@@ -148,7 +144,7 @@ class Driver:
                 PROTOCOL_VIOLATION, "peer did not enable QUIC datagrams (max_datagram_frame_size)"
             )
             return
-        self.core.set_max_datagram_size(limit - DATAGRAM_OVERHEAD)
+        self.core.set_max_datagram_size(limit)
         if self.side is Side.CLIENT:
             self.core.initiate(self._loop.time())  # the client speaks first (VERSION, CONNECTION_HEADERS)
         self._arm_keepalive()
@@ -548,7 +544,11 @@ class Driver:
     def close_receiver(self, chanid: int) -> None:
         self._handles.pop(chanid, None)
         if self.terminated is None:
-            self.core.close_receiver(chanid, self._loop.time())
+            now = self._loop.time()
+            consumed = self._dequeued.pop(chanid, 0)
+            if consumed:  # read before the close: acked, not nacked by it
+                self.core.dequeued(chanid, consumed, now)
+            self.core.close_receiver(chanid, now)
             self._transmit_soon()
 
     def dequeued(self, chanid: int, nbytes: int) -> None:

@@ -34,6 +34,39 @@ from aqueduct.runtime.transport import QuicTransport
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
+BACKENDS = ("aioquic", "picoquic")
+"""The QUIC stacks an endpoint can run on: aioquic (pure Python, the default)
+and picoquic (C, through the optional ``aiopquic``; clients only)."""
+
+
+PICOQUIC_SERVER_REFUSAL = (
+    "QUIC backend 'picoquic' serves no connections in aqueduct: aiopquic's server "
+    "listens on every interface (it cannot bind a chosen address) and cannot verify "
+    "client certificates; serve with backend 'aioquic' (clients may use either)"
+)
+
+
+def check_backend(name: str, *, serving: bool = False) -> None:
+    """Raise ``ValueError`` (why) unless the QUIC backend ``name`` can be used here, to serve or to connect."""
+    if serving and name == "picoquic":
+        raise ValueError(PICOQUIC_SERVER_REFUSAL)
+    _backend(name)
+
+
+def _backend(name: str) -> Any:
+    """The backend module called ``name``, or a clear error saying why it cannot be used."""
+    if name == "aioquic":
+        return aioquic_backend
+    if name == "picoquic":
+        try:
+            from aqueduct.runtime import aiopquic_backend
+        except ImportError as exc:
+            raise ValueError(
+                f"QUIC backend 'picoquic' needs the aiopquic package (Python >= 3.12): "
+                f"pip install 'aqueduct[picoquic]' ({exc})"
+            ) from None
+        return aiopquic_backend
+    raise ValueError(f"unknown QUIC backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
 class Connection:
@@ -211,6 +244,7 @@ async def serve(
     idle_timeout: float = 60.0,
     keepalive: bool = False,
     max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
+    backend: str = "aioquic",
     **options: Any,
 ) -> Server:
     """Listen for Aqueduct connections on ``host``:``port`` (0 = any free port).
@@ -224,8 +258,10 @@ async def serve(
     beyond it is refused at once (CONNECTION_REFUSED) and retries, so a
     storm of clients cannot stall the loop or time each other out
     (:mod:`aqueduct.runtime.quic_server`); other ``options`` go to the
-    core's ``ProtoConfig``.
+    core's ``ProtoConfig``. ``backend`` picks the QUIC stack (:data:`BACKENDS`);
+    only aioquic serves (a picoquic server is refused with the reason).
     """
+    check_backend(backend, serving=True)
     server = Server()
     make_driver = _driver_maker(
         _connection_headers(headers), tuple(middleware), frame_log, options, server._ready, keepalive
@@ -258,6 +294,7 @@ async def connect(
     idle_timeout: float = 60.0,
     keepalive: bool = True,
     timeout: float = 30.0,
+    backend: str = "aioquic",
     **options: Any,
 ) -> Sender:
     """Connect to an Aqueduct server; return the entrypoint :class:`Sender`.
@@ -271,9 +308,13 @@ async def connect(
     within ``idle_timeout`` seconds (ConnectionLost on every handle).
     Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
     peer without datagram support) or takes longer than ``timeout``.
+    ``backend`` picks the QUIC stack (:data:`BACKENDS`): ``"picoquic"``
+    needs the ``picoquic`` extra and cannot present a client certificate
+    (refused with a ``ValueError``).
     """
+    stack = _backend(backend)
     make_driver = _driver_maker(_connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive)
-    driver = await aioquic_backend.dial(
+    driver = await stack.dial(
         host,
         port,
         cafile=cafile,
@@ -284,6 +325,7 @@ async def connect(
         idle_timeout=idle_timeout,
         timeout=timeout,
         make_driver=make_driver,
+        keepalive=keepalive,
     )
     connection = Connection(driver)
     entry = driver.entrypoint()

@@ -595,6 +595,10 @@ class Receiver(_Handle):
         inbox.close()
         if not ended:
             assert channel is not None
+            # What was read goes over first: closing nacks everything not
+            # acked, and a message already read (maybe carrying a handle the
+            # application now uses) must not be reported lost.
+            self._hand_over_consumed()
             channel.close_receiver()
 
     def _check_ended_for_attaching(self) -> None:

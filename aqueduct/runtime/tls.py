@@ -23,11 +23,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
 from aqueduct.runtime import aioquic_internals
-
-ALPN = "aqueduct"
-# Largest DATAGRAM frame we accept; the payload that fits is further bounded by
-# the path's packet size, which the driver reports to the core.
-MAX_DATAGRAM_FRAME_SIZE = 65536
+from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE
 
 PathLike = str | os.PathLike[str]
 

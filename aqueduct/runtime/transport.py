@@ -19,6 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+ALPN = "aqueduct"
+"""The TLS application protocol every backend offers and accepts."""
+MAX_DATAGRAM_FRAME_SIZE = 65536
+"""Largest DATAGRAM frame we accept; the payload that fits is further bounded
+by the path's packet size, which the backend reports (``datagram_limit``)."""
+
 
 class QuicTransport(Protocol):
     """One QUIC connection of a stack, as the driver uses it.
@@ -34,7 +40,7 @@ class QuicTransport(Protocol):
     is_client: bool
 
     def datagram_limit(self) -> int | None:
-        """The largest DATAGRAM frame payload that fits one packet; None if the peer has no datagrams."""
+        """The largest datagram payload that always fits one packet; None if the peer has no datagrams."""
         ...
 
     def smoothed_rtt(self) -> float | None:

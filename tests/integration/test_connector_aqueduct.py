@@ -40,9 +40,9 @@ async def worker(certs):
         await server.close()
 
 
-async def test_handshake_streams_and_acks(worker, certs) -> None:
+async def test_handshake_streams_and_acks(worker, certs, client_backend) -> None:
     sink, url, _ = await worker()
-    async with Connector(url, program="p", instance="i", cafile=str(certs.ca)) as conn:
+    async with Connector(url, program="p", instance="i", cafile=str(certs.ca), quic_backend=client_backend) as conn:
         a = await conn.stream(1, "a")
         b = await conn.stream(2, "b")
         for i in range(100):
@@ -53,16 +53,16 @@ async def test_handshake_streams_and_acks(worker, certs) -> None:
     assert sink.payloads("p", "i", 2) == [b"b%d" % i for i in range(100)]
 
 
-async def test_bad_cookie_over_aqueduct(worker, certs) -> None:
+async def test_bad_cookie_over_aqueduct(worker, certs, client_backend) -> None:
     _, url, _ = await worker(WorkerConfig(cookie=b"secret"))
     with pytest.raises(ConnectorRefused, match="^bad cookie$"):
-        async with Connector(url, cookie=b"nope", cafile=str(certs.ca), connect_timeout=TIMEOUT):
+        async with Connector(url, cookie=b"nope", cafile=str(certs.ca), quic_backend=client_backend, connect_timeout=TIMEOUT):
             pass
 
 
-async def test_unordered_stream_is_deduplicated_and_complete(worker, certs) -> None:
+async def test_unordered_stream_is_deduplicated_and_complete(worker, certs, client_backend) -> None:
     sink, url, _ = await worker()
-    async with Connector(url, program="p", instance="u", cafile=str(certs.ca)) as conn:
+    async with Connector(url, program="p", instance="u", cafile=str(certs.ca), quic_backend=client_backend) as conn:
         stream = await conn.stream(5, "u", mode=UNORDERED)
         for i in range(300):
             await stream.send(b"%d" % i)
@@ -71,9 +71,9 @@ async def test_unordered_stream_is_deduplicated_and_complete(worker, certs) -> N
     assert sorted(ids) == list(range(300))  # any arrival order, each id once
 
 
-async def test_restart_resumes_over_aqueduct(worker, certs) -> None:
+async def test_restart_resumes_over_aqueduct(worker, certs, client_backend) -> None:
     sink, url, _ = await worker(WorkerConfig(initial_credits=16))
-    async with Connector(url, program="p", instance="r", cafile=str(certs.ca), backoff=(0.01, 0.1)) as conn:
+    async with Connector(url, program="p", instance="r", cafile=str(certs.ca), quic_backend=client_backend, backoff=(0.01, 0.1)) as conn:
         stream = await conn.stream(1, "s")
         for i in range(200):
             await stream.send(b"%d" % i)
@@ -84,10 +84,10 @@ async def test_restart_resumes_over_aqueduct(worker, certs) -> None:
     assert [m.message_id for m in sink.messages("p", "r", 1)] == list(range(200))
 
 
-async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs) -> None:
+async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs, client_backend) -> None:
     """At most once: datagrams sent before the worker adopted the channel may vanish."""
     sink, url, _ = await worker()
-    async with Connector(url, program="p", instance="e", cafile=str(certs.ca)) as conn:
+    async with Connector(url, program="p", instance="e", cafile=str(certs.ca), quic_backend=client_backend) as conn:
         stream = await conn.stream(9, "metrics", mode=UNRELIABLE)
         sent = 0
         while sent < 500 and len(sink.messages("p", "e", 9)) < 5:
@@ -100,7 +100,7 @@ async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs) -> Non
     assert all(m.flags == EPHEMERAL and m.message_id is None for m in sink.messages("p", "e", 9))
 
 
-async def test_message_on_another_streams_channel_is_refused(worker, certs) -> None:
+async def test_message_on_another_streams_channel_is_refused(worker, certs, client_backend) -> None:
     """A raw Aqueduct client breaking section 3 gets the exact ERROR, then the worker closes."""
     _, _, server = await worker()
     entry, control_rx = await _raw_session(server.port, certs.ca)
@@ -116,9 +116,9 @@ async def test_message_on_another_streams_channel_is_refused(worker, certs) -> N
         await entry.connection.close()
 
 
-async def test_eos_then_renotify_over_aqueduct(worker, certs) -> None:
+async def test_eos_then_renotify_over_aqueduct(worker, certs, client_backend) -> None:
     sink, url, _ = await worker()
-    async with Connector(url, program="p", instance="x", cafile=str(certs.ca)) as conn:
+    async with Connector(url, program="p", instance="x", cafile=str(certs.ca), quic_backend=client_backend) as conn:
         stream = await conn.stream(1, "s")
         await stream.send(b"a", eos=True)
         await stream.reopen()
@@ -152,14 +152,14 @@ async def _error_reason(control_rx: rt.Receiver) -> str:
     ("value", "kind"), [(10**12, "int"), ("text", "str"), ({"a": 1}, "dict")]
 )
 async def test_stream_payload_that_is_not_raw_bytes_ends_only_that_session(
-    worker, certs, value, kind
+    worker, certs, value, kind, client_backend
 ) -> None:
     """A CBOR value on a stream channel: ERROR naming the type, connection closed, others fine.
 
     (A CBOR integer n must never become n zero bytes.)
     """
     sink, url, server = await worker()
-    async with Connector(url, program="good", instance="g", cafile=str(certs.ca)) as conn:
+    async with Connector(url, program="good", instance="g", cafile=str(certs.ca), quic_backend=client_backend) as conn:
         good = await conn.stream(1, "good")
         await good.send(b"before")
         entry, control_rx = await _raw_session(server.port, certs.ca)
@@ -179,7 +179,7 @@ async def test_stream_payload_that_is_not_raw_bytes_ends_only_that_session(
     assert sink.payloads("raw", "r", 1) == []
 
 
-async def test_entrypoint_payload_that_is_not_valid_cbor_ends_the_session(worker, certs) -> None:
+async def test_entrypoint_payload_that_is_not_valid_cbor_ends_the_session(worker, certs, client_backend) -> None:
     """A payload the runtime cannot decode (labelled CBOR, not CBOR) is refused, not a crash."""
     _, _, server = await worker()
     octet_default = {"content-type": "application/octet-stream"}
@@ -227,14 +227,14 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-async def test_killed_bridge_is_noticed_within_the_idle_timeout_then_resumed(certs) -> None:
+async def test_killed_bridge_is_noticed_within_the_idle_timeout_then_resumed(certs, client_backend) -> None:
     idle = 1.0
     first, port = await _worker_process(certs)
     second = None
     try:
         url = f"aqueduct://127.0.0.1:{port}"
         async with Connector(
-            url, program="p", instance="k", cafile=str(certs.ca), idle_timeout=idle,
+            url, program="p", instance="k", cafile=str(certs.ca), quic_backend=client_backend, idle_timeout=idle,
             backoff=(0.05, 0.5),
         ) as conn:
             stream = await conn.stream(1, "s")

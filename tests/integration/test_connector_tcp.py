@@ -188,7 +188,8 @@ async def test_restart_resumes_without_gap_or_duplicate(worker) -> None:
         async def commit_and_restart() -> None:
             restarts = 0
             while stream.acked < total:
-                await sink.wait_for(lambda: sink.peers, TIMEOUT)
+                # A peer, and its stream notified (a new session's NOTIFY may still be on its way).
+                await sink.wait_for(lambda: sink.peers and 1 in sink.streams.get(("p", "i"), {}), TIMEOUT)
                 peer = sink.peers[0]
                 if restarts < 3 and len(sink.messages("p", "i", 1)) > 60 * (restarts + 1):
                     restarts += 1

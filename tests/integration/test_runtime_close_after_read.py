@@ -24,8 +24,9 @@ async def test_handle_read_just_before_close_keeps_working(linked, mode: str) ->
     for n in range(5):
         await tx.send({"n": n})
 
-    msg = await asyncio.wait_for(conn.entrypoint.recv(), 20)
-    await conn.entrypoint.close()  # at once: the 100 ms ack timer has not fired yet
+    async with asyncio.timeout(20):  # recv() in this task (wait_for ran it as its own task before 3.12)
+        msg = await conn.entrypoint.recv()
+    await conn.entrypoint.close()  # at once, in the same turn: nothing read was handed over yet
     await msg["reply"].send("still here")
     await msg["reply"].finish()
 

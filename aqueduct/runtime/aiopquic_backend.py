@@ -1,0 +1,270 @@
+"""The picoquic backend, through ``aiopquic`` (Python >= 3.12, the ``picoquic`` extra): clients.
+
+picoquic runs on a network thread of its own per connection and talks to
+the event loop through rings; :class:`AiopquicTransport` is aiopquic's
+protocol object for one connection, turning its events into the driver's
+input calls and implementing :class:`~aqueduct.runtime.transport.QuicTransport`
+on its ``QuicConnection``. Where aioquic queues without bound, picoquic's
+rings push back (``BufferError`` for stream data, 0 for a datagram): the
+writes that did not fit wait here, in order, and go on when picoquic says
+it drained. The driver never sees the difference.
+
+What it does not do, refused by :func:`~aqueduct.runtime.endpoints.connect`
+with a clear error rather than dropped: presenting a client certificate
+(mutual TLS). A server on this backend is refused too (see
+:data:`aqueduct.runtime.endpoints.PICOQUIC_SERVER_REFUSAL`). Close reasons are not sent (picoquic's
+application close carries only the code) and PINGs are picoquic's own
+keep-alive, configured when the connection is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import socket
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiopquic.asyncio.protocol import QuicConnectionProtocol
+from aiopquic.quic import events as pico_events
+from aiopquic.quic.configuration import QuicConfiguration
+from aiopquic.quic.connection import QuicConnection
+
+from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime.driver import Driver
+from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE, QuicTransport
+
+PathLike = str | os.PathLike[str]
+MakeDriver = Callable[[QuicTransport], Driver]
+
+RTT_REFRESH = 0.05
+"""Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
+
+_DatagramFrameReceived = pico_events.DatagramFrameReceived
+_StreamDataReceived = pico_events.StreamDataReceived
+
+
+class AiopquicTransport(QuicConnectionProtocol):
+    """aiopquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
+
+    def __init__(self, quic: QuicConnection, make_driver: MakeDriver) -> None:
+        super().__init__(quic)
+        self.is_client = quic.configuration.is_client
+        #: stream -> writes that did not fit picoquic's rings yet, in order
+        self._blocked: dict[int, deque[tuple[bytes, bool]]] = {}
+        self._blocked_datagrams: deque[bytes] = deque()
+        self._retry: asyncio.Task[None] | None = None
+        self._path: dict[str, Any] = {}
+        self._path_at = float("-inf")
+        self.driver = make_driver(self)
+
+    @property
+    def ready(self) -> asyncio.Future[None]:
+        return self.driver.ready
+
+    # ------------------------------------------------------------ picoquic -> driver
+    def _process_events(self) -> None:
+        """A wake-up from picoquic's thread: every event it queued, then one flush."""
+        super()._process_events()
+        self.driver.flush()
+
+    def quic_event_received(self, event: pico_events.QuicEvent) -> None:
+        driver = self.driver
+        if isinstance(event, _DatagramFrameReceived):
+            driver.datagram_received(bytes(event.data))
+        elif isinstance(event, _StreamDataReceived):
+            driver.stream_data_received(event.stream_id, bytes(event.data), event.end_stream)
+        elif isinstance(event, pico_events.StreamReset):
+            driver.stream_reset_received(event.stream_id, event.error_code)
+        elif isinstance(event, pico_events.HandshakeCompleted):
+            driver.quic_handshake_completed()
+        elif isinstance(event, pico_events.ConnectionTerminated):
+            self._blocked.clear()
+            self._blocked_datagrams.clear()
+            driver.quic_terminated(event.error_code, event.reason_phrase)
+
+    # ------------------------------------------------------------ QuicTransport
+    def transmit(self) -> None:
+        # picoquic's thread sends; every queued write already woke it.
+        self.driver.flush()
+
+    def send_packets(self) -> None:
+        """Nothing to do: picoquic's own thread builds and sends the packets."""
+
+    def datagram_limit(self) -> int | None:
+        return self._quic.max_datagram_payload() or None
+
+    def _path_quality(self) -> dict[str, Any]:
+        now = asyncio.get_running_loop().time()
+        if now - self._path_at >= RTT_REFRESH:
+            self._path, self._path_at = self._quic.path_quality(), now
+        return self._path
+
+    def smoothed_rtt(self) -> float | None:
+        rtt = self._path_quality().get("rtt")
+        return rtt / 1e6 if rtt else None  # picoquic counts microseconds
+
+    def idle_timeout(self) -> float:
+        return self._quic.configuration.idle_timeout
+
+    def pending_datagrams(self) -> int:
+        ring = self._quic.datagram_ring_stats()
+        queued = 0 if ring is None else ring["records_pushed"] - ring["records_popped"]
+        return queued + len(self._blocked_datagrams)
+
+    def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        waiting = self._blocked.get(stream_id)
+        if waiting is not None:
+            waiting.append((data, end_stream))
+            return
+        try:
+            self._quic.send_stream_data(stream_id, data, end_stream)
+        except BufferError:  # all or nothing: nothing of it was taken
+            self._blocked[stream_id] = deque([(data, end_stream)])
+            self._retry_later()
+
+    def reset_stream(self, stream_id: int, error_code: int) -> None:
+        self._blocked.pop(stream_id, None)  # unsent data of a reset stream is dropped
+        self._quic.reset_stream(stream_id, error_code)
+
+    def send_datagram(self, data: bytes) -> None:
+        if self._blocked_datagrams:
+            self._blocked_datagrams.append(data)
+            return
+        with contextlib.suppress(ConnectionError):  # closing: the driver learns it from the events
+            if self._quic.send_datagram_frame(data) == 0:
+                self._blocked_datagrams.append(data)
+                self._retry_later()
+
+    def send_ping(self, uid: int) -> None:
+        """Nothing to do: picoquic sends its own keep-alive PINGs (configured at dial)."""
+
+    def close(self, error_code: int = 0, reason: str = "") -> None:  # type: ignore[override]
+        """Queue a close; picoquic's application close carries the code, not the reason."""
+        self._quic.close(error_code=error_code, reason_phrase=reason)
+
+    def stats(self) -> dict[str, Any]:
+        path = self._quic.path_quality()
+        rtt = path.get("rtt")
+        return {
+            "smoothed_rtt": rtt / 1e6 if rtt else None,
+            "bytes_in_flight": path.get("bytes_in_transit", 0),
+            "congestion_window": path.get("cwin", 0),
+            "packets_sent": path.get("sent", 0),
+        }
+
+    # ------------------------------------------------------------ backpressure
+    def _retry_later(self) -> None:
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().create_task(self._retry_blocked())
+
+    async def _retry_blocked(self) -> None:
+        """Hand the waiting writes over as picoquic drains its rings, oldest first per stream."""
+        quic = self._quic
+        try:
+            while (self._blocked or self._blocked_datagrams) and not quic.closed:
+                events = [quic.get_tx_data_drain_event(sid) for sid in self._blocked]
+                events.append(quic._transport.tx_event_ring_drain_event)
+                if self._blocked_datagrams:
+                    events.append(quic.get_datagram_tx_drain_event())
+                waits = [asyncio.ensure_future(event.wait()) for event in events]
+                # A drain event, or a short pause: the ring event is only armed
+                # by some of the paths that fill the ring.
+                _, pending = await asyncio.wait(waits, timeout=0.002, return_when=asyncio.FIRST_COMPLETED)
+                for wait in pending:
+                    wait.cancel()
+                for event in events:
+                    event.clear()
+                self._hand_over_blocked()
+        finally:
+            self._retry = None
+
+    def _hand_over_blocked(self) -> None:
+        quic = self._quic
+        for stream_id in list(self._blocked):
+            waiting = self._blocked[stream_id]
+            while waiting:
+                data, end_stream = waiting[0]
+                try:
+                    quic.send_stream_data(stream_id, data, end_stream)
+                except BufferError:
+                    break
+                waiting.popleft()
+            if not waiting:
+                del self._blocked[stream_id]
+        datagrams = self._blocked_datagrams
+        while datagrams:
+            try:
+                if quic.send_datagram_frame(datagrams[0]) == 0:
+                    break
+            except ConnectionError:
+                datagrams.clear()
+                break
+            datagrams.popleft()
+
+
+async def dial(
+    host: str,
+    port: int,
+    *,
+    cafile: PathLike | None,
+    verify: bool,
+    certfile: PathLike | None,
+    keyfile: PathLike | None,
+    server_name: str | None,
+    idle_timeout: float,
+    timeout: float,
+    make_driver: MakeDriver,
+    keepalive: bool,
+) -> Driver:
+    """Connect and wait for the Aqueduct handshake; picoquic's thread stops when the connection ends."""
+    if certfile is not None or keyfile is not None:
+        raise ValueError(
+            "the picoquic backend cannot present a client certificate (mutual TLS); "
+            "connect with backend='aioquic'"
+        )
+    config = QuicConfiguration(
+        is_client=True,
+        alpn_protocols=[ALPN],
+        max_datagram_frame_size=MAX_DATAGRAM_FRAME_SIZE,
+        server_name=server_name or host,
+        idle_timeout=idle_timeout,
+        verify_mode=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE,
+        cafile=os.fspath(cafile) if cafile is not None else None,
+        # PINGs at a third of the idle timeout, as the aioquic driver sends them.
+        keep_alive_interval=idle_timeout / 3 if keepalive else None,
+        congestion_control_algorithm="cubic",
+    )
+    loop = asyncio.get_running_loop()
+    address = await _ip_address(loop, host, port)
+    quic = QuicConnection(configuration=config)
+    quic._start_transport(port=0)
+    protocol = AiopquicTransport(quic, make_driver)
+    driver = protocol.driver
+    protocol._start(loop)
+    protocol.connect((address, port))
+    try:
+        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
+    except BaseException as exc:
+        protocol.close()
+        protocol._stop()
+        quic.stop()
+        if isinstance(exc, TimeoutError):
+            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
+        raise
+    protocol.socket_release = loop.create_task(protocol.wait_closed())  # stops picoquic's thread
+    return driver
+
+
+async def _ip_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> str:
+    """The IP address to send to (picoquic takes addresses, not names)."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        return infos[0][4][0]

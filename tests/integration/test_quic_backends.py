@@ -1,0 +1,98 @@
+"""Choosing the QUIC stack: what each backend does, and what it refuses at start, by name.
+
+The channel, topology and connector tests run on every client backend
+through the ``client_backend`` fixture; this module checks the choice
+itself and what only the picoquic backend has to get right (picoquic's
+rings push back where aioquic queues without bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import aqueduct
+from aqueduct.connector.client import Connector
+from tests.conftest import picoquic_missing
+
+TIMEOUT = 30
+
+
+async def test_an_unknown_backend_is_refused_naming_the_known_ones(certs) -> None:
+    with pytest.raises(ValueError, match=r"unknown QUIC backend 'quiche'; choose one of aioquic, picoquic"):
+        await aqueduct.connect("127.0.0.1", 9, cafile=certs.ca, backend="quiche")
+    with pytest.raises(ValueError, match=r"unknown QUIC backend 'quiche'"):
+        await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, backend="quiche")
+    with pytest.raises(ValueError, match=r"unknown QUIC backend 'quiche'"):
+        Connector("aqueduct://127.0.0.1:9", quic_backend="quiche")
+
+
+async def test_a_picoquic_server_is_refused_with_the_reason(certs) -> None:
+    with pytest.raises(ValueError, match="cannot bind a chosen address.*cannot verify client certificates"):
+        await aqueduct.serve(
+            "127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, backend="picoquic"
+        )
+
+
+@pytest.mark.skipif(picoquic_missing() is None, reason="aiopquic is installed here")
+async def test_picoquic_without_aiopquic_says_what_to_install(certs) -> None:
+    with pytest.raises(ValueError, match=r"needs the aiopquic package \(Python >= 3.12\).*\[picoquic\]"):
+        await aqueduct.connect("127.0.0.1", 9, cafile=certs.ca, backend="picoquic")
+
+
+needs_picoquic = pytest.mark.skipif(picoquic_missing() is not None, reason=str(picoquic_missing()))
+
+
+@needs_picoquic
+async def test_a_picoquic_client_refuses_to_present_a_client_certificate(certs) -> None:
+    with pytest.raises(ValueError, match="cannot present a client certificate"):
+        await aqueduct.connect(
+            "127.0.0.1", 9, cafile=certs.ca, certfile=certs.client_cert, keyfile=certs.client_key,
+            backend="picoquic",
+        )
+
+
+@needs_picoquic
+async def test_picoquic_bulk_past_its_rings_arrives_whole_and_in_order(certs) -> None:
+    """More than picoquic's rings hold at once: its BufferError waits inside the backend."""
+    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+    async with server:
+        tx = await aqueduct.connect("127.0.0.1", server.port, cafile=certs.ca, backend="picoquic")
+        conn = await asyncio.wait_for(server.accept(), TIMEOUT)
+        chunk = bytes(range(256)) * 64  # 16 KiB
+        count = 1500  # 24 MiB, several times the 4 MiB stream ring
+
+        async def receive() -> int:
+            n = 0
+            async for value in conn.entrypoint:
+                assert value == chunk[n % 256:] + chunk[: n % 256], f"message {n} changed"
+                n += 1
+            return n
+
+        received = asyncio.ensure_future(receive())
+        async with tx:
+            for n in range(count):
+                await tx.send(chunk[n % 256:] + chunk[: n % 256])
+            stats = tx.connection.stats()["quic"]  # picoquic's view, while the connection is up
+            assert stats["smoothed_rtt"] is not None and stats["packets_sent"] > count
+        assert await asyncio.wait_for(received, TIMEOUT * 2) == count
+
+
+@needs_picoquic
+async def test_picoquic_unreliable_datagrams_arrive_or_are_reported_lost_never_late(certs) -> None:
+    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+    async with server:
+        tx = await aqueduct.connect("127.0.0.1", server.port, cafile=certs.ca, backend="picoquic")
+        conn = await asyncio.wait_for(server.accept(), TIMEOUT)
+        udp_tx, udp_rx = aqueduct.channel()
+        async with tx:
+            await tx.send({"datagrams": udp_rx})
+            remote_rx = (await asyncio.wait_for(conn.entrypoint.recv(), TIMEOUT))["datagrams"]
+            udp_tx.unreliable()
+            for n in range(2000):
+                await udp_tx.send(n)
+            await udp_tx.finish()
+            got = [n async for n in remote_rx]
+        assert got == sorted(got) and len(set(got)) == len(got)  # never late: no reordering, no copies
+        assert len(got) > 1000  # loopback loses few; the count is not the point, the order is
