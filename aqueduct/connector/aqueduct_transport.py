@@ -250,7 +250,27 @@ async def _serve_connection(
     def close_reason() -> str:  # peers without a control channel read it from the close
         return peer.end_reason or "connector session ended"
 
-    peer = WorkerPeer(sink, config, send, lambda: asyncio.ensure_future(conn.close(close_reason())))
+    async def close_after_last_word() -> None:
+        # The worker's last word (ERROR, RESTART) must reach the connector
+        # before the close: a QUIC stack may drop stream data that arrives
+        # with the CONNECTION_CLOSE (picoquic does), and a refused connector
+        # that only sees "connection closed" retries for ever. Finishing the
+        # reply channel waits until the peer has received everything on it.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(control.finish(), FLUSH_TIMEOUT)
+        with contextlib.suppress(Exception):
+            await conn.close(close_reason())
+
+    closing: asyncio.Future[None] | None = None
+
+    def close_soon() -> asyncio.Future[None]:
+        """One graceful close, however many paths end the session."""
+        nonlocal closing
+        if closing is None:
+            closing = asyncio.ensure_future(close_after_last_word())
+        return closing
+
+    peer = WorkerPeer(sink, config, send, close_soon)
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
@@ -301,8 +321,7 @@ async def _serve_connection(
                 reader.cancel()
 
     await server.run_peer(peer, read_loop())
-    with contextlib.suppress(Exception):
-        await conn.close(close_reason())
+    await close_soon()
 
 
 async def serve_aqueduct(
