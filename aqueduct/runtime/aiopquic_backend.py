@@ -34,11 +34,9 @@ from aiopquic.quic import events as pico_events
 from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection
 
-from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.driver import Driver
-from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE, QuicTransport
+from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE, ClientOptions, QuicTransport
 
-PathLike = str | os.PathLike[str]
 MakeDriver = Callable[[QuicTransport], Driver]
 
 RTT_REFRESH = 0.05
@@ -207,22 +205,10 @@ class AiopquicTransport(QuicConnectionProtocol):
             datagrams.popleft()
 
 
-async def dial(
-    host: str,
-    port: int,
-    *,
-    cafile: PathLike | None,
-    verify: bool,
-    certfile: PathLike | None,
-    keyfile: PathLike | None,
-    server_name: str | None,
-    idle_timeout: float,
-    timeout: float,
-    make_driver: MakeDriver,
-    keepalive: bool,
-) -> Driver:
+async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:
     """Connect and wait for the Aqueduct handshake; picoquic's thread stops when the connection ends."""
-    if certfile is not None or keyfile is not None:
+    o = options
+    if o.certfile is not None or o.keyfile is not None:
         raise ValueError(
             "the picoquic backend cannot present a client certificate (mutual TLS); "
             "connect with backend='aioquic'"
@@ -231,12 +217,12 @@ async def dial(
         is_client=True,
         alpn_protocols=[ALPN],
         max_datagram_frame_size=MAX_DATAGRAM_FRAME_SIZE,
-        server_name=server_name or host,
-        idle_timeout=idle_timeout,
-        verify_mode=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE,
-        cafile=os.fspath(cafile) if cafile is not None else None,
+        server_name=o.server_name or host,
+        idle_timeout=o.idle_timeout,
+        verify_mode=ssl.CERT_REQUIRED if o.verify else ssl.CERT_NONE,
+        cafile=os.fspath(o.cafile) if o.cafile is not None else None,
         # PINGs at a third of the idle timeout, as the aioquic driver sends them.
-        keep_alive_interval=idle_timeout / 3 if keepalive else None,
+        keep_alive_interval=o.idle_timeout / 3 if o.keepalive else None,
         congestion_control_algorithm="cubic",
     )
     loop = asyncio.get_running_loop()
@@ -247,15 +233,13 @@ async def dial(
     driver = protocol.driver
     protocol._start(loop)
     protocol.connect((address, port))
-    try:
-        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
-    except BaseException as exc:
+
+    def abort() -> None:
         protocol.close()
         protocol._stop()
         quic.stop()
-        if isinstance(exc, TimeoutError):
-            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
-        raise
+
+    await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
     protocol.socket_release = loop.create_task(protocol.wait_closed())  # stops picoquic's thread
     return driver
 

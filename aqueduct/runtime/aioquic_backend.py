@@ -24,7 +24,6 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as quic_events
 from aioquic.quic.connection import QuicConnection
 
-from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.quic_server import BoundedQuicServer
@@ -33,7 +32,7 @@ from aqueduct.runtime.tls import (
     require_client_certificate,
     server_configuration,
 )
-from aqueduct.runtime.transport import QuicTransport
+from aqueduct.runtime.transport import ClientOptions, QuicTransport
 from aqueduct.runtime.udp import ReadBatch, open_udp
 
 PathLike = str | os.PathLike[str]
@@ -195,28 +194,16 @@ async def listen(
     return AioquicListener(server)
 
 
-async def dial(
-    host: str,
-    port: int,
-    *,
-    cafile: PathLike | None,
-    verify: bool,
-    certfile: PathLike | None,
-    keyfile: PathLike | None,
-    server_name: str | None,
-    idle_timeout: float,
-    timeout: float,
-    make_driver: MakeDriver,
-    keepalive: bool,
-) -> Driver:
+async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:
     """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends.
 
-    ``keepalive`` needs nothing here: on aioquic the driver sends the PINGs
-    (``QuicTransport.send_ping``).
+    ``options.keepalive`` needs nothing here: on aioquic the driver sends
+    the PINGs (``QuicTransport.send_ping``).
     """
     loop = asyncio.get_running_loop()
+    o = options
     config = client_configuration(
-        server_name or host, cafile, verify, certfile, keyfile, idle_timeout=idle_timeout
+        o.server_name or host, o.cafile, o.verify, o.certfile, o.keyfile, idle_timeout=o.idle_timeout
     )
     family, addr = await _udp_address(loop, host, port)
     batch = ReadBatch()
@@ -225,15 +212,13 @@ async def dial(
     local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
     transport, _ = await open_udp(lambda: protocol, local, family, batch)
     protocol.connect(addr)
-    try:
-        await asyncio.wait_for(asyncio.shield(driver.ready), timeout)
-    except BaseException as exc:
+
+    def abort() -> None:
         protocol.close()
         protocol.send_packets()
         transport.close()
-        if isinstance(exc, TimeoutError):
-            raise ConnectionLost(f"no Aqueduct handshake with {host}:{port} within {timeout} s") from None
-        raise
+
+    await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
     protocol.socket_release = loop.create_task(_release(protocol, transport))
     return driver
 

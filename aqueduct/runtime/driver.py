@@ -358,6 +358,20 @@ class Driver:
         if self._on_ready is not None:
             self._on_ready(self)
 
+    async def wait_ready(self, timeout: float, where: str, abort: Callable[[], None]) -> None:
+        """The Aqueduct handshake within ``timeout`` s; else ``abort()`` the connection and raise.
+
+        ``ConnectionLost`` names ``where`` on a timeout; a failed handshake
+        raises its own ``ConnectionLost``.
+        """
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ready), timeout)
+        except BaseException as exc:
+            abort()
+            if isinstance(exc, TimeoutError):
+                raise ConnectionLost(f"no Aqueduct handshake with {where} within {timeout} s") from None
+            raise
+
     def entrypoint(self) -> Sender | Receiver:
         """The entrypoint handle (Sender on the client, Receiver on the server)."""
         assert self._entry is not None, "the Aqueduct handshake has not completed"

@@ -30,7 +30,7 @@ from aqueduct.runtime.handles import Receiver, Sender, give_connection
 from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
 from aqueduct.runtime.payload import CONNECTION_HEADERS
 from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES
-from aqueduct.runtime.transport import QuicTransport
+from aqueduct.runtime.transport import ClientOptions, QuicTransport
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
@@ -314,19 +314,8 @@ async def connect(
     """
     stack = _backend(backend)
     make_driver = _driver_maker(_connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive)
-    driver = await stack.dial(
-        host,
-        port,
-        cafile=cafile,
-        verify=verify,
-        certfile=certfile,
-        keyfile=keyfile,
-        server_name=server_name,
-        idle_timeout=idle_timeout,
-        timeout=timeout,
-        make_driver=make_driver,
-        keepalive=keepalive,
-    )
+    options = ClientOptions(cafile, verify, certfile, keyfile, server_name, idle_timeout, timeout, keepalive)
+    driver = await stack.dial(host, port, options, make_driver)
     connection = Connection(driver)
     entry = driver.entrypoint()
     assert isinstance(entry, Sender)

@@ -17,6 +17,8 @@ when any other runtime module imports a QUIC stack.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 ALPN = "aqueduct"
@@ -24,6 +26,20 @@ ALPN = "aqueduct"
 MAX_DATAGRAM_FRAME_SIZE = 65536
 """Largest DATAGRAM frame we accept; the payload that fits is further bounded
 by the path's packet size, which the backend reports (``datagram_limit``)."""
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """What ``connect()`` asks of a backend's ``dial`` besides the address."""
+
+    cafile: str | os.PathLike[str] | None = None
+    verify: bool = True
+    certfile: str | os.PathLike[str] | None = None
+    keyfile: str | os.PathLike[str] | None = None
+    server_name: str | None = None
+    idle_timeout: float = 60.0
+    timeout: float = 30.0  # for the Aqueduct handshake
+    keepalive: bool = True
 
 
 class QuicTransport(Protocol):
