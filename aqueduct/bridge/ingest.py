@@ -144,8 +144,8 @@ class Ingest:
         self.config = config or IngestConfig()
         self.counters = IngestCounters()
         self._sessions: dict[WorkerPeer, _Session] = {}
-        self._live: dict[str, WorkerPeer] = {}  # connector -> the session its acks go to
-        #: connector -> its open sessions, oldest HELLO first (usually one; two while it reconnects)
+        #: connector -> its open sessions, oldest HELLO first (usually one; two while it
+        #: reconnects); its acks go to the newest (:meth:`_ack_target`)
         self._connector_sessions: dict[str, list[WorkerPeer]] = {}
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
@@ -185,7 +185,6 @@ class Ingest:
         elif isinstance(event, HelloAccepted):
             name = connector_name(event.program_name, event.instance_name)
             self._sessions[peer] = _Session(name)
-            self._live[name] = peer
             self._connector_sessions.setdefault(name, []).append(peer)
             self.counters.sessions = len(self._sessions)
             self._ack_committed(peer, name)
@@ -231,17 +230,18 @@ class Ingest:
         remaining session, with everything committed so far.
         """
         sessions = self._connector_sessions.get(connector, [])
+        was_target = bool(sessions) and sessions[-1] is ended
         if ended in sessions:
             sessions.remove(ended)
         if not sessions:
             self._connector_sessions.pop(connector, None)
-        if self._live.get(connector) is not ended:
-            return
-        if sessions:
-            self._live[connector] = sessions[-1]
+        elif was_target:
             self._ack_committed(sessions[-1], connector)
-        else:
-            del self._live[connector]
+
+    def _ack_target(self, connector: str) -> WorkerPeer | None:
+        """The session a connector's acks go to: its newest open one."""
+        sessions = self._connector_sessions.get(connector)
+        return sessions[-1] if sessions else None
 
     async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
         state = self._sessions[peer]
@@ -381,7 +381,7 @@ class Ingest:
         concerned = set(self._owed)
         if self._budget is not None:
             concerned |= self._budget.short
-        concerned.update(peer for c in points_by_connector if (peer := self._live.get(c)) is not None)
+        concerned.update(peer for c in points_by_connector if (peer := self._ack_target(c)) is not None)
         for peer in concerned:
             state = self._sessions.get(peer)
             if state is None:
@@ -389,7 +389,7 @@ class Ingest:
             if self._budget is not None:
                 state.withheld += self._budget.top_up(peer)
             credits = state.withheld if open_tap else 0
-            points = points_by_connector.get(state.connector, []) if self._live.get(state.connector) is peer else []
+            points = points_by_connector.get(state.connector, []) if self._ack_target(state.connector) is peer else []
             if credits or points:
                 state.withheld -= credits
                 peer.ack(points, credits)

@@ -58,6 +58,7 @@ class AiopquicTransport(QuicConnectionProtocol):
         self._retry: asyncio.Task[None] | None = None
         self._path: dict[str, Any] = {}
         self._path_at = float("-inf")
+        self.socket_release: asyncio.Task[None] | None = None  # a client's: stops picoquic's thread at the end
         self.driver = make_driver(self)
 
     @property
@@ -103,8 +104,7 @@ class AiopquicTransport(QuicConnectionProtocol):
         return self._path
 
     def smoothed_rtt(self) -> float | None:
-        rtt = self._path_quality().get("rtt")
-        return rtt / 1e6 if rtt else None  # picoquic counts microseconds
+        return _rtt_seconds(self._path_quality())
 
     def idle_timeout(self) -> float:
         return self._quic.configuration.idle_timeout
@@ -141,15 +141,14 @@ class AiopquicTransport(QuicConnectionProtocol):
     def send_ping(self, uid: int) -> None:
         """Nothing to do: picoquic sends its own keep-alive PINGs (configured at dial)."""
 
-    def close(self, error_code: int = 0, reason: str = "") -> None:  # type: ignore[override]
-        """Queue a close; picoquic's application close carries the code, not the reason."""
+    def queue_close(self, error_code: int, reason: str) -> None:
+        """picoquic's application close carries the code, not the reason."""
         self._quic.close(error_code=error_code, reason_phrase=reason)
 
     def stats(self) -> dict[str, Any]:
-        path = self._quic.path_quality()
-        rtt = path.get("rtt")
+        path = self._quic.path_quality()  # fresh: stats are asked for rarely
         return {
-            "smoothed_rtt": rtt / 1e6 if rtt else None,
+            "smoothed_rtt": _rtt_seconds(path),
             "bytes_in_flight": path.get("bytes_in_transit", 0),
             "congestion_window": path.get("cwin", 0),
             "packets_sent": path.get("sent", 0),
@@ -203,6 +202,12 @@ class AiopquicTransport(QuicConnectionProtocol):
                 datagrams.clear()
                 break
             datagrams.popleft()
+
+
+def _rtt_seconds(path: dict[str, Any]) -> float | None:
+    """The smoothed RTT of a path snapshot in seconds (picoquic counts microseconds), None before a sample."""
+    rtt = path.get("rtt")
+    return rtt / 1e6 if rtt else None
 
 
 async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:

@@ -126,8 +126,7 @@ class AioquicTransport(QuicConnectionProtocol):
     def send_ping(self, uid: int) -> None:
         self._quic.send_ping(uid)
 
-    def close(self, error_code: int = 0, reason: str = "") -> None:  # type: ignore[override]
-        """Queue a close (sent at the next flush); also aioquic's own ``close()`` when called bare."""
+    def queue_close(self, error_code: int, reason: str) -> None:
         self._quic.close(error_code=error_code, reason_phrase=reason)
 
     def stats(self) -> dict[str, Any]:
@@ -214,8 +213,7 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     protocol.connect(addr)
 
     def abort() -> None:
-        protocol.close()
-        protocol.send_packets()
+        protocol.close()  # aioquic's own: queues the close and sends it
         transport.close()
 
     await driver.wait_ready(o.timeout, f"{host}:{port}", abort)

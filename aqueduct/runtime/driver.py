@@ -111,6 +111,7 @@ class Driver:
         # to leave (see _release_held): (datagrams that must have left, actions).
         self._held: deque[tuple[int, list[Any]]] = deque()
         self._datagrams_handed = 0
+        self._datagrams_left = 0  # of those, how many the stack last said had left (never decreases)
         # Application sends wait for a flush while the application keeps sending.
         self._coalescer = SendCoalescer(self._loop, self.transmit)
         self._flush_soon: asyncio.Handle | None = None  # a transmit() scheduled by _transmit_soon
@@ -140,7 +141,7 @@ class Driver:
         limit = self._transport.datagram_limit()
         if limit is None:
             # Spec section 1: a peer without RFC 9221 datagrams is refused.
-            self._transport.close(
+            self._transport.queue_close(
                 PROTOCOL_VIOLATION, "peer did not enable QUIC datagrams (max_datagram_frame_size)"
             )
             return
@@ -253,9 +254,16 @@ class Driver:
         keeps "announced" meaning "sent". Stream-only traffic is never held
         (nothing precedes it). A close goes out at once.
         """
-        transport = self._transport
-        left = self._datagrams_handed - transport.pending_datagrams()
         held = self._held
+        if not held:
+            return False
+        transport = self._transport
+        if not everything and held[0][0] > self._datagrams_left:
+            # Ask the stack only when the answer matters: stream-only traffic
+            # never waits for a datagram, and a stack's count may cost a call
+            # into its thread (picoquic).
+            self._datagrams_left = self._datagrams_handed - transport.pending_datagrams()
+        left = self._datagrams_left
         released = False
         while held and (everything or held[0][0] <= left):
             for action in held.popleft()[1]:
@@ -264,7 +272,7 @@ class Driver:
                 elif isinstance(action, ev.StreamResetQueued):
                     transport.reset_stream(action.stream_id, action.error_code)
                 elif isinstance(action, ev.ConnectionCloseQueued):
-                    transport.close(action.error_code, action.reason)
+                    transport.queue_close(action.error_code, action.reason)
             released = True
         return released
 

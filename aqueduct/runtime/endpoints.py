@@ -314,8 +314,11 @@ async def connect(
     """
     stack = _backend(backend)
     make_driver = _driver_maker(_connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive)
-    options = ClientOptions(cafile, verify, certfile, keyfile, server_name, idle_timeout, timeout, keepalive)
-    driver = await stack.dial(host, port, options, make_driver)
+    client = ClientOptions(
+        cafile=cafile, verify=verify, certfile=certfile, keyfile=keyfile, server_name=server_name,
+        idle_timeout=idle_timeout, timeout=timeout, keepalive=keepalive,
+    )  # fmt: skip
+    driver = await stack.dial(host, port, client, make_driver)
     connection = Connection(driver)
     entry = driver.entrypoint()
     assert isinstance(entry, Sender)

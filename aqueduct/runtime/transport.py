@@ -81,8 +81,12 @@ class QuicTransport(Protocol):
 
     def send_ping(self, uid: int) -> None: ...
 
-    def close(self, error_code: int, reason: str) -> None:
-        """Close the connection (an application close) at the next :meth:`send_packets`."""
+    def queue_close(self, error_code: int, reason: str) -> None:
+        """Close the connection (an application close) at the next :meth:`send_packets`.
+
+        Only queued: the driver calls it inside a flush. (Not ``close``: a
+        stack's own ``close()`` may also send, and its server calls that.)
+        """
         ...
 
     def transmit(self) -> None:
