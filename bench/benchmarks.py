@@ -48,6 +48,7 @@ class Benchmark:
     verdict: str | None = None
     slow: bool = False  # starts Spark: skipped by --quick unless named in --only
     max_repeat: int | None = None  # cap on repetitions (a Spark start per repetition)
+    floor: float | None = None  # minimum median of ours, in ``unit`` (a target stated as a rate)
 
     @property
     def cases(self) -> tuple[Case, ...]:
@@ -57,6 +58,19 @@ class Benchmark:
 
 
 RAW_SMALL = Case("raw aioquic, length-prefixed, 1 stream", "raw.small", "msg_per_s", {"size": SMALL})
+# The same traffic straight on picoquic (bench.raw_picoquic): the fastest raw
+# stack here, beside every path, so each shows how far its own stack's limit is
+# from the best one. Its server needs a loopback-only namespace (interop.netns).
+PQ = {"backend": "picoquic"}
+RAW_PQ_BULK = Case("raw picoquic, 1 unidirectional stream", "rawpq.bulk", "mb_per_s", {"size": BULK})
+RAW_PQ_SMALL = Case("raw picoquic, length-prefixed, 1 stream", "rawpq.small", "msg_per_s", {"size": SMALL})
+RAW_PQ_DATAGRAM = Case(
+    "raw picoquic datagrams", "rawpq.datagram", "msg_per_s", {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY}
+)
+RAW_AQ_DATAGRAM = Case(
+    "raw aioquic datagrams", "raw.datagram", "msg_per_s", {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY}
+)
+RAW_AQ_BULK = Case("raw aioquic, 1 unidirectional stream", "raw.bulk", "mb_per_s", {"size": BULK})
 # Durability arrives in group commits (a few per second when the disk is slow):
 # connector runs need more time than the others for a meaningful rate.
 CONNECTOR_PARAMS = {"size": SMALL, "min_seconds": 3.0, "min_warmup": 0.5}
@@ -79,8 +93,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "ORDERED bulk, 64 KiB messages",
         "MB/s",
         ours=Case("aqueduct ORDERED", "ours.ordered", "mb_per_s", {"size": BULK}),
-        baseline=Case("raw aioquic, 1 unidirectional stream", "raw.bulk", "mb_per_s", {"size": BULK}),
+        baseline=RAW_AQ_BULK,
         target=0.90,
+        others=(RAW_PQ_BULK,),
     ),
     Benchmark(
         "ordered_small",
@@ -89,6 +104,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ours=Case("aqueduct ORDERED", "ours.ordered", "msg_per_s", {"size": SMALL}),
         baseline=RAW_SMALL,
         target=0.80,
+        others=(RAW_PQ_SMALL,),
     ),
     Benchmark(
         "unordered_small",
@@ -110,13 +126,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "msg_per_s",
             {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY},
         ),
-        baseline=Case(
-            "raw aioquic datagrams",
-            "raw.datagram",
-            "msg_per_s",
-            {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY},
-        ),
+        baseline=RAW_AQ_DATAGRAM,
         target=0.80,
+        others=(RAW_PQ_DATAGRAM,),
     ),
     Benchmark(
         "connector_ingest",
@@ -127,7 +139,55 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         target=0.70,
         others=(
             Case("same connector frames over plain TCP", "connector.tcp", "msg_per_s", CONNECTOR_PARAMS),
+            RAW_PQ_SMALL,
         ),
+    ),
+    # Both ends on picoquic (issue 19's targets): against raw picoquic, and
+    # against raw aioquic for scale. Run under `python -m interop.netns`.
+    Benchmark(
+        "pq_ordered_bulk",
+        "picoquic: ORDERED bulk, 64 KiB messages",
+        "MB/s",
+        ours=Case("aqueduct ORDERED on picoquic", "ours.ordered", "mb_per_s", {"size": BULK, **PQ}),
+        baseline=RAW_PQ_BULK,
+        target=0.80,
+        others=(RAW_AQ_BULK,),
+    ),
+    Benchmark(
+        "pq_ordered_small",
+        "picoquic: ORDERED 100-byte messages",
+        "msg/s",
+        ours=Case("aqueduct ORDERED on picoquic", "ours.ordered", "msg_per_s", {"size": SMALL, **PQ}),
+        baseline=RAW_PQ_SMALL,
+        target=None,
+        floor=500_000,
+        others=(RAW_SMALL,),
+    ),
+    Benchmark(
+        "pq_unreliable_small",
+        "picoquic: UNRELIABLE 100-byte messages (arrived)",
+        "msg/s",
+        ours=Case(
+            "aqueduct UNRELIABLE on picoquic", "ours.unreliable", "msg_per_s",
+            {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY, **PQ},
+        ),
+        baseline=RAW_PQ_DATAGRAM,
+        target=None,
+        floor=400_000,
+        others=(RAW_AQ_DATAGRAM,),
+    ),
+    Benchmark(
+        "pq_connector_ingest",
+        "picoquic: connector ingest into the durable log, 100-byte records",
+        "rec/s",
+        ours=Case(
+            "connector over Aqueduct on picoquic -> durable log", "connector.aqueduct", "msg_per_s",
+            {**CONNECTOR_PARAMS, **PQ},
+        ),
+        baseline=RAW_PQ_SMALL,
+        target=None,
+        floor=300_000,
+        others=(CONNECTOR_AQ,),
     ),
     Benchmark(
         "spark_e2e",

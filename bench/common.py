@@ -135,6 +135,21 @@ class Certs:
 
 
 SERVER_NAME = "localhost"
+
+
+def listen_host(backend: str) -> str:
+    """Where a benchmark server listens: 127.0.0.1, or every interface for picoquic.
+
+    picoquic cannot bind one address; its benchmarks run only where loopback
+    is the only interface (``python -m interop.netns -- python -m bench.run``).
+    """
+    if backend != "picoquic":
+        return "127.0.0.1"
+    from interop.netns import isolated_loopback
+
+    if not isolated_loopback():
+        raise RuntimeError("a picoquic server listens on every interface: run under python -m interop.netns")
+    return "::"
 """Name the client verifies in the server certificate (generate_certs lists it)."""
 
 

@@ -22,7 +22,7 @@ from aqueduct.bridge.log import DurableLog
 from aqueduct.connector.client import Connector
 from aqueduct.connector.events import SessionEnded, WorkerEvent
 from aqueduct.connector.worker_server import WorkerPeer
-from bench.common import Certs, Meter, payload, run_until_idle, send_for
+from bench.common import Certs, Meter, listen_host, payload, run_until_idle, send_for
 
 STREAM_ID = 1
 
@@ -73,8 +73,10 @@ async def _serve(
         else:
             from aqueduct.connector.aqueduct_transport import serve_aqueduct
 
+            backend = params.get("backend", "aioquic")
             server = await serve_aqueduct(
-                "127.0.0.1", 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key
+                listen_host(backend), 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key,
+                backend=backend,
             )
         ready(server.port)
         try:
@@ -90,7 +92,10 @@ async def _serve(
 async def _send(params: dict[str, Any], certs: Certs, port: int, scheme: str) -> dict[str, Any]:
     body = payload(params["size"])
     url = f"{scheme}://127.0.0.1:{port}"
-    connector = Connector(url, program="bench", instance="c0", cafile=str(certs.ca), connect_timeout=20)
+    connector = Connector(
+        url, program="bench", instance="c0", cafile=str(certs.ca), connect_timeout=20,
+        quic_backend=params.get("backend", "aioquic"),
+    )  # fmt: skip
     await connector.connect()
     try:
         stream = await connector.stream(STREAM_ID, "bench/1")

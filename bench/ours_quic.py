@@ -2,7 +2,8 @@
 
 The client sends raw ``bytes`` on its entrypoint Sender (raw bytes pass the
 payload codec unchanged), in the mode the role names; the server iterates
-its entrypoint Receiver, as an application would.
+its entrypoint Receiver, as an application would. ``params["backend"]``
+picks the QUIC stack of both ends (picoquic: under ``interop.netns``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from typing import Any
 
 import aqueduct
 from aqueduct.proto.errors import AqueductError
-from bench.common import SERVER_NAME, Certs, Meter, payload, run_until_idle, send_for
+from bench.common import SERVER_NAME, Certs, Meter, listen_host, payload, run_until_idle, send_for
 
 
 async def _serve(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
     meter = Meter(params["warmup"])
-    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+    backend = params.get("backend", "aioquic")
+    server = await aqueduct.serve(
+        listen_host(backend), 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=backend
+    )
     ready(server.port)
 
     async def receive() -> None:
@@ -35,7 +39,10 @@ async def _serve(params: dict[str, Any], certs: Certs, ready: Callable[[int], No
 
 
 async def _send(params: dict[str, Any], certs: Certs, port: int, mode: str) -> dict[str, Any]:
-    tx = await aqueduct.connect("127.0.0.1", port, cafile=certs.ca, server_name=SERVER_NAME, timeout=20)
+    tx = await aqueduct.connect(
+        "127.0.0.1", port, cafile=certs.ca, server_name=SERVER_NAME, timeout=20,
+        backend=params.get("backend", "aioquic"),
+    )  # fmt: skip
     if mode == "unordered":
         tx.unordered()
     elif mode == "unreliable":

@@ -121,6 +121,22 @@ def _on_bulk(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicE
     return on_event
 
 
+def split_messages(buf: bytearray) -> tuple[int, int]:
+    """Take the whole length-prefixed messages off the front of ``buf``: (count, bytes)."""
+    pos, count, nbytes, end = 0, 0, 0, len(buf)
+    while end - pos >= PREFIX:
+        size = int.from_bytes(buf[pos : pos + PREFIX], "big")
+        stop = pos + PREFIX + size
+        if stop > end:
+            break
+        message = bytes(buf[pos + PREFIX : stop])  # hand a message out, as a user would get it
+        nbytes += len(message)
+        count += 1
+        pos = stop
+    del buf[:pos]
+    return count, nbytes
+
+
 def _on_small(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
     buf = bytearray()
 
@@ -128,17 +144,7 @@ def _on_small(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.Quic
         if not isinstance(event, events.StreamDataReceived):
             return
         buf.extend(event.data)
-        pos, count, nbytes, end = 0, 0, 0, len(buf)
-        while end - pos >= PREFIX:
-            size = int.from_bytes(buf[pos : pos + PREFIX], "big")
-            stop = pos + PREFIX + size
-            if stop > end:
-                break
-            message = bytes(buf[pos + PREFIX : stop])  # hand a message out, as a user would get it
-            nbytes += len(message)
-            count += 1
-            pos = stop
-        del buf[:pos]
+        count, nbytes = split_messages(buf)
         if count:
             meter.add(count, nbytes)
         if event.end_stream and not done.done():

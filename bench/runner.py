@@ -146,6 +146,16 @@ def _cpu_medians(case_runs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _target_text(bench: Benchmark) -> str | None:
+    """The target column when it is not a plain ratio: a verdict field, or a rate floor."""
+    if bench.verdict:
+        return bench.verdict
+    if bench.floor is not None:
+        rate = f"{bench.floor:,.0f} {bench.unit}"
+        return rate if bench.target is None else f"{bench.target:.2f} and {rate}"
+    return None
+
+
 def judge(bench: Benchmark, runs: dict[str, list[dict[str, Any]]], errors: dict[str, str]) -> dict[str, Any]:
     """The row: summaries, ratio ours/baseline, extras and the verdict.
 
@@ -166,12 +176,15 @@ def judge(bench: Benchmark, runs: dict[str, list[dict[str, Any]]], errors: dict[
     elif bench.verdict is not None:
         verdicts = [r.get(bench.verdict) for r in our_runs]
         status = "pass" if verdicts and all(verdicts) else ("miss" if verdicts else "error")
-    elif main_ratio is None:
+    elif bench.target is not None and main_ratio is None:
         status = "error"
-    elif bench.target is None:
-        status = "info"
+    elif bench.target is None and bench.floor is None:
+        status = "info" if main_ratio is not None else "error"
     else:
-        status = "pass" if main_ratio >= bench.target else "miss"
+        met = (bench.target is None or main_ratio >= bench.target) and (
+            bench.floor is None or (bool(ours.values) and ours.median >= bench.floor)
+        )
+        status = "pass" if met else "miss"
     extras = {}
     for label, key in bench.extras:
         values = [float(r[key]) for r in our_runs if r.get(key) is not None]
@@ -182,7 +195,7 @@ def judge(bench: Benchmark, runs: dict[str, list[dict[str, Any]]], errors: dict[
         "title": bench.title,
         "unit": bench.unit,
         "target": bench.target,
-        "target_text": f"{bench.verdict}" if bench.verdict else None,
+        "target_text": _target_text(bench),
         "status": status,
         "ratio": main_ratio,
         "ours": {"label": bench.ours.label, **ours.as_dict()},

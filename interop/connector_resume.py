@@ -74,10 +74,10 @@ class RestartingSink(MemorySink):
             task.add_done_callback(self._tasks.discard)
 
 
-async def run_server(host: str, port: int, certfile: Path, keyfile: Path) -> str:
+async def run_server(host: str, port: int, certfile: Path, keyfile: Path, quic_backend: str = "aioquic") -> str:
     """The worker half; returns a summary, raises :class:`CaseFailed`."""
     sink = RestartingSink()
-    worker = await serve_aqueduct(host, port, sink, certfile=certfile, keyfile=keyfile)
+    worker = await serve_aqueduct(host, port, sink, certfile=certfile, keyfile=keyfile, backend=quic_backend)
     log.info("listening on %s:%d", host, port)
     try:
         try:

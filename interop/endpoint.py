@@ -21,6 +21,7 @@ from typing import Any
 import aqueduct
 from aqueduct.runtime.endpoints import BACKENDS, check_backend
 from interop import connector_resume
+from interop.netns import isolated_loopback
 from interop.testcases import ALL_NAMES, TESTCASES, CaseFailed, TestCase, run_client, run_server
 
 EXIT_OK = 0
@@ -81,14 +82,14 @@ async def _role(case: TestCase | None, args: argparse.Namespace) -> str:
     if case is None:  # connector-resume: connector sessions over Aqueduct
         if args.role == "client":
             return await connector_resume.run_client(args.host, args.port, args.cafile, args.quic_backend)
-        return await connector_resume.run_server(args.host, args.port, args.cert, args.key)
+        return await connector_resume.run_server(_listen_host(args), args.port, args.cert, args.key, args.quic_backend)
     # The frame log (every Aqueduct frame sent and received) is what makes a
     # failed interop run diagnosable after the fact.
     frame_log = args.log / f"{args.role}-frames.jsonl" if args.log else None
     if args.role == "client":
         return await connect_and_run(case, args.host, args.port, args.cafile, frame_log, args.quic_backend)
     server = await aqueduct.serve(
-        args.host,
+        _listen_host(args),
         args.port,
         certfile=args.cert,
         keyfile=args.key,
@@ -98,6 +99,19 @@ async def _role(case: TestCase | None, args: argparse.Namespace) -> str:
     )
     log.info("listening on %s:%d", args.host, args.port)
     return await serve_one(case, server)
+
+
+def _listen_host(args: argparse.Namespace) -> str:
+    """Where the server listens: ``--host``, but for picoquic every interface when loopback is the only one.
+
+    picoquic (through aiopquic) cannot bind one address; in a network
+    namespace of loopback only (``python -m interop.netns -- python -m
+    interop.run ...``) every interface is loopback, so "::" reaches no
+    further than ``--host``. Elsewhere the picoquic server is unsupported.
+    """
+    if args.quic_backend == "picoquic" and isolated_loopback():
+        return "::"
+    return args.host
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", type=Path, help="server private key (PEM)")
     p.add_argument("--cafile", type=Path, help="CA that signed the server certificate (client)")
     p.add_argument("--quic-backend", choices=BACKENDS, default="aioquic",
-                   help="QUIC stack: aioquic (default) or picoquic (clients only; needs the picoquic extra)")
+                   help="QUIC stack: aioquic (default) or picoquic (needs the picoquic extra; "
+                   "a picoquic server runs only where loopback is the only interface: python -m interop.netns)")
     p.add_argument("--log", type=Path, help="directory for this endpoint's log file")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="give up after N seconds")
     return p
@@ -160,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--role server needs --cert and --key")
         return EXIT_FAILED
     try:
-        check_backend(args.quic_backend, serving=args.role == "server")
-    except ValueError as exc:  # a backend this machine lacks, or one that cannot serve
+        check_backend(args.quic_backend, serve_on=_listen_host(args) if args.role == "server" else None)
+    except ValueError as exc:  # a backend this machine lacks, or one that cannot serve here
         log.warning("--quic-backend %s: %s", args.quic_backend, exc)
         return EXIT_UNSUPPORTED
     return asyncio.run(_run(args.testcase, case, args))

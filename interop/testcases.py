@@ -27,6 +27,7 @@ from aqueduct.runtime import Finished, Receiver, Sender
 
 # Sizes are modest so a full matrix (cases x scenarios) stays in minutes, yet
 # large enough that messages span many QUIC packets and windows fill up.
+VERDICT_CONFIRM_WAIT = 10.0  # seconds the server waits for the client to confirm its verdict
 ORDERED_COUNT = 300
 UNORDERED_COUNT = 300
 UNRELIABLE_COUNT = 300
@@ -606,7 +607,11 @@ async def _send_verdict(verdict_tx: Sender, verdict: dict[str, Any]) -> None:
     """Send the verdict (a oneshot: it finishes by itself).
 
     The client closes the connection as soon as it has read the verdict, which
-    may beat the confirmation of the oneshot's finish: that close is not a failure.
+    may beat the confirmation of the oneshot's finish: that close is not a
+    failure. Nor is a confirmation that never comes: the client's last packets
+    (its ACK, its CONNECTION_CLOSE) can all be lost once it has left, and then
+    only the idle timeout would end the wait. The client judges whether the
+    verdict arrived.
     """
-    with contextlib.suppress(aqueduct.ConnectionLost):
-        await verdict_tx.send(verdict)
+    with contextlib.suppress(aqueduct.ConnectionLost, TimeoutError):
+        await asyncio.wait_for(verdict_tx.send(verdict), VERDICT_CONFIRM_WAIT)

@@ -1,4 +1,11 @@
-"""Shared fixtures: fresh TLS certificates per test, QUIC client backends, a connected pair."""
+"""Shared fixtures: fresh TLS certificates per test, QUIC backends on each side, a connected pair.
+
+A picoquic server listens on every interface (aiopquic cannot bind one
+address), so the tests that need one run only where loopback is the only
+interface: ``make test`` runs them in a second pass inside a network
+namespace of their own (``python -m interop.netns -- pytest -m
+picoquic_server``); elsewhere they are skipped, saying so.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,12 @@ import pytest
 
 import aqueduct
 from aqueduct.runtime.certs import CertPaths, generate_certs
+from interop.netns import isolated_loopback
+
+PICOQUIC_SERVER_OUTSIDE_NAMESPACE = (
+    "a picoquic server listens on every interface: run where loopback is the only one "
+    "(python -m interop.netns -- python -m pytest -m picoquic_server; make test does)"
+)
 
 
 @pytest.fixture
@@ -26,18 +39,45 @@ def picoquic_missing() -> str | None:
     return None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test run with a picoquic server, for ``-m picoquic_server``."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("server_backend") == "picoquic":
+            item.add_marker(pytest.mark.picoquic_server)
+
+
 @pytest.fixture(params=["aioquic", "picoquic"])
 def client_backend(request) -> str:
-    """Each QUIC client backend in turn (the server is aioquic: picoquic does not serve)."""
+    """Each QUIC client backend in turn."""
     if request.param == "picoquic" and (why := picoquic_missing()):
         pytest.skip(why)
     return request.param
 
 
+@pytest.fixture(params=["aioquic", "picoquic"])
+def server_backend(request) -> str:
+    """Each QUIC server backend in turn (picoquic only in a loopback-only network namespace)."""
+    if request.param == "picoquic":
+        if why := picoquic_missing():
+            pytest.skip(why)
+        if not isolated_loopback():
+            pytest.skip(PICOQUIC_SERVER_OUTSIDE_NAMESPACE)
+    return request.param
+
+
 @pytest.fixture
-async def linked(certs, client_backend):
-    """A server on 127.0.0.1 (free port) and one client: (client entrypoint Sender, ServerConnection)."""
-    server = await aqueduct.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key)
+def server_host(server_backend) -> str:
+    """Where a test server listens: 127.0.0.1, or every interface (all loopback here) for picoquic."""
+    return "::" if server_backend == "picoquic" else "127.0.0.1"
+
+
+@pytest.fixture
+async def linked(certs, server_backend, server_host, client_backend):
+    """A server (free port) and one client over 127.0.0.1: (client entrypoint Sender, ServerConnection)."""
+    server = await aqueduct.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
+    )
     tx = await aqueduct.connect(
         "127.0.0.1", server.port, cafile=certs.ca, timeout=20, backend=client_backend
     )

@@ -61,7 +61,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quic", type=host_port, metavar="HOST:PORT", help="QUIC listen address")
     p.add_argument(
         "--quic-backend", choices=("aioquic", "picoquic"), default="aioquic",
-        help="QUIC stack of the --quic listener (default aioquic; picoquic cannot serve yet and is refused)",
+        help="QUIC stack of the --quic listener (default aioquic; picoquic needs the picoquic extra and "
+        "listens on every interface, so it takes only --quic '[::]:PORT' or 0.0.0.0:PORT)",
     )
     p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="plain TCP listen address")
     p.add_argument(
@@ -225,7 +226,7 @@ def _serve(args: argparse.Namespace) -> int:
         from aqueduct.runtime.endpoints import check_backend
 
         try:
-            check_backend(args.quic_backend, serving=True)
+            check_backend(args.quic_backend, serve_on=args.quic[0])
         except ValueError as exc:
             print(f"aqueduct-bridge serve: --quic-backend: {exc}", file=sys.stderr)
             return 2
@@ -246,6 +247,7 @@ def _serve(args: argparse.Namespace) -> int:
         cookie=args.cookie.encode(),
         certfile=args.cert,
         keyfile=args.key,
+        quic_backend=args.quic_backend,
         master=args.master,
         sink=args.sink,
         pipeline=args.pipeline,

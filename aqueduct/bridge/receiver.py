@@ -81,7 +81,7 @@ class Receiver:
     receiving (see :class:`~aqueduct.bridge.service.BridgeConfig`):
     ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
-    when not given), ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    when not given), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
     ``retention``, ``segment_bytes`` and ``max_consumer_lag``.
     """
 
@@ -97,7 +97,7 @@ class Receiver:
         **settings: Any,
     ) -> None:
         allowed = {
-            "certfile", "keyfile", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
+            "certfile", "keyfile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
             "segment_bytes", "max_consumer_lag",
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)

@@ -74,6 +74,7 @@ class BridgeConfig:
     cookie: bytes = b""
     certfile: Path | None = None
     keyfile: Path | None = None
+    quic_backend: str = "aioquic"  # QUIC stack of the quic listener (runtime.endpoints.BACKENDS)
     master: str = "local[*]"
     sink: str = "parquet"
     pipeline: str | None = None  # MODULE:FUNCTION building the query from the DataFrame
@@ -285,7 +286,8 @@ class Bridge:
         if c.quic is not None:
             certfile, keyfile = self._tls_files()
             server = await serve_aqueduct(
-                c.quic[0], c.quic[1], self.ingest, worker, certfile=certfile, keyfile=keyfile
+                c.quic[0], c.quic[1], self.ingest, worker, certfile=certfile, keyfile=keyfile,
+                backend=c.quic_backend,
             )
             self._listeners.append(server)
             self.quic_address = server.address

@@ -332,7 +332,8 @@ class Connection:
             return
         if ch.is_sender:
             raise LocalProtocolError(f"close_receiver: we hold the sender of channel {chanid}")
-        self._lifecycle.close_receiver(ch, now)
+        if not self._lifecycle.close_receiver(ch, now):
+            self._timers.schedule(chanid, ch.next_deadline())  # held: the deadline closes it
 
     def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
         """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
@@ -531,12 +532,20 @@ class Connection:
             ch.on_cancel()
             self._table.sender_ended.add(ch.chanid)
             self._emit(ChannelCancelled(ch.chanid))
-            self._lifecycle.close_receiver(ch, now)
+            self._lifecycle.close_receiver(ch, now, hold=False)
             return
         self._after_receive(ch, now)
 
     def _after_receive(self, ch: ReceiverChannel, now: float) -> None:
-        """Finish the channel if it is complete, else make sure its timer runs."""
+        """Finish the channel if it is complete, else make sure its timer runs.
+
+        A channel the application closed while datagrams were unannounced
+        closes once they are announced (or its deadline passed) instead.
+        """
+        if ch.closing_deadline is not None:
+            if not self._lifecycle.close_receiver(ch, now):
+                self._timers.schedule(ch.chanid, ch.next_deadline())
+            return
         if ch.finish_total is not None and ch.complete:
             ch.finish_close(now)
             self._emit(ChannelFinished(ch.chanid))

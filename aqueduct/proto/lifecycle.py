@@ -119,10 +119,18 @@ class ChannelLifecycle:
             out.append(Attachment(c, att.headers))
         return tuple(out), lost
 
-    def close_receiver(self, ch: ReceiverChannel, now: float) -> None:
+    def close_receiver(self, ch: ReceiverChannel, now: float, *, hold: bool = True) -> bool:
+        """CLOSE_RECEIVER now (True), or later while ``hold`` lets it wait for announcements (False).
+
+        Only the application's own close waits (``ReceiverChannel.hold_close``);
+        CANCEL_SENDER and the ends of channels nobody read close at once.
+        """
+        if hold and ch.hold_close(now):
+            return False
         acked_orphans, nacked_orphans = ch.close(now)
         self.free(ch.chanid)
         self._drop_orphans(acked_orphans, nacked_orphans, now)
+        return True
 
     def _drop_orphans(self, acked: list[int], nacked: list[int], now: float) -> None:
         """Channels attached to messages the application will never dequeue.
@@ -140,7 +148,7 @@ class ChannelLifecycle:
                 if ch.state in (SenderState.OPEN, SenderState.FINISHING):
                     self.cancel(ch)
             else:
-                self.close_receiver(ch, now)
+                self.close_receiver(ch, now, hold=False)  # nothing of it was read
         stack = list(nacked)
         while stack:
             ch = self._table.pop(stack.pop())

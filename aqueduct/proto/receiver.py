@@ -3,8 +3,9 @@
 Lifecycle: open until FINISH_SENDER arrives (``finish_total`` set), then
 finishing until every reliable number below SENT_RELIABLE arrived and every
 announced unreliable number is covered (``complete``); then the connection
-closes it as CLOSE_RECEIVER and drops it. CANCEL_SENDER and a local close go
-straight to ``close``.
+closes it as CLOSE_RECEIVER and drops it. CANCEL_SENDER goes straight to
+``close``; so does a local close, unless it must first wait for the sender to
+announce datagrams we received (``hold_close``).
 
 * Reliable numbers (stream MESSAGEs) are acked at most ``ack_delay`` after
   arrival; ACK_RELIABLE values count from the lowest number not yet acked.
@@ -93,6 +94,8 @@ class ReceiverChannel:
         self._undequeued: deque[tuple[int, int, tuple[int, ...]]] = deque()
         self._delivered = 0  # bytes (message costs) handed to the application
         self._consumed = 0  # bytes it dequeued
+        #: closed by the application, waiting until then for SENT_UNRELIABLE (see hold_close)
+        self.closing_deadline: float | None = None
 
     # ------------------------------------------------------------ streams
 
@@ -317,6 +320,9 @@ class ReceiverChannel:
             d = self._u_batches[0][1]
             if t is None or d < t:
                 t = d
+        d = self.closing_deadline
+        if d is not None and (t is None or d < t):
+            t = d
         return t
 
     def on_timer(self, now: float) -> None:
@@ -334,6 +340,24 @@ class ReceiverChannel:
         self._out.write_frame(sid, CloseReceiver(), b"\x0a")
         self._out.finish(sid)
         self._control = None
+
+    def hold_close(self, now: float) -> bool:
+        """True while a local close must wait for the sender to announce datagrams we received.
+
+        ACK_NACK_UNRELIABLE never covers numbers past the SENT_UNRELIABLE
+        total, and CLOSE_RECEIVER nacks whatever is not covered. A datagram
+        can arrive, and the application read it, before the announcement of
+        its number does (they travel apart): closing at once would nack a
+        message the application holds, and a handle it carried would be
+        lost for the peer. The announcement follows its datagrams shortly,
+        so the close waits for it, at most the receipt deadline; whatever is
+        still unannounced then is nacked as before.
+        """
+        if self.closing_deadline is None:
+            if self._u_received.top <= self._u_total:
+                return False
+            self.closing_deadline = now + self._receipt_deadline()
+        return self._u_received.top > self._u_total and now < self.closing_deadline
 
     def finish_close(self, now: float) -> None:
         """All done after FINISH_SENDER: ack everything, then CLOSE_RECEIVER."""

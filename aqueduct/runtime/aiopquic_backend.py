@@ -1,7 +1,8 @@
-"""The picoquic backend, through ``aiopquic`` (Python >= 3.12, the ``picoquic`` extra): clients.
+"""The picoquic backend, through ``aiopquic`` (Python >= 3.12, the ``picoquic`` extra).
 
-picoquic runs on a network thread of its own per connection and talks to
-the event loop through rings; :class:`AiopquicTransport` is aiopquic's
+picoquic runs on a network thread of its own (one per client connection,
+one per server for all its connections) and talks to the event loop
+through rings; :class:`AiopquicTransport` is aiopquic's
 protocol object for one connection, turning its events into the driver's
 input calls and implementing :class:`~aqueduct.runtime.transport.QuicTransport`
 on its ``QuicConnection``. Where aioquic queues without bound, picoquic's
@@ -9,12 +10,14 @@ rings push back (``BufferError`` for stream data, 0 for a datagram): the
 writes that did not fit wait here, in order, and go on when picoquic says
 it drained. The driver never sees the difference.
 
-What it does not do, refused by :func:`~aqueduct.runtime.endpoints.connect`
-with a clear error rather than dropped: presenting a client certificate
-(mutual TLS). A server on this backend is refused too (see
-:data:`aqueduct.runtime.endpoints.PICOQUIC_SERVER_REFUSAL`). Close reasons are not sent (picoquic's
-application close carries only the code) and PINGs are picoquic's own
-keep-alive, configured when the connection is made.
+What it does not do, refused with a clear ``ValueError`` rather than
+dropped: mutual TLS (a client cannot present a certificate, a server
+cannot verify one), a server on one chosen address (aiopquic binds every
+interface, so only a wildcard host is accepted, see :func:`check_server`)
+and a bound on handshakes in progress (picoquic runs them in C on its
+thread). Close reasons are not sent (picoquic's application close carries
+only the code) and PINGs are picoquic's own keep-alive, configured when
+the connection or server is made.
 """
 
 from __future__ import annotations
@@ -30,14 +33,28 @@ from collections.abc import Callable
 from typing import Any
 
 from aiopquic.asyncio.protocol import QuicConnectionProtocol
+from aiopquic.asyncio.server import QuicServer
+from aiopquic.asyncio.server import serve as pico_serve
 from aiopquic.quic import events as pico_events
 from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection
 
 from aqueduct.runtime.driver import Driver
-from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE, ClientOptions, QuicTransport
+from aqueduct.runtime.transport import (
+    ALPN,
+    MAX_DATAGRAM_FRAME_SIZE,
+    ClientOptions,
+    QuicTransport,
+    ServerOptions,
+)
 
 MakeDriver = Callable[[QuicTransport], Driver]
+WILDCARD_HOSTS = {"": socket.AF_INET6, "::": socket.AF_INET6, "0.0.0.0": socket.AF_INET}
+"""The only hosts a picoquic server takes, with the family it then listens on
+("::" and "" take IPv4 too): aiopquic binds every interface."""
+MAX_CONNECTIONS = 65536
+"""Connections one picoquic server holds at once (aiopquic's default, 256, is
+far below a fleet); past it picoquic refuses new ones (CONNECTION_REFUSED)."""
 
 RTT_REFRESH = 0.05
 """Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
@@ -144,6 +161,17 @@ class AiopquicTransport(QuicConnectionProtocol):
     def queue_close(self, error_code: int, reason: str) -> None:
         """picoquic's application close carries the code, not the reason."""
         self._quic.close(error_code=error_code, reason_phrase=reason)
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is gone; a client's then stops its picoquic thread.
+
+        (aiopquic's own ``wait_closed`` also unregisters the connection's
+        event reader, which on a server is the one every connection shares.)
+        """
+        await self._closed.wait()
+        if self.is_client:
+            self._stop()
+            self._quic.stop()
 
     def stats(self) -> dict[str, Any]:
         path = self._quic.path_quality()  # fresh: stats are asked for rarely
@@ -257,3 +285,74 @@ async def _ip_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> 
     except ValueError:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
         return infos[0][4][0]
+
+
+def check_server(host: str, options: ServerOptions) -> None:
+    """Raise ``ValueError`` (why) for a server this backend cannot run as asked.
+
+    aiopquic's server takes a port, not an address: it listens on every
+    interface. Serving "127.0.0.1" there would silently expose the port
+    on every network the machine is on, so only a wildcard host is taken,
+    which says so. (To keep a picoquic server on loopback only, run it in
+    a network namespace whose only interface is loopback, as the tests do.)
+    """
+    if host not in WILDCARD_HOSTS:
+        raise ValueError(
+            f"the picoquic backend cannot serve on {host!r} alone: aiopquic's server listens on "
+            f"every interface; serve on '::' or '0.0.0.0' to accept that, or use backend 'aioquic'"
+        )
+    if options.cafile is not None:
+        raise ValueError(
+            "the picoquic backend cannot verify client certificates (mutual TLS); "
+            "serve with backend 'aioquic' to require them"
+        )
+    if options.max_handshakes is not None:
+        raise ValueError(
+            "max_handshakes does not apply to the picoquic backend (picoquic runs handshakes in C on "
+            "its own thread, bounded by its connection table); leave it unset or use 'aioquic'"
+        )
+
+
+class AiopquicListener:
+    """A picoquic server: one network thread and socket for all its connections."""
+
+    def __init__(self, server: QuicServer, address: tuple[str, int]) -> None:
+        self.server = server
+        self.address = address
+
+    def close(self) -> None:
+        """Stop picoquic's thread (every connection left ends with it) and release the port."""
+        self.server.close()
+
+
+async def listen(host: str, port: int, options: ServerOptions, make_driver: MakeDriver) -> AiopquicListener:
+    """Listen on every interface at ``port`` (0: a free one) and run ``make_driver`` per connection."""
+    check_server(host, options)
+    o = options
+    family = WILDCARD_HOSTS[host]
+    if port == 0:
+        port = free_udp_port(family)  # aiopquic cannot say which port it took
+    config = QuicConfiguration(
+        is_client=False,
+        alpn_protocols=[ALPN],
+        max_datagram_frame_size=MAX_DATAGRAM_FRAME_SIZE,
+        idle_timeout=o.idle_timeout,
+        keep_alive_interval=o.idle_timeout / 3 if o.keepalive else None,
+        congestion_control_algorithm="cubic",
+        max_connections=MAX_CONNECTIONS,
+        ip_family=None if family == socket.AF_INET6 else socket.AF_INET,  # None: IPv6 and IPv4
+    )
+    config.load_cert_chain(os.fspath(o.certfile), os.fspath(o.keyfile) if o.keyfile is not None else None)
+
+    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AiopquicTransport:
+        return AiopquicTransport(quic, make_driver)
+
+    server = await pico_serve(host, port, configuration=config, create_protocol=create_protocol)
+    return AiopquicListener(server, (host or "::", port))
+
+
+def free_udp_port(family: int) -> int:
+    """A UDP port free on every interface right now (picoquic binds it next)."""
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
+        return probe.getsockname()[1]

@@ -26,13 +26,13 @@ from aioquic.quic.connection import QuicConnection
 
 from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.driver import Driver
-from aqueduct.runtime.quic_server import BoundedQuicServer
+from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
 from aqueduct.runtime.tls import (
     client_configuration,
     require_client_certificate,
     server_configuration,
 )
-from aqueduct.runtime.transport import ClientOptions, QuicTransport
+from aqueduct.runtime.transport import ClientOptions, QuicTransport, ServerOptions
 from aqueduct.runtime.udp import ReadBatch, open_udp
 
 PathLike = str | os.PathLike[str]
@@ -156,20 +156,17 @@ class AioquicListener:
         self.server.close()
 
 
-async def listen(
-    host: str,
-    port: int,
-    *,
-    certfile: PathLike,
-    keyfile: PathLike | None,
-    cafile: PathLike | None,
-    idle_timeout: float,
-    max_handshakes: int,
-    make_driver: MakeDriver,
-) -> AioquicListener:
-    """Bind ``host``:``port`` and run ``make_driver`` for every connection a client opens."""
-    config = server_configuration(certfile, keyfile, idle_timeout=idle_timeout)
+async def listen(host: str, port: int, options: ServerOptions, make_driver: MakeDriver) -> AioquicListener:
+    """Bind ``host``:``port`` and run ``make_driver`` for every connection a client opens.
+
+    ``options.keepalive`` needs nothing here: on aioquic the driver sends
+    the PINGs (``QuicTransport.send_ping``).
+    """
+    o = options
+    config = server_configuration(o.certfile, o.keyfile, idle_timeout=o.idle_timeout)
     batch = ReadBatch()
+    cafile = o.cafile
+    max_handshakes = DEFAULT_MAX_HANDSHAKES if o.max_handshakes is None else o.max_handshakes
 
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AioquicTransport:
         # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
@@ -191,6 +188,10 @@ async def listen(
         receive_buffer=SERVER_RECEIVE_BUFFER,
     )
     return AioquicListener(server)
+
+
+def check_server(host: str, options: ServerOptions) -> None:
+    """Nothing to refuse: aioquic serves on a chosen address, with or without mutual TLS."""
 
 
 async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:

@@ -6,7 +6,8 @@ returns the client's entrypoint :class:`~aqueduct.runtime.handles.Sender`
 (``tx.connection`` is the :class:`Connection`). Both wait for the Aqueduct
 handshake (VERSION / CONNECTION_HEADERS exchange), not just QUIC's, so the
 peer's headers are known when they return. The QUIC stack is reached only
-through its backend (:mod:`aqueduct.runtime.aioquic_backend`): these
+through its backend (:mod:`aqueduct.runtime.aioquic_backend`,
+:mod:`aqueduct.runtime.aiopquic_backend`): these
 endpoints build the core and the :class:`~aqueduct.runtime.driver.Driver`,
 the backend the sockets and the QUIC connections.
 """
@@ -29,28 +30,26 @@ from aqueduct.runtime.framelog import open_frame_log
 from aqueduct.runtime.handles import Receiver, Sender, give_connection
 from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
 from aqueduct.runtime.payload import CONNECTION_HEADERS
-from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES
-from aqueduct.runtime.transport import ClientOptions, QuicTransport
+from aqueduct.runtime.transport import ClientOptions, QuicTransport, ServerOptions
 
 PathLike = str | os.PathLike[str]
 CLOSE_TIMEOUT = 5.0
 BACKENDS = ("aioquic", "picoquic")
 """The QUIC stacks an endpoint can run on: aioquic (pure Python, the default)
-and picoquic (C, through the optional ``aiopquic``; clients only)."""
+and picoquic (C, through the optional ``aiopquic``; see :func:`serve` for
+what a picoquic server refuses)."""
 
 
-PICOQUIC_SERVER_REFUSAL = (
-    "QUIC backend 'picoquic' serves no connections in aqueduct: aiopquic's server "
-    "listens on every interface (it cannot bind a chosen address) and cannot verify "
-    "client certificates; serve with backend 'aioquic' (clients may use either)"
-)
+def check_backend(name: str, *, serve_on: str | None = None) -> None:
+    """Raise ``ValueError`` (why) unless the QUIC backend ``name`` can be used here.
 
-
-def check_backend(name: str, *, serving: bool = False) -> None:
-    """Raise ``ValueError`` (why) unless the QUIC backend ``name`` can be used here, to serve or to connect."""
-    if serving and name == "picoquic":
-        raise ValueError(PICOQUIC_SERVER_REFUSAL)
-    _backend(name)
+    With ``serve_on`` (a host), also unless it can serve there (a picoquic
+    server takes only a wildcard host): a command line checks that before
+    it starts anything.
+    """
+    stack = _backend(name)
+    if serve_on is not None:
+        stack.check_server(serve_on, ServerOptions(certfile=""))
 
 
 def _backend(name: str) -> Any:
@@ -172,7 +171,7 @@ class Server:
     def __init__(self) -> None:
         self._accepted: asyncio.Queue[ServerConnection | None] = asyncio.Queue()
         self._connections: set[ServerConnection] = set()
-        self._listener: aioquic_backend.AioquicListener | None = None
+        self._listener: Any = None  # the backend's listener: .address, .close()
         self._closed = False
 
     @property
@@ -243,7 +242,7 @@ async def serve(
     frame_log: PathLike | None = None,
     idle_timeout: float = 60.0,
     keepalive: bool = False,
-    max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
+    max_handshakes: int | None = None,
     backend: str = "aioquic",
     **options: Any,
 ) -> Server:
@@ -254,28 +253,28 @@ async def serve(
     ``middleware`` see/modify every message's headers; ``frame_log`` writes
     a JSON-lines frame log; ``keepalive`` sends a QUIC PING every third of
     the idle timeout so idle connections stay up (clients usually do that);
-    ``max_handshakes`` bounds the handshakes in progress: a new client
-    beyond it is refused at once (CONNECTION_REFUSED) and retries, so a
-    storm of clients cannot stall the loop or time each other out
-    (:mod:`aqueduct.runtime.quic_server`); other ``options`` go to the
-    core's ``ProtoConfig``. ``backend`` picks the QUIC stack (:data:`BACKENDS`);
-    only aioquic serves (a picoquic server is refused with the reason).
+    ``max_handshakes`` bounds the handshakes in progress (aioquic's default
+    64): a new client beyond it is refused at once (CONNECTION_REFUSED)
+    and retries, so a storm of clients cannot stall the loop or time each
+    other out (:mod:`aqueduct.runtime.quic_server`); other ``options`` go
+    to the core's ``ProtoConfig``. ``backend`` picks the QUIC stack
+    (:data:`BACKENDS`). A picoquic server refuses, with a ``ValueError``
+    saying why, what aiopquic cannot do: a host other than ``"::"`` or
+    ``"0.0.0.0"`` (it listens on every interface), ``cafile`` (it cannot
+    verify client certificates) and ``max_handshakes`` (its handshakes run
+    in C on its own thread).
     """
-    check_backend(backend, serving=True)
+    stack = _backend(backend)
+    server_options = ServerOptions(
+        certfile=certfile, keyfile=keyfile, cafile=cafile, idle_timeout=idle_timeout,
+        max_handshakes=max_handshakes, keepalive=keepalive,
+    )  # fmt: skip
+    stack.check_server(host, server_options)
     server = Server()
     make_driver = _driver_maker(
         _connection_headers(headers), tuple(middleware), frame_log, options, server._ready, keepalive
     )
-    server._listener = await aioquic_backend.listen(
-        host,
-        port,
-        certfile=certfile,
-        keyfile=keyfile,
-        cafile=cafile,
-        idle_timeout=idle_timeout,
-        max_handshakes=max_handshakes,
-        make_driver=make_driver,
-    )
+    server._listener = await stack.listen(host, port, server_options, make_driver)
     return server
 
 

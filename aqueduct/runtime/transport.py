@@ -42,6 +42,18 @@ class ClientOptions:
     keepalive: bool = True
 
 
+@dataclass(frozen=True)
+class ServerOptions:
+    """What ``serve()`` asks of a backend's ``listen`` besides the address."""
+
+    certfile: str | os.PathLike[str]
+    keyfile: str | os.PathLike[str] | None = None
+    cafile: str | os.PathLike[str] | None = None  # require client certificates signed by it
+    idle_timeout: float = 60.0
+    max_handshakes: int | None = None  # handshakes in progress at once (None: the backend's default)
+    keepalive: bool = False
+
+
 class QuicTransport(Protocol):
     """One QUIC connection of a stack, as the driver uses it.
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-async def worker(certs):
+async def worker(certs, server_backend, server_host):
     from aqueduct.connector.aqueduct_transport import serve_aqueduct
 
     servers = []
@@ -30,7 +30,8 @@ async def worker(certs):
     async def start(config: WorkerConfig | None = None, sink: MemorySink | None = None):
         sink = sink or MemorySink()
         server = await serve_aqueduct(
-            "127.0.0.1", 0, sink, config, certfile=certs.server_cert, keyfile=certs.server_key
+            server_host, 0, sink, config, certfile=certs.server_cert, keyfile=certs.server_key,
+            backend=server_backend,
         )
         servers.append(server)
         return sink, f"aqueduct://127.0.0.1:{server.port}", server

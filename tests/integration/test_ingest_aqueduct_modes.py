@@ -20,16 +20,18 @@ from aqueduct.proto.sender import Mode
 TIMEOUT = 30.0
 
 
-async def test_unordered_and_ordered_streams_reach_the_log_with_their_mode(tmp_path, certs) -> None:
+async def test_unordered_and_ordered_streams_reach_the_log_with_their_mode(
+    tmp_path, certs, server_backend, server_host, client_backend
+) -> None:
     log = DurableLog(tmp_path / "log")
     ingest = Ingest(log, IngestConfig())
     commits = asyncio.create_task(ingest.run())
     server = await serve_aqueduct(
-        "127.0.0.1", 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key
+        server_host, 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
     )
     try:
         url = f"aqueduct://127.0.0.1:{server.port}"
-        async with Connector(url, program="p", instance="i", cafile=certs.ca) as conn:
+        async with Connector(url, program="p", instance="i", cafile=certs.ca, quic_backend=client_backend) as conn:
             fast = await conn.stream(1, "unordered", mode=UNORDERED)
             slow = await conn.stream(2, "ordered", mode=ORDERED)
             for n in range(200):

@@ -1,9 +1,10 @@
 """Choosing the QUIC stack: what each backend does, and what it refuses at start, by name.
 
-The channel, topology and connector tests run on every client backend
-through the ``client_backend`` fixture; this module checks the choice
-itself and what only the picoquic backend has to get right (picoquic's
-rings push back where aioquic queues without bound).
+The channel, topology and connector tests run on every server and client
+backend through the ``server_backend`` and ``client_backend`` fixtures;
+this module checks the choice itself and what only the picoquic backend has
+to get right (picoquic's rings push back where aioquic queues without
+bound; its server listens on every interface).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 import aqueduct
 from aqueduct.connector.client import Connector
+from aqueduct.runtime.endpoints import check_backend
 from tests.conftest import picoquic_missing
 
 TIMEOUT = 30
@@ -28,13 +30,6 @@ async def test_an_unknown_backend_is_refused_naming_the_known_ones(certs) -> Non
         Connector("aqueduct://127.0.0.1:9", quic_backend="quiche")
 
 
-async def test_a_picoquic_server_is_refused_with_the_reason(certs) -> None:
-    with pytest.raises(ValueError, match="cannot bind a chosen address.*cannot verify client certificates"):
-        await aqueduct.serve(
-            "127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, backend="picoquic"
-        )
-
-
 @pytest.mark.skipif(picoquic_missing() is None, reason="aiopquic is installed here")
 async def test_picoquic_without_aiopquic_says_what_to_install(certs) -> None:
     with pytest.raises(ValueError, match=r"needs the aiopquic package \(Python >= 3.12\).*\[picoquic\]"):
@@ -42,6 +37,36 @@ async def test_picoquic_without_aiopquic_says_what_to_install(certs) -> None:
 
 
 needs_picoquic = pytest.mark.skipif(picoquic_missing() is not None, reason=str(picoquic_missing()))
+
+
+@needs_picoquic
+async def test_a_picoquic_server_refuses_what_aiopquic_cannot_do_by_name(certs) -> None:
+    """One chosen address, client-certificate checks, a handshake bound: each refused, nothing bound."""
+    cert = {"certfile": certs.server_cert, "keyfile": certs.server_key}
+    with pytest.raises(ValueError, match=(
+        r"^the picoquic backend cannot serve on '127.0.0.1' alone: aiopquic's server listens on every "
+        r"interface; serve on '::' or '0.0.0.0' to accept that, or use backend 'aioquic'$"
+    )):
+        await aqueduct.serve("127.0.0.1", 0, **cert, backend="picoquic")
+    with pytest.raises(ValueError, match=r"^the picoquic backend cannot verify client certificates \(mutual TLS\)"):
+        await aqueduct.serve("::", 0, **cert, cafile=certs.ca, backend="picoquic")
+    with pytest.raises(ValueError, match=r"^max_handshakes does not apply to the picoquic backend"):
+        await aqueduct.serve("::", 0, **cert, max_handshakes=8, backend="picoquic")
+    with pytest.raises(ValueError, match=r"cannot serve on 'localhost' alone"):
+        check_backend("picoquic", serve_on="localhost")
+    check_backend("picoquic", serve_on="0.0.0.0")  # the wildcard hosts are taken
+    check_backend("aioquic", serve_on="127.0.0.1")
+
+
+@needs_picoquic
+def test_the_bridge_refuses_a_picoquic_listener_on_one_address(tmp_path, capsys) -> None:
+    from aqueduct.bridge.cli import main
+
+    code = main(["serve", "--log", str(tmp_path / "log"), "--quic", "127.0.0.1:0", "--quic-backend", "picoquic"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "aqueduct-bridge serve: --quic-backend: the picoquic backend cannot serve on '127.0.0.1' alone" in err
+    assert not (tmp_path / "log").exists()  # refused before anything was made
 
 
 @needs_picoquic
@@ -87,3 +112,21 @@ async def test_unreliable_datagrams_arrive_in_order_or_not_at_all(linked) -> Non
     got = [n async for n in remote_rx]
     assert got == sorted(got) and len(set(got)) == len(got)  # never late: no reordering, no copies
     assert len(got) > 1000  # loopback loses few; the count is not the point, the order is
+
+
+def test_a_network_namespace_has_loopback_only_and_up() -> None:
+    """Where the picoquic-server tests run: every interface there is loopback (or the machine says why not)."""
+    import subprocess
+    import sys
+
+    from interop.netns import namespace_refusal
+
+    if why := namespace_refusal():
+        pytest.skip(f"no network namespace here: {why}")
+    probe = "from interop.netns import isolated_loopback; print(isolated_loopback())"
+    inside = subprocess.run(
+        [sys.executable, "-m", "interop.netns", "--", sys.executable, "-c", probe],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.strip() == "True"

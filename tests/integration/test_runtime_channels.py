@@ -39,6 +39,32 @@ async def test_ten_thousand_ordered_messages_arrive_in_order(linked):
     assert got == list(range(10_000))
 
 
+async def test_send_many_hands_over_a_batch_in_order_past_the_window(linked):
+    """Raw bytes (the fast path) and CBOR values mixed, far more than one send window holds."""
+    tx, conn = linked
+    batch = [b"%06d" % i if i % 100 else {"n": i} for i in range(50_000)]
+
+    async def produce() -> int:
+        n = await tx.send_many(batch)
+        await tx.finish()
+        return n
+
+    producer = asyncio.create_task(produce())
+    got = await collect(conn.entrypoint, limit=len(batch))
+    assert await asyncio.wait_for(producer, TIMEOUT) == len(batch)
+    assert got == batch
+
+
+async def test_send_many_on_a_local_pair_and_after_the_receiver_closed():
+    tx, rx = aqueduct.channel(capacity=4)
+    sent = asyncio.create_task(tx.send_many(iter([b"a", "b", 3, b"d", b"e", b"f"])))
+    assert [await rx.recv() for _ in range(6)] == [b"a", "b", 3, b"d", b"e", b"f"]
+    assert await sent == 6
+    await rx.close()
+    with pytest.raises(aqueduct.ReceiverClosed):
+        await tx.send_many([b"late"])
+
+
 async def test_unordered_messages_all_arrive(linked):
     tx, conn = linked
     tx.unordered()

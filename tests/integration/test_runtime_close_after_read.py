@@ -2,7 +2,8 @@
 
 CLOSE_RECEIVER nacks every number not yet acked; a message the application
 already dequeued has to be acked first, or a handle it carried (which the
-application holds) would be reported lost to the peer.
+application holds) would be reported lost to the peer. An unreliable one can
+be acked only once its number is announced, so the close waits for that.
 """
 
 from __future__ import annotations
@@ -15,16 +16,9 @@ import aqueduct
 
 
 @pytest.mark.parametrize("mode", ["ordered", "unreliable"])
-async def test_handle_read_just_before_close_keeps_working(linked, client_backend, mode: str) -> None:
-    if mode == "unreliable" and client_backend == "picoquic":
-        # picoquic sends a datagram and the SENT_UNRELIABLE announcing it in
-        # separate packets: the application can read the message before the
-        # announcement arrives, and CLOSE_RECEIVER may only ack numbers below
-        # the announced total (spec), so the close nacks it and the handle it
-        # carried is lost for the peer. About 1 run in 10; aioquic packs both
-        # into one packet. A core fix (hold the close until dequeued numbers
-        # are announced) is open in issue 19's note.
-        pytest.skip("known race: unreliable message read before its announcement (issue 19 note)")
+async def test_handle_read_just_before_close_keeps_working(linked, mode: str) -> None:
+    """Unreliable: the datagram may be read before its SENT_UNRELIABLE arrives (picoquic
+    sends them in separate packets); the close then waits for the announcement."""
     tx, conn = linked
     if mode == "unreliable":
         tx.unreliable()

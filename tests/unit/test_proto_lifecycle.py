@@ -10,8 +10,10 @@ from aqueduct.proto.events import (
     ChannelCancelled,
     ChannelFinished,
     ChannelLost,
+    DatagramQueued,
     MessageReceived,
     ReceiverWasClosed,
+    StreamDataQueued,
 )
 from aqueduct.proto.pair import Pair
 from aqueduct.proto.sender import Mode
@@ -78,6 +80,64 @@ def test_handle_on_a_dropped_unreliable_message_is_lost():
     assert x not in p.server.channels  # FORGET_CHANNEL reached the server
     finish_entrypoint(p)
     assert_empty(p)
+
+
+def _datagram_ahead_of_its_announcement(p: Pair) -> tuple[int, list[StreamDataQueued]]:
+    """An unreliable carrier of a new channel x reaches the server (read at once); its
+    SENT_UNRELIABLE, on a stream, is held back. Returns (x, the held stream writes)."""
+    p.handshake()
+    p.client.set_mode(0, Mode.UNRELIABLE)
+    x = p.client.new_channel(Side.CLIENT)
+    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    held: list[StreamDataQueued] = []
+    for _ in range(20):  # the announcement follows on the client's timer
+        for action in p.client.transmit():
+            if isinstance(action, DatagramQueued):
+                p.server.receive_datagram(action.data, p.now)
+            elif isinstance(action, StreamDataQueued):
+                held.append(action)
+        p.flush()  # the server's side only: the client has nothing else to send
+        if any(b"\x05" in a.data for a in held):  # a SENT_UNRELIABLE frame is held
+            break
+        t = p.client.get_timer()
+        assert t is not None
+        p.now = t
+        p.client.handle_timer(p.now)
+    assert [e.payload for e in received(p, "server", 0)] == [b"carrier"]
+    return x, held
+
+
+def test_a_datagram_read_before_its_announcement_is_acked_by_the_close_not_nacked():
+    """The close waits for SENT_UNRELIABLE: the carrier is acked, so x is not lost."""
+    p = Pair(rtt=0.01)
+    x, held = _datagram_ahead_of_its_announcement(p)
+    p.server.close_receiver(0, p.now)  # the application read the carrier, then closed
+    assert 0 in p.server.channels  # held: closing now would nack what was read
+    for action in held:
+        p.server.receive_stream_data(action.stream_id, action.data, action.end_stream, p.now)
+    p.settle()
+    assert p.of("client", ReceiverWasClosed) == [ReceiverWasClosed(0)]
+    assert not p.of("client", ChannelLost)  # before the fix: [ChannelLost(x)]
+    assert 0 not in p.server.channels
+    p.client.finish(x, p.now)
+    p.settle()
+    assert ChannelFinished(x) in p.of("server", ChannelFinished)
+    assert_empty(p)
+
+
+def test_a_close_held_for_an_announcement_that_never_comes_ends_at_the_receipt_deadline():
+    p = Pair(rtt=0.01)
+    x, _ = _datagram_ahead_of_its_announcement(p)  # the announcement is never delivered
+    p.server.close_receiver(0, p.now)
+    closed_at, sent = None, []
+    while (t := p.server.get_timer()) is not None and t <= p.now + 1.0 and closed_at is None:
+        p.server.handle_timer(t)  # only the server's timers: the client stays silent
+        sent += p.server.transmit()
+        if 0 not in p.server.channels:
+            closed_at = t
+    assert closed_at is not None, "the held close never ended"
+    assert closed_at >= p.now + 0.1  # it waited the receipt deadline (max(2 RTT, 100 ms))
+    assert any(isinstance(a, StreamDataQueued) and a.data.endswith(b"\x0a") for a in sent)  # CLOSE_RECEIVER
 
 
 def test_message_closed_before_dequeue_loses_its_attachment():
