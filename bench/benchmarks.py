@@ -104,7 +104,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ours=Case("aqueduct ORDERED", "ours.ordered", "msg_per_s", {"size": SMALL}),
         baseline=RAW_SMALL,
         target=0.80,
-        others=(RAW_PQ_SMALL,),
+        others=(
+            Case("aqueduct ORDERED, send_many of 64", "ours.ordered", "msg_per_s", {"size": SMALL, "batch": 64}),
+            RAW_PQ_SMALL,
+        ),
     ),
     Benchmark(
         "unordered_small",
@@ -161,7 +164,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         baseline=RAW_PQ_SMALL,
         target=None,
         floor=500_000,
-        others=(RAW_SMALL,),
+        others=(
+            Case(
+                "aqueduct ORDERED on picoquic, send_many of 64", "ours.ordered", "msg_per_s",
+                {"size": SMALL, "batch": 64, **PQ},
+            ),
+            RAW_SMALL,
+        ),
     ),
     Benchmark(
         "pq_unreliable_small",

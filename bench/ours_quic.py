@@ -3,7 +3,8 @@
 The client sends raw ``bytes`` on its entrypoint Sender (raw bytes pass the
 payload codec unchanged), in the mode the role names; the server iterates
 its entrypoint Receiver, as an application would. ``params["backend"]``
-picks the QUIC stack of both ends (picoquic: under ``interop.netns``).
+picks the QUIC stack of both ends (picoquic: under ``interop.netns``);
+``params["batch"]`` = N hands messages over N at a time (``send_many``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, mode: str) -> d
         tx.unreliable()
     body = payload(params["size"])
     send = tx.send
+    batch = params.get("batch", 0)
     try:
-        sent = await send_for(params["seconds"], lambda: send(body), params.get("yield_every", 0))
+        if batch:  # Sender.send_many: one call per `batch` messages
+            many, bodies = tx.send_many, [body] * batch
+            sent = batch * await send_for(params["seconds"], lambda: many(bodies), params.get("yield_every", 0))
+        else:
+            sent = await send_for(params["seconds"], lambda: send(body), params.get("yield_every", 0))
         stats = tx.stats()
         packets = tx.connection.stats()["quic"]["packets_sent"]
         await tx.finish()

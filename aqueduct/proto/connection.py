@@ -19,7 +19,7 @@ points turn it into a close with code 1 (spec section 6).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from aqueduct.proto.announce import ANNOUNCE_TIMER, Announcements
@@ -289,6 +289,18 @@ class Connection:
         if announce.senders and not announce.armed:
             announce.arm(now)
         return ok
+
+    def send_plain_run(self, chanid: int, payloads: Sequence[bytes]) -> int:
+        """Plain messages (no headers, no attachments) on ORDERED sender ``chanid``, in one step.
+
+        Returns how many of ``payloads`` (from the first) went out now, as
+        ``send_message`` would have sent them; the caller sends the rest
+        with ``send_message``. 0 when the channel is not an open ORDERED one
+        with nothing queued (see ``SenderChannel.send_plain_run``).
+        """
+        ch = self._sender(chanid)
+        self._check_networked(ch)
+        return ch.send_plain_run(payloads)
 
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: ``send()`` should wait for ``SendWindowOpened``."""

@@ -82,6 +82,14 @@ class Output:
         else:
             chunks.append(data)
 
+    def write_chunks(self, sid: int, chunks: list[bytes]) -> None:
+        """Append several pieces of encoded frames to stream ``sid`` (joined once, at transmit)."""
+        pending = self._chunks.get(sid)
+        if pending is None:
+            self._chunks[sid] = chunks
+        else:
+            pending.extend(chunks)
+
     def write_frame(self, sid: int, frame: Frame, data: bytes) -> None:
         """Append an encoded frame, logging it when the frame log is on."""
         self.write(sid, data)

@@ -26,7 +26,7 @@ every stream they hold per packet), and a reliable queue counts as full at
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 
 from aqueduct.proto.errors import LocalProtocolError, RemoteProtocolError
@@ -49,7 +49,7 @@ from aqueduct.wire.frames import (
     encode_frame,
 )
 from aqueduct.wire.rangeset import RangeSet, decode_ack_nack
-from aqueduct.wire.varint import Headers
+from aqueduct.wire.varint import Headers, encode_varint
 
 
 class Mode(Enum):
@@ -190,6 +190,53 @@ class SenderChannel:
         if self.oneshot:
             self.state = SenderState.FINISHING
         return False
+
+    def send_plain_run(self, payloads: Sequence[bytes]) -> int:
+        """Plain ORDERED messages (no headers, no attachments) in one step: how many went out.
+
+        Exactly what ``send`` would put on the wire for each in turn, byte
+        for byte (tested), for as many as the window admits now; the caller
+        sends the rest one by one (they wait in the queue). It saves the
+        per-message work of ``send``: the checks, the stream lookup, a write
+        and the statistics each. 0 when the fast case does not apply (another
+        mode, a oneshot, a queue waiting, the frame log on): send one by one.
+        """
+        if (
+            self.mode is not _ORDERED
+            or self.oneshot
+            or self._queue
+            or self.state is not _OPEN
+            or self._out.log is not None
+        ):
+            return 0
+        window = self.window
+        limit, outstanding = window.limit, window.outstanding
+        first = num = self.sent_reliable
+        chunks: list[bytes] = []
+        total = 0
+        for payload in payloads:
+            n = len(payload)
+            head = b"".join((b"\x04", encode_varint(num), b"\x00\x00", encode_varint(n)))
+            cost = len(head) + n
+            if outstanding and outstanding + cost > limit:
+                break  # (SendWindow.admits)
+            chunks.append(head)
+            chunks.append(payload)
+            outstanding += cost
+            total += cost
+            num += 1
+        count = num - first
+        if not count:
+            return 0
+        sid = self._ordered if self._ordered is not None else self._open()
+        self._ordered = sid
+        self._out.write_chunks(sid, chunks)
+        self.sent_reliable = num
+        window.outstanding = outstanding
+        for stats in (self.stats, self._cstats):
+            stats.messages_sent += count
+            stats.bytes_sent += total
+        return count
 
     @property
     def blocked(self) -> bool:

@@ -34,10 +34,9 @@ from typing import Any
 
 from aiopquic.asyncio.protocol import QuicConnectionProtocol
 from aiopquic.asyncio.server import QuicServer
-from aiopquic.asyncio.server import serve as pico_serve
 from aiopquic.quic import events as pico_events
 from aiopquic.quic.configuration import QuicConfiguration
-from aiopquic.quic.connection import QuicConnection
+from aiopquic.quic.connection import QuicConnection, QuicEngine
 
 from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.transport import (
@@ -66,8 +65,9 @@ _StreamDataReceived = pico_events.StreamDataReceived
 class AiopquicTransport(QuicConnectionProtocol):
     """aiopquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
 
-    def __init__(self, quic: QuicConnection, make_driver: MakeDriver) -> None:
+    def __init__(self, quic: QuicConnection, make_driver: MakeDriver, drain: DrainBatch | None = None) -> None:
         super().__init__(quic)
+        self._drain = drain  # a server's: flush once the whole drain of its shared ring ended
         self.is_client = quic.configuration.is_client
         #: stream -> writes that did not fit picoquic's rings yet, in order
         self._blocked: dict[int, deque[tuple[bytes, bool]]] = {}
@@ -84,9 +84,17 @@ class AiopquicTransport(QuicConnectionProtocol):
 
     # ------------------------------------------------------------ picoquic -> driver
     def _process_events(self) -> None:
-        """A wake-up from picoquic's thread: every event it queued, then one flush."""
+        """A wake-up from picoquic's thread: every event it queued, then one flush.
+
+        A server's connections share one ring, drained an event at a time:
+        their flushes wait for the end of that drain (:class:`DrainBatch`).
+        """
         super()._process_events()
-        self.driver.flush()
+        drain = self._drain
+        if drain is not None and drain.active:
+            drain.pending[self] = None
+        else:
+            self.driver.flush()
 
     def quic_event_received(self, event: pico_events.QuicEvent) -> None:
         driver = self.driver
@@ -313,6 +321,30 @@ def check_server(host: str, options: ServerOptions) -> None:
         )
 
 
+class DrainBatch:
+    """The connections of a server touched during one drain of picoquic's ring, flushed at its end.
+
+    aiopquic routes a server's events one at a time, each to its
+    connection's protocol; flushing the driver after each would build
+    packets per event (a datagram, a stream chunk) where one flush per
+    connection per wake-up does.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.pending: dict[AiopquicTransport, None] = {}  # ordered, unique
+
+    def run(self, drain: Callable[[], None]) -> None:
+        self.active = True
+        try:
+            drain()
+        finally:
+            self.active = False
+            pending, self.pending = self.pending, {}
+            for transport in pending:
+                transport.driver.flush()
+
+
 class AiopquicListener:
     """A picoquic server: one network thread and socket for all its connections."""
 
@@ -344,11 +376,17 @@ async def listen(host: str, port: int, options: ServerOptions, make_driver: Make
     )
     config.load_cert_chain(os.fspath(o.certfile), os.fspath(o.keyfile) if o.keyfile is not None else None)
 
-    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AiopquicTransport:
-        return AiopquicTransport(quic, make_driver)
+    batch = DrainBatch()
 
-    server = await pico_serve(host, port, configuration=config, create_protocol=create_protocol)
-    return AiopquicListener(server, (host or "::", port))
+    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AiopquicTransport:
+        return AiopquicTransport(quic, make_driver, batch)
+
+    # aiopquic's serve(), with its ring drained in one batch per wake-up
+    engine = QuicEngine(configuration=config, create_protocol=create_protocol)
+    engine._start_transport(port=port)
+    loop = asyncio.get_running_loop()
+    loop.add_reader(engine.eventfd, batch.run, engine.drain_and_route)
+    return AiopquicListener(QuicServer(engine, loop), (host or "::", port))
 
 
 def free_udp_port(family: int) -> int:

@@ -56,12 +56,12 @@ class SendCoalescer:
         self._since = 0.0  # when the first of them was sent
         self._check: asyncio.Handle | None = None
 
-    def sent(self, nbytes: int) -> None:
-        """The application handed over a message of ``nbytes``: flush it soon."""
+    def sent(self, nbytes: int, count: int = 1) -> None:
+        """The application handed over ``count`` messages of ``nbytes`` in all: flush them soon."""
         if not self._count:
             self._since = self._loop.time()
         self._bytes += nbytes
-        self._count += 1
+        self._count += count
         if self._check is None:
             self._check = self._loop.call_soon(self._on_turn)
 

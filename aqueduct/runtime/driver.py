@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aqueduct.proto import events as ev
@@ -531,6 +531,24 @@ class Driver:
             return self.send_message(chanid, payload, headers, ())
         ok = self.core.send_message(chanid, payload, (), (), self._loop.time())
         return self._handed(chanid, ok, len(payload))
+
+    def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
+        """``send_bytes`` of several values in one step (``Sender.send_many``): how many went out.
+
+        The core takes what its window admits as one write
+        (``Connection.send_plain_run``); 0 when raw bytes need headers here,
+        middleware runs, the connection ended or the channel is not an open
+        ORDERED one: the caller then sends one by one, which also raises
+        what must be raised.
+        """
+        content_type = self.content_type
+        if self.middleware or self.terminated is not None or encode_bytes(b"", content_type)[1]:
+            return 0
+        payloads = [encode_bytes(value, content_type)[0] for value in values]
+        taken = self.core.send_plain_run(chanid, payloads)
+        if taken:
+            self._coalescer.sent(sum(map(len, payloads[:taken])), taken)
+        return taken
 
     def _handed(self, chanid: int, ok: bool, nbytes: int) -> bool:
         """After the core took a message: flush soon; False if the sender must wait for room."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,6 +75,8 @@ class Link(Protocol):
         """Hand a message to the core; False means the sender's queue is full (wait)."""
     def send_bytes(self, chanid: int, value: bytes) -> bool:
         """``send_message`` of raw bytes without headers or attachments (the bulk case)."""
+    def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
+        """How many of ``values`` (raw bytes, from the first) went out in one step; 0: send one by one."""
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: a send() must wait before adding to it."""
     def set_mode(self, chanid: int, mode: Mode) -> None: ...
@@ -85,6 +87,22 @@ class Link(Protocol):
     def channel_stats(self, chanid: int) -> dict[str, Any]: ...
     @property
     def connection(self) -> Any: ...
+
+
+SEND_RUN = 256
+"""Messages ``Sender.send_many`` hands to the core in one step at most."""
+
+
+def _chunked(values: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``values`` in lists of ``size`` (the last one shorter); ``itertools.batched`` is 3.12+."""
+    chunk: list[Any] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 class LocalPipe:
@@ -172,6 +190,10 @@ class NetworkedChannel:
     def send_bytes(self, value: bytes) -> bool:
         """Raw bytes, nothing attached: the bulk case; False when the sender must wait for room."""
         return self.link.send_bytes(self.chanid, value)
+
+    def send_bytes_run(self, values: Sequence[bytes]) -> int:
+        """Several raw-bytes messages in one step: how many went out (the rest: one by one)."""
+        return self.link.send_bytes_run(self.chanid, values)
 
     def send(self, value: Any, headers: Headers, extra: tuple[_Handle, ...] = ()) -> bool:
         """Encode (networking the local handles inside) and hand to the core; False: wait for room."""
@@ -426,26 +448,34 @@ class Sender(_Handle):
     async def send_many(self, values: Iterable[Any]) -> int:
         """Send every value of ``values`` in order, as ``send()`` would each; how many were sent.
 
-        One call for a batch: the common case (raw ``bytes`` on an open
-        networked channel with room) costs no coroutine per message, and
-        the wait happens only when the send window is full. A value that
-        needs more (CBOR, a local pair, a closed receiver) goes through
-        ``send()`` and raises what it raises; the values before it were
-        sent (the count says how many when it returns).
+        One call for a batch. On an open networked ORDERED channel with
+        room, consecutive raw ``bytes`` go to the core as runs
+        (``SEND_RUN`` at a time, each in one step: no coroutine, call chain
+        or write per message), and the wait happens only when the send
+        window is full. Anything else (CBOR values, another mode, a local
+        pair) goes through ``send()``, and an error is raised as ``send()``
+        raises it: the values before it were sent.
         """
         sent = 0
         gate = self.gate
-        unreliable = self._mode is Mode.UNRELIABLE
-        for value in values:
-            if gate.room and type(value) is bytes:
-                self._sent += 1
-                gate.room = self._channel.send_bytes(value)  # type: ignore[union-attr]
-                if not gate.room and not unreliable:
-                    await gate.wait_window()
-            else:
-                await self.send(value)
-                unreliable = self._mode is Mode.UNRELIABLE
-            sent += 1
+        for chunk in _chunked(values, SEND_RUN):
+            i, end = 0, len(chunk)
+            while i < end:
+                value = chunk[i]
+                if gate.room and type(value) is bytes:
+                    stop = i + 1
+                    while stop < end and type(chunk[stop]) is bytes:
+                        stop += 1
+                    if stop - i > 1:
+                        taken = self._channel.send_bytes_run(chunk[i:stop])  # type: ignore[union-attr]
+                        if taken:
+                            self._sent += taken
+                            sent += taken
+                            i += taken
+                            continue
+                await self.send(value)  # one the general way (it waits for room)
+                sent += 1
+                i += 1
         return sent
 
     def _check_sendable(self) -> None:
