@@ -22,6 +22,7 @@ from aqueduct.bridge.log import DurableLog
 from aqueduct.connector.client import Connector
 from aqueduct.connector.events import SessionEnded, WorkerEvent
 from aqueduct.connector.worker_server import WorkerPeer
+from aqueduct.connector.worker_session import WorkerConfig
 from bench.common import Certs, Meter, listen_host, payload, run_until_idle, send_for
 
 STREAM_ID = 1
@@ -66,16 +67,19 @@ async def _serve(
         log = DurableLog(Path(tmp) / "log")
         ingest = MeteredIngest(log, meter, params["size"])
         committer = asyncio.ensure_future(ingest.run())
+        # A producer sends as far as its credits reach, then waits for the
+        # group commit that earns more: the credits bound the rate per session.
+        worker = WorkerConfig(initial_credits=params.get("credits", WorkerConfig().initial_credits))
         if transport == "tcp":
             from aqueduct.connector.tcp import serve_tcp
 
-            server = await serve_tcp("127.0.0.1", 0, ingest)
+            server = await serve_tcp("127.0.0.1", 0, ingest, worker)
         else:
             from aqueduct.connector.aqueduct_transport import serve_aqueduct
 
             backend = params.get("backend", "aioquic")
             server = await serve_aqueduct(
-                listen_host(backend), 0, ingest, certfile=certs.server_cert, keyfile=certs.server_key,
+                listen_host(backend), 0, ingest, worker, certfile=certs.server_cert, keyfile=certs.server_key,
                 backend=backend,
             )
         ready(server.port)

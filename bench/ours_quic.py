@@ -21,8 +21,9 @@ from bench.common import SERVER_NAME, Certs, Meter, listen_host, payload, run_un
 async def _serve(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
     meter = Meter(params["warmup"])
     backend = params.get("backend", "aioquic")
+    options = {"window": params["window"]} if "window" in params else {}
     server = await aqueduct.serve(
-        listen_host(backend), 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=backend
+        listen_host(backend), 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=backend, **options
     )
     ready(server.port)
 

@@ -68,10 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15, help="functions to list per side (default 15)")
     parser.add_argument("--baseline", action="store_true", help="profile the baseline as well")
     parser.add_argument("--keep", type=Path, help="keep the .prof files in this directory")
+    parser.add_argument("--case", help="profile the contender whose label contains this text instead of ours")
     args = parser.parse_args(argv)
     bench = BY_NAME[args.name]
     settings = Settings(seconds=args.seconds, warmup=0.5, repeat=1)
-    cases = [bench.ours] + ([bench.baseline] if args.baseline and bench.baseline else [])
+    if args.case:
+        chosen = [c for c in bench.cases if args.case in c.label]
+        if len(chosen) != 1:
+            parser.error(f"--case {args.case!r} matches {len(chosen)} of: {', '.join(c.label for c in bench.cases)}")
+        cases = chosen
+    else:
+        cases = [bench.ours] + ([bench.baseline] if args.baseline and bench.baseline else [])
     with tempfile.TemporaryDirectory(prefix="aqueduct-profile-") as tmp:
         out = args.keep or Path(tmp) / "prof"
         out.mkdir(parents=True, exist_ok=True)

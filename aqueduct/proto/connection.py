@@ -293,10 +293,11 @@ class Connection:
     def send_plain_run(self, chanid: int, payloads: Sequence[bytes]) -> int:
         """Plain messages (no headers, no attachments) on ORDERED sender ``chanid``, in one step.
 
-        Returns how many of ``payloads`` (from the first) went out now, as
-        ``send_message`` would have sent them; the caller sends the rest
-        with ``send_message``. 0 when the channel is not an open ORDERED one
-        with nothing queued (see ``SenderChannel.send_plain_run``).
+        Returns how many of ``payloads`` (from the first) were taken, sent or
+        queued, as ``send_message`` each would have; short of all of them
+        means the queue is full (``send_blocked``): wait for
+        ``SendWindowOpened``. 0 when the channel is not an open ORDERED one
+        (see ``SenderChannel.send_plain_run``): send one by one.
         """
         ch = self._sender(chanid)
         self._check_networked(ch)

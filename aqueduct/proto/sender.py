@@ -192,23 +192,36 @@ class SenderChannel:
         return False
 
     def send_plain_run(self, payloads: Sequence[bytes]) -> int:
-        """Plain ORDERED messages (no headers, no attachments) in one step: how many went out.
+        """Plain ORDERED messages (no headers, no attachments) in one step: how many were taken.
 
-        Exactly what ``send`` would put on the wire for each in turn, byte
-        for byte (tested), for as many as the window admits now; the caller
-        sends the rest one by one (they wait in the queue). It saves the
-        per-message work of ``send``: the checks, the stream lookup, a write
-        and the statistics each. 0 when the fast case does not apply (another
-        mode, a oneshot, a queue waiting, the frame log on): send one by one.
+        Exactly what one ``send`` each would do, byte for byte and count for
+        count (tested): the messages the window admits go out as one write,
+        the next ones wait in the queue, and it stops where the queue is
+        full (``blocked``: the caller waits for ``SendWindowOpened`` and
+        sends the rest later). It saves the per-message work of ``send``:
+        the checks, the stream lookup, a write and the statistics each. 0
+        when the fast case does not apply (another mode, a oneshot, the frame
+        log on): send one by one.
         """
-        if (
-            self.mode is not _ORDERED
-            or self.oneshot
-            or self._queue
-            or self.state is not _OPEN
-            or self._out.log is not None
-        ):
+        if self.mode is not _ORDERED or self.oneshot or self.state is not _OPEN or self._out.log is not None:
             return 0
+        count = 0
+        if not self._queue:
+            count = self._transmit_plain(payloads)
+        queue = self._queue
+        stats, cstats = self.stats, self._cstats
+        for payload in payloads[count:] if count else payloads:
+            if self.blocked:
+                break
+            queue.append(_Queued((), (), payload))
+            self._queued_bytes += len(payload)
+            stats.window_stalls += 1
+            cstats.window_stalls += 1
+            count += 1
+        return count
+
+    def _transmit_plain(self, payloads: Sequence[bytes]) -> int:
+        """The first of ``payloads`` the window admits, on the ordered stream in one write: how many."""
         window = self.window
         limit, outstanding = window.limit, window.outstanding
         first = num = self.sent_reliable

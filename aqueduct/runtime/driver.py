@@ -533,13 +533,13 @@ class Driver:
         return self._handed(chanid, ok, len(payload))
 
     def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
-        """``send_bytes`` of several values in one step (``Sender.send_many``): how many went out.
+        """``send_bytes`` of several values in one step (``Sender.send_many``): how many were taken.
 
-        The core takes what its window admits as one write
-        (``Connection.send_plain_run``); 0 when raw bytes need headers here,
-        middleware runs, the connection ended or the channel is not an open
-        ORDERED one: the caller then sends one by one, which also raises
-        what must be raised.
+        The core sends what its window admits as one write and queues the
+        next ones until its queue is full (``Connection.send_plain_run``);
+        0 when raw bytes need headers here, middleware runs, the connection
+        ended or the channel is not an open ORDERED one: the caller then
+        sends one by one, which also raises what must be raised.
         """
         content_type = self.content_type
         if self.middleware or self.terminated is not None or encode_bytes(b"", content_type)[1]:

@@ -76,7 +76,8 @@ class Link(Protocol):
     def send_bytes(self, chanid: int, value: bytes) -> bool:
         """``send_message`` of raw bytes without headers or attachments (the bulk case)."""
     def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
-        """How many of ``values`` (raw bytes, from the first) went out in one step; 0: send one by one."""
+        """How many of ``values`` (raw bytes, from the first) were taken in one step (fewer: the
+        queue is full, wait for the window); 0: send one by one."""
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: a send() must wait before adding to it."""
     def set_mode(self, chanid: int, mode: Mode) -> None: ...
@@ -192,7 +193,7 @@ class NetworkedChannel:
         return self.link.send_bytes(self.chanid, value)
 
     def send_bytes_run(self, values: Sequence[bytes]) -> int:
-        """Several raw-bytes messages in one step: how many went out (the rest: one by one)."""
+        """Several raw-bytes messages in one step: how many were taken (see ``Link.send_bytes_run``)."""
         return self.link.send_bytes_run(self.chanid, values)
 
     def send(self, value: Any, headers: Headers, extra: tuple[_Handle, ...] = ()) -> bool:
@@ -448,32 +449,33 @@ class Sender(_Handle):
     async def send_many(self, values: Iterable[Any]) -> int:
         """Send every value of ``values`` in order, as ``send()`` would each; how many were sent.
 
-        One call for a batch. On an open networked ORDERED channel with
-        room, consecutive raw ``bytes`` go to the core as runs
-        (``SEND_RUN`` at a time, each in one step: no coroutine, call chain
-        or write per message), and the wait happens only when the send
-        window is full. Anything else (CBOR values, another mode, a local
-        pair) goes through ``send()``, and an error is raised as ``send()``
-        raises it: the values before it were sent.
+        One call for a batch. On an open networked ORDERED channel,
+        consecutive raw ``bytes`` go to the core as runs (up to ``SEND_RUN``
+        at a time, each in one step: no coroutine, call chain or write per
+        message), and the wait happens only when the send window and the
+        queue behind it are full. Anything else (CBOR values, another mode,
+        a local pair) goes through ``send()``, and an error is raised as
+        ``send()`` raises it: the values before it were sent.
         """
         sent = 0
         gate = self.gate
         for chunk in _chunked(values, SEND_RUN):
             i, end = 0, len(chunk)
             while i < end:
-                value = chunk[i]
-                if gate.room and type(value) is bytes:
-                    stop = i + 1
-                    while stop < end and type(chunk[stop]) is bytes:
-                        stop += 1
-                    if stop - i > 1:
-                        taken = self._channel.send_bytes_run(chunk[i:stop])  # type: ignore[union-attr]
-                        if taken:
-                            self._sent += taken
-                            sent += taken
-                            i += taken
-                            continue
-                await self.send(value)  # one the general way (it waits for room)
+                stop = i
+                while stop < end and type(chunk[stop]) is bytes:
+                    stop += 1
+                if gate.room and stop - i > 1:
+                    taken = self._channel.send_bytes_run(chunk[i:stop])  # type: ignore[union-attr]
+                    if taken:
+                        self._sent += taken
+                        sent += taken
+                        i += taken
+                        if i < stop:  # the queue is full: wait for the window
+                            gate.room = False
+                            await gate.wait_window()
+                        continue
+                await self.send(chunk[i])  # one the general way (it waits for room)
                 sent += 1
                 i += 1
         return sent

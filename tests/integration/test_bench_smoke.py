@@ -67,8 +67,7 @@ def test_picoquic_benchmark_runs_both_ends_on_picoquic_beside_both_raw_stacks(tm
     [row] = doc["benchmarks"]
     assert row["errors"] == {}
     assert row["ours"]["median"] > 0 and row["baseline"]["median"] > 0
-    many, aioquic = row["others"]
-    assert many["label"] == "aqueduct ORDERED on picoquic, send_many of 64" and many["median"] > 0
+    [aioquic] = row["others"]
     assert aioquic["label"] == "raw aioquic, length-prefixed, 1 stream" and aioquic["median"] > 0
     assert row["status"] in ("pass", "miss") and "500,000 msg/s" in proc.stdout
 
