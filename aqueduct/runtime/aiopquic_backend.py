@@ -55,6 +55,20 @@ MAX_CONNECTIONS = 65536
 """Connections one picoquic server holds at once (aiopquic's default, 256, is
 far below a fleet); past it picoquic refuses new ones (CONNECTION_REFUSED)."""
 
+#: (aiopquic class, private member, what the backend needs it for); checked against the
+#: installed aiopquic by ``tests/unit/test_aiopquic_internals.py`` (``pyproject.toml``
+#: keeps aiopquic below its next minor version for the same reason)
+INTERNALS: tuple[tuple[str, str, str], ...] = (
+    ("QuicConnection", "_start_transport", "start a client's picoquic thread on an ephemeral port"),
+    ("QuicConnection", "_transport", "the ring whose drain event wakes writes that did not fit"),
+    ("TransportContext", "tx_event_ring_drain_event", "wake writes that did not fit the event ring"),
+    ("QuicEngine", "_start_transport", "start a server's picoquic thread (its reader is ours: DrainBatch)"),
+    ("QuicConnectionProtocol", "_quic", "the protocol's connection"),
+    ("QuicConnectionProtocol", "_closed", "wait for the end without unregistering a server's shared reader"),
+    ("QuicConnectionProtocol", "_start", "register a client's event reader"),
+    ("QuicConnectionProtocol", "_stop", "unregister a client's event reader"),
+    ("QuicConnectionProtocol", "_process_events", "one flush per wake-up (overridden)"),
+)
 RTT_REFRESH = 0.05
 """Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
 
@@ -64,6 +78,8 @@ _StreamDataReceived = pico_events.StreamDataReceived
 
 class AiopquicTransport(QuicConnectionProtocol):
     """aiopquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
+
+    pings_itself = True  # picoquic's keep-alive, configured at dial / listen
 
     def __init__(self, quic: QuicConnection, make_driver: MakeDriver, drain: DrainBatch | None = None) -> None:
         super().__init__(quic)
@@ -164,7 +180,7 @@ class AiopquicTransport(QuicConnectionProtocol):
                 self._retry_later()
 
     def send_ping(self, uid: int) -> None:
-        """Nothing to do: picoquic sends its own keep-alive PINGs (configured at dial)."""
+        """Never called (``pings_itself``): picoquic sends its own keep-alive PINGs."""
 
     def queue_close(self, error_code: int, reason: str) -> None:
         """picoquic's application close carries the code, not the reason."""

@@ -54,6 +54,8 @@ _StreamDataReceived = quic_events.StreamDataReceived
 class AioquicTransport(QuicConnectionProtocol):
     """aioquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
 
+    pings_itself = False  # the driver's keepalive timer sends them (send_ping)
+
     def __init__(self, quic: QuicConnection, make_driver: MakeDriver, batch: ReadBatch | None = None) -> None:
         super().__init__(quic)
         self.is_client = quic.configuration.is_client

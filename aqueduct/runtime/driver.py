@@ -289,7 +289,7 @@ class Driver:
 
     def _arm_keepalive(self) -> None:
         """PING at a third of the negotiated idle timeout: two may be lost before it expires."""
-        if self.keepalive and self.terminated is None:
+        if self.keepalive and self.terminated is None and not self._transport.pings_itself:
             interval = self._transport.idle_timeout() / 3
             self._keepalive_timer = self._loop.call_later(interval, self._send_keepalive)
 

@@ -66,6 +66,9 @@ class QuicTransport(Protocol):
     """
 
     is_client: bool
+    pings_itself: bool
+    """The stack sends keep-alive PINGs on its own (configured when the connection
+    was made): the driver then arms no keepalive timer of its own."""
 
     def datagram_limit(self) -> int | None:
         """The largest datagram payload that always fits one packet; None if the peer has no datagrams."""
@@ -91,7 +94,9 @@ class QuicTransport(Protocol):
 
     def send_datagram(self, data: bytes) -> None: ...
 
-    def send_ping(self, uid: int) -> None: ...
+    def send_ping(self, uid: int) -> None:
+        """Queue a PING (the driver's keepalive, unless the stack ``pings_itself``)."""
+        ...
 
     def queue_close(self, error_code: int, reason: str) -> None:
         """Close the connection (an application close) at the next :meth:`send_packets`.
