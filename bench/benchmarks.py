@@ -105,7 +105,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         baseline=RAW_SMALL,
         target=0.80,
         others=(
-            Case("aqueduct ORDERED, send_many of 64", "ours.ordered", "msg_per_s", {"size": SMALL, "batch": 64}),
+            Case(
+                "aqueduct ORDERED, send_many of 64 / recv_many", "ours.ordered", "msg_per_s",
+                {"size": SMALL, "batch": 64},
+            ),
             RAW_PQ_SMALL,
         ),
     ),
@@ -166,14 +169,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         floor=500_000,
         others=(RAW_SMALL,),
     ),
-    # The same with the batch API (Sender.send_many) and a send window as
-    # large as picoquic's own stream buffer (4 MiB; Aqueduct's default is 1 MiB).
+    # The same with the batch API (Sender.send_many, Receiver.recv_many) and a
+    # send window as large as picoquic's own stream buffer (4 MiB; Aqueduct's
+    # default is 1 MiB).
     Benchmark(
         "pq_ordered_batched",
-        "picoquic: ORDERED 100-byte messages, send_many of 64, 4 MiB window",
+        "picoquic: ORDERED 100-byte messages, send_many of 64 / recv_many, 4 MiB window",
         "msg/s",
         ours=Case(
-            "aqueduct ORDERED on picoquic, send_many, 4 MiB window", "ours.ordered", "msg_per_s",
+            "aqueduct ORDERED on picoquic, send_many / recv_many, 4 MiB window", "ours.ordered", "msg_per_s",
             {"size": SMALL, "batch": 64, "window": 4 << 20, **PQ},
         ),
         baseline=RAW_PQ_SMALL,

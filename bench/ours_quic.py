@@ -4,7 +4,8 @@ The client sends raw ``bytes`` on its entrypoint Sender (raw bytes pass the
 payload codec unchanged), in the mode the role names; the server iterates
 its entrypoint Receiver, as an application would. ``params["backend"]``
 picks the QUIC stack of both ends (picoquic: under ``interop.netns``);
-``params["batch"]`` = N hands messages over N at a time (``send_many``).
+``params["batch"]`` = N hands messages over N at a time (``send_many``)
+and reads them in bulk (``recv_many``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ async def _serve(params: dict[str, Any], certs: Certs, ready: Callable[[int], No
     async def receive() -> None:
         conn = await server.accept()
         add = meter.add
+        if params.get("batch"):  # the batch API on this side too: Receiver.recv_many
+            rx = conn.entrypoint
+            while True:
+                try:
+                    values = await rx.recv_many()
+                except aqueduct.Finished:
+                    return
+                add(len(values), sum(map(len, values)))
         async for value in conn.entrypoint:
             add(1, len(value))
 

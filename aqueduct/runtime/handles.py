@@ -569,6 +569,29 @@ class Receiver(_Handle):
         """The next message's value (see :meth:`recv_message`)."""
         return (await self._take())[0]
 
+    async def recv_many(self, limit: int = 1024) -> list[Any]:
+        """The values of every message waiting, at least one and at most ``limit``: ``recv()`` in bulk.
+
+        Waits while nothing is queued, then takes what is there in one
+        step, without a wake-up or a coroutine per message. Raises as
+        ``recv()`` does (:class:`Finished` at the end, the channel's
+        outcome, an undecodable message's error); values queued before an
+        undecodable message come first, its error on the next call.
+        """
+        if limit < 1:
+            raise ValueError(f"recv_many: limit must be at least 1, got {limit}")
+        value = (await self._take())[0]
+        values = [value]
+        items = self.inbox.items
+        cost = 0
+        while items and len(values) < limit and items[0][2] is not FAILED:
+            entry = items.popleft()
+            values.append(entry[0])
+            cost += entry[1]
+        if len(values) > 1:
+            self._taken(len(values) - 1, cost)
+        return values
+
     async def _take(self) -> tuple[Any, int, Any]:
         """The next entry, waiting for one; raises a failed message's error."""
         while True:
@@ -617,19 +640,23 @@ class Receiver(_Handle):
         items = inbox.items
         if items:
             entry = items.popleft()
-            self._received_count += 1
-            channel = self._channel
-            if type(channel) is LocalPipe:
-                channel.space.set()
-            elif entry[1]:
-                if not self._consumed:
-                    asyncio.get_running_loop().call_soon(self._hand_over_consumed)
-                self._consumed += entry[1]
+            self._taken(1, entry[1])
             return entry
         if inbox.outcome is not None:
             # Raised again on every later call: drop the old traceback each time.
             raise inbox.outcome.with_traceback(None)
         return None
+
+    def _taken(self, count: int, cost: int) -> None:
+        """``count`` more entries of ``cost`` bytes were dequeued at once (``_next``'s bookkeeping)."""
+        self._received_count += count
+        channel = self._channel
+        if type(channel) is LocalPipe:
+            channel.space.set()
+        elif cost:
+            if not self._consumed:
+                asyncio.get_running_loop().call_soon(self._hand_over_consumed)
+            self._consumed += cost
 
     def _hand_over_consumed(self) -> None:
         """Report this burst's dequeued bytes (DEQUEUED credit, attachment tracking)."""

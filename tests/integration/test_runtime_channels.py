@@ -96,6 +96,26 @@ async def test_raw_bytes_and_large_values(linked):
     assert got[0] == blob and got[1] == {"blob": blob[:1000]}
 
 
+async def test_recv_many_takes_what_waits_in_order_then_raises_at_the_end(linked):
+    tx, conn = linked
+    values = [b"%d" % n if n % 7 else {"n": n} for n in range(5000)]
+    sent = asyncio.create_task(tx.send_many(values))
+    rx, got, sizes = conn.entrypoint, [], []
+    with pytest.raises(aqueduct.Finished):
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                batch = await rx.recv_many(limit=300)
+                sizes.append(len(batch))
+                got += batch
+                if len(got) == len(values):
+                    await tx.finish()
+    assert await sent == len(values)
+    assert got == values
+    assert 1 <= min(sizes) and max(sizes) <= 300 and len(sizes) < len(values)  # batches, not one each
+    with pytest.raises(ValueError, match="^recv_many: limit must be at least 1, got 0$"):
+        await rx.recv_many(limit=0)
+
+
 async def test_a_bad_payload_inside_a_run_fails_only_its_own_message(linked):
     """Messages read in one run are decoded together; one bad payload fails
     exactly its own recv(), in order, and its neighbours still arrive."""
@@ -110,6 +130,22 @@ async def test_a_bad_payload_inside_a_run_fails_only_its_own_message(linked):
     with pytest.raises(aqueduct.PayloadError, match="not valid CBOR"):
         await asyncio.wait_for(rx.recv(), TIMEOUT)
     assert await collect(rx) == [b"after"]
+
+
+async def test_recv_many_gives_the_values_before_a_bad_payload_then_its_error(linked):
+    tx, conn = linked
+    await tx.send(b"before")
+    channel = tx._channel  # as above: a payload no encoder would write
+    channel.link.send_message(channel.chanid, b"\xff\xff", (), ())
+    await tx.send(b"after")
+    await tx.finish()
+    rx = conn.entrypoint
+    assert await asyncio.wait_for(rx.recv_many(), TIMEOUT) == [b"before"]
+    with pytest.raises(aqueduct.PayloadError, match="not valid CBOR"):
+        await asyncio.wait_for(rx.recv_many(), TIMEOUT)
+    assert await asyncio.wait_for(rx.recv_many(), TIMEOUT) == [b"after"]
+    with pytest.raises(aqueduct.Finished):
+        await asyncio.wait_for(rx.recv_many(), TIMEOUT)
 
 
 async def test_cancel_surfaces_cancelled_on_the_receiver(linked):
