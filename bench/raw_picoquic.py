@@ -22,6 +22,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aiopquic.asyncio.client import connect
@@ -34,7 +35,7 @@ from aiopquic.quic.connection import QuicConnection
 from aqueduct.runtime.aiopquic_backend import free_udp_port
 from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE
 from bench.common import SERVER_NAME, Certs, Meter, listen_host, payload, run_until_idle, send_for
-from bench.raw_quic import PREFIX, split_messages
+from bench.raw_quic import PREFIX, Handler, on_bulk, on_datagram, on_small
 
 DRAIN_POLL = 0.002  # seconds: a drain event, or a re-try after this
 
@@ -68,7 +69,7 @@ async def _serve(
     params: dict[str, Any],
     certs: Certs,
     ready: Callable[[int], None],
-    handler: Callable[[Meter, asyncio.Future[None]], Callable[[events.QuicEvent], None]],
+    handler: Handler,
 ) -> dict[str, Any]:
     host = listen_host("picoquic")
     loop = asyncio.get_running_loop()
@@ -90,46 +91,9 @@ async def _serve(
     return {**meter.result(), "ended": ended}
 
 
-def _on_bulk(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    def on_event(event: events.QuicEvent) -> None:
-        if isinstance(event, events.StreamDataReceived):
-            meter.add(0, len(event.data))
-            if event.end_stream and not done.done():
-                done.set_result(None)
-
-    return on_event
-
-
-def _on_small(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    buf = bytearray()
-
-    def on_event(event: events.QuicEvent) -> None:
-        if not isinstance(event, events.StreamDataReceived):
-            return
-        buf.extend(event.data)
-        count, nbytes = split_messages(buf)
-        if count:
-            meter.add(count, nbytes)
-        if event.end_stream and not done.done():
-            done.set_result(None)
-
-    return on_event
-
-
-def _on_datagram(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    def on_event(event: events.QuicEvent) -> None:
-        if isinstance(event, events.DatagramFrameReceived):
-            meter.add(1, len(event.data))
-        elif isinstance(event, events.StreamDataReceived) and event.end_stream:
-            if not done.done():  # control stream: the sender stopped
-                asyncio.get_running_loop().call_later(0.2, _settle, done)
-
-    return on_event
-
-
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
+_on_bulk = on_bulk(events.StreamDataReceived)
+_on_small = on_small(events.StreamDataReceived)
+_on_datagram = on_datagram(events.DatagramFrameReceived, events.StreamDataReceived)
 
 
 # ---------------------------------------------------------------- client side
@@ -196,23 +160,9 @@ async def send_datagram(params: dict[str, Any], certs: Certs, port: int) -> dict
     return {"sent": sent, "dropped_locally": dropped}
 
 
-async def serve_bulk(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_bulk)
-
-
-async def serve_small(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_small)
-
-
-async def serve_datagram(
-    params: dict[str, Any], certs: Certs, ready: Callable[[int], None]
-) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_datagram)
-
-
-async def send_bulk(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
-    return await _send_stream(params, certs, port, framed=False)
-
-
-async def send_small(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
-    return await _send_stream(params, certs, port, framed=True)
+# The worker finds each role's two sides by name (serve_<name>, send_<name>).
+serve_bulk = partial(_serve, handler=_on_bulk)
+serve_small = partial(_serve, handler=_on_small)
+serve_datagram = partial(_serve, handler=_on_datagram)
+send_bulk = partial(_send_stream, framed=False)
+send_small = partial(_send_stream, framed=True)

@@ -85,7 +85,7 @@ async def _serve(
     params: dict[str, Any],
     certs: Certs,
     ready: Callable[[int], None],
-    handler: Callable[[Meter, asyncio.Future[None]], Callable[[events.QuicEvent], None]],
+    handler: Handler,
 ) -> dict[str, Any]:
     """Accept one connection, feed its events to ``handler``'s callback until it says done."""
     loop = asyncio.get_running_loop()
@@ -111,14 +111,22 @@ async def _serve(
     return {**meter.result(), "ended": ended}
 
 
-def _on_bulk(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    def on_event(event: events.QuicEvent) -> None:
-        if isinstance(event, events.StreamDataReceived):
-            meter.add(0, len(event.data))
-            if event.end_stream and not done.done():
-                done.set_result(None)
+Handler = Callable[[Meter, asyncio.Future[None]], Callable[[Any], None]]
 
-    return on_event
+
+def on_bulk(stream_data: type) -> Handler:
+    """Count the bytes of ``stream_data`` events; done at the stream's end (for either stack's events)."""
+
+    def handler(meter: Meter, done: asyncio.Future[None]) -> Callable[[Any], None]:
+        def on_event(event: Any) -> None:
+            if isinstance(event, stream_data):
+                meter.add(0, len(event.data))
+                if event.end_stream and not done.done():
+                    done.set_result(None)
+
+        return on_event
+
+    return handler
 
 
 def split_messages(buf: bytearray) -> tuple[int, int]:
@@ -137,20 +145,25 @@ def split_messages(buf: bytearray) -> tuple[int, int]:
     return count, nbytes
 
 
-def _on_small(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    buf = bytearray()
+def on_small(stream_data: type) -> Handler:
+    """Split ``stream_data`` events back into length-prefixed messages and count them."""
 
-    def on_event(event: events.QuicEvent) -> None:
-        if not isinstance(event, events.StreamDataReceived):
-            return
-        buf.extend(event.data)
-        count, nbytes = split_messages(buf)
-        if count:
-            meter.add(count, nbytes)
-        if event.end_stream and not done.done():
-            done.set_result(None)
+    def handler(meter: Meter, done: asyncio.Future[None]) -> Callable[[Any], None]:
+        buf = bytearray()
 
-    return on_event
+        def on_event(event: Any) -> None:
+            if not isinstance(event, stream_data):
+                return
+            buf.extend(event.data)
+            count, nbytes = split_messages(buf)
+            if count:
+                meter.add(count, nbytes)
+            if event.end_stream and not done.done():
+                done.set_result(None)
+
+        return on_event
+
+    return handler
 
 
 def _on_stream_per_message(
@@ -173,20 +186,30 @@ def _on_stream_per_message(
     return on_event
 
 
-def _on_datagram(meter: Meter, done: asyncio.Future[None]) -> Callable[[events.QuicEvent], None]:
-    def on_event(event: events.QuicEvent) -> None:
-        if isinstance(event, events.DatagramFrameReceived):
-            meter.add(1, len(event.data))
-        elif isinstance(event, events.StreamDataReceived) and event.end_stream:
-            if not done.done():  # control stream: the sender stopped
-                asyncio.get_running_loop().call_later(0.2, _settle, done)
+def on_datagram(datagram: type, stream_data: type) -> Handler:
+    """Count ``datagram`` events; done shortly after the sender's end-of-run stream."""
 
-    return on_event
+    def handler(meter: Meter, done: asyncio.Future[None]) -> Callable[[Any], None]:
+        def on_event(event: Any) -> None:
+            if isinstance(event, datagram):
+                meter.add(1, len(event.data))
+            elif isinstance(event, stream_data) and event.end_stream:
+                if not done.done():  # control stream: the sender stopped
+                    asyncio.get_running_loop().call_later(0.2, _settle, done)
+
+        return on_event
+
+    return handler
 
 
 def _settle(done: asyncio.Future[None]) -> None:
     if not done.done():
         done.set_result(None)
+
+
+_on_bulk = on_bulk(events.StreamDataReceived)
+_on_small = on_small(events.StreamDataReceived)
+_on_datagram = on_datagram(events.DatagramFrameReceived, events.StreamDataReceived)
 
 
 # ---------------------------------------------------------------- client side
