@@ -219,6 +219,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                 "the same with 32,768 credits per session", "connector.aqueduct", "msg_per_s",
                 {**CONNECTOR_PARAMS, **PQ, "credits": 32_768},
             ),
+            Case(
+                "the same, send_many of 64", "connector.aqueduct", "msg_per_s",
+                {**CONNECTOR_PARAMS, **PQ, "batch": 64},
+            ),
+            Case(
+                "send_many of 64, 32,768 credits per session", "connector.aqueduct", "msg_per_s",
+                {**CONNECTOR_PARAMS, **PQ, "batch": 64, "credits": 32_768},
+            ),
             CONNECTOR_AQ,
         ),
     ),

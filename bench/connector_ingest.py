@@ -103,8 +103,14 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, scheme: str) ->
     await connector.connect()
     try:
         stream = await connector.stream(STREAM_ID, "bench/1")
-        send = stream.send
-        sent = await send_for(params["seconds"], lambda: send(body))
+        batch = params.get("batch", 1)
+        if batch > 1:  # a producer handing over records as they come in bulk (send_many)
+            bodies = [body] * batch
+            send_many = stream.send_many
+            sent = batch * await send_for(params["seconds"], lambda: send_many(bodies))
+        else:
+            send = stream.send
+            sent = await send_for(params["seconds"], lambda: send(body))
     finally:
         await connector.close(flush_timeout=params["limit"])
     return {"sent": sent, "connections": connector.stats.connections}

@@ -168,10 +168,12 @@ def _batches(
     """
     out: list[tuple[int | None, list[tuple[Frame, bytes]]]] = []
     size = 0
+    unreliable = {None: False}  # route -> its payloads are datagrams (asked once per route)
     for frame, data in frames:
-        route = frame.stream_id if isinstance(frame, Record) else None
-        unreliable = route is not None and mode_of(route) is Mode.UNRELIABLE
-        if out and out[-1][0] == route and not unreliable and size + len(data) <= MAX_BATCH_BYTES:
+        route = frame.stream_id if type(frame) is Record else None
+        if route not in unreliable:
+            unreliable[route] = mode_of(route) is Mode.UNRELIABLE  # type: ignore[arg-type]
+        if out and out[-1][0] == route and not unreliable[route] and size + len(data) <= MAX_BATCH_BYTES:
             out[-1][1].append((frame, data))
             size += len(data)
         else:

@@ -174,6 +174,37 @@ class ConnectorStream:
             await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
         return message.message_id
 
+    async def send_many(
+        self, payloads: Sequence[bytes], *, event_times: Sequence[int | None] | None = None
+    ) -> range | None:
+        """Send data messages with the next ids, in order; return their ids (None for EPHEMERAL).
+
+        As :meth:`send` of each payload (with its ``event_times`` entry),
+        in one step per bufferful: the records are built, buffered and
+        queued together, and the waits happen once per bufferful rather
+        than once per record. That is the producer's side of a busy
+        stream; keys, boundaries, EOS and explicit ids go through
+        :meth:`send`. Waits while the unacked buffer is full (filling it
+        up to ``max_buffer``, not beyond) and until the queue has credits.
+        """
+        if event_times is not None and len(event_times) != len(payloads):
+            raise ValueError(f"{len(event_times)} event times for {len(payloads)} payloads")
+        c, state = self._connector, self._state
+        ephemeral = state.mode is UNRELIABLE
+        first = state.next_id
+        done = 0
+        while done < len(payloads):  # bounded: every round queues at least one record
+            if not ephemeral and (c._fatal is not None or len(state.unacked) >= c.max_buffer):
+                await c._wait(lambda: len(state.unacked) < c.max_buffer, None)
+            room = len(payloads) - done if ephemeral else c.max_buffer - len(state.unacked)
+            upto = done + min(room, len(payloads) - done)
+            times = None if event_times is None else event_times[done:upto]
+            c._enqueue_many(state.make_messages(payloads[done:upto], times, ephemeral))
+            done = upto
+            if c._fatal is not None or not c._has_credit_for_queue():
+                await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
+        return None if ephemeral else range(first, state.next_id)
+
     async def wait_acked(self, point: int, timeout: float | None = None) -> None:
         """Wait until the worker committed every id below ``point``."""
         await self._connector._wait(lambda: self._state.acked >= point, timeout)
@@ -322,6 +353,10 @@ class Connector:
 
     def _enqueue(self, message: Record) -> None:
         self._outbox.push(message)
+        self._kick.set()
+
+    def _enqueue_many(self, messages: list[Record]) -> None:
+        self._outbox.push_many(messages)
         self._kick.set()
 
     def _has_credit_for_queue(self) -> bool:

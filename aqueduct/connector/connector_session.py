@@ -14,6 +14,8 @@ session lives exactly as long as its connection.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
@@ -35,7 +37,9 @@ from aqueduct.connector.frames import (
     Record,
     Restart,
     encode,
+    encode_run,
     frame_name,
+    plain_run,
 )
 from aqueduct.connector.machine import SessionMachine, SessionOver
 from aqueduct.connector.states import (
@@ -109,6 +113,31 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.streams[frame.stream_id] = new
         self.credits -= 1
         self._out.append((frame, encoded))
+
+    def send_run(self, records: Sequence[Record]) -> None:
+        """Queue one stream's MESSAGEs, as :meth:`send` of each would; a plain run in one step.
+
+        A run of data records with consecutive ids on an open stream (what
+        ``ConnectorStream.send_many`` makes) is checked and encoded
+        together; anything else, or too few credits, goes record by record,
+        which raises the error :meth:`send` would.
+        """
+        n = len(records)
+        encoded = None
+        if (
+            self.state is C.STREAMING
+            and self.credits >= n
+            and plain_run(records)
+            and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
+            is StreamState.OPEN  # one step of the stream's table covers the whole run
+        ):
+            encoded = encode_run(records)
+        if encoded is None:
+            for record in records:
+                self.send(record)
+            return
+        self.credits -= n
+        self._out.extend(zip(records, encoded, strict=True))
 
     def data_to_send(self) -> list[tuple[Frame, bytes]]:
         """Frames queued since the last call, each with its encoding (the transport routes them)."""

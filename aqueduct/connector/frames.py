@@ -13,6 +13,7 @@ connector library, TCP and Aqueduct transports.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -44,7 +45,9 @@ __all__ = [
     "StreamRef",
     "decode",
     "encode",
+    "encode_run",
     "frame_name",
+    "plain_run",
     "validate_flags",
 ]
 
@@ -243,6 +246,24 @@ class Record:
         return _message_body(self)
 
 
+#: The flags of a stable data record: an id and a payload, perhaps an event time.
+_DATA_FLAGS = frozenset({0, EVENT_TIME})
+
+
+def plain_run(records: Sequence[Record]) -> bool:
+    """True if ``records`` are stable data records (no flag but EVENT_TIME) with consecutive ids.
+
+    What a busy stream carries; the worker session and the durable log take
+    such a run in one step instead of a rule check per record. Anything
+    else (a key, a boundary, EOS, EPHEMERAL, UNSTABLE_REFERENCE, a gap in
+    the ids) goes record by record.
+    """
+    if not records or not {r.flags for r in records} <= _DATA_FLAGS:
+        return False
+    start = records[0].message_id
+    return [r.message_id for r in records] == list(range(start, start + len(records)))  # type: ignore[operator]
+
+
 @dataclass(slots=True)
 class Ack:
     """Worker replenishes credits and reports committed points of reference."""
@@ -422,6 +443,17 @@ def encode(frame: Frame) -> bytes:
     return struct.pack(">IB", len(body) + 1, frame.TAG) + body
 
 
+def encode_run(records: Sequence[Record]) -> list[bytes] | None:
+    """Each record's frame, for a run of common MESSAGEs; None if one needs the general way.
+
+    The sender's side of :func:`plain_run`: one pack per record and no
+    checks beyond the fast encoder's, which returns None for anything it
+    does not take (then :func:`encode` each validates and explains).
+    """
+    encoded = [_encode_plain_message(r) for r in records]
+    return None if None in encoded else encoded  # type: ignore[return-value]
+
+
 def _encode_plain_message(m: Record) -> bytes | None:
     """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
 
@@ -507,32 +539,36 @@ class _Reader:
             )
 
 
-def _plain_message(view: memoryview, pos: int, limit: int) -> tuple[Record, int] | None:
-    """Decode the frame at ``pos`` if it is a whole, plain MESSAGE; else None.
+def _plain_messages(view: memoryview, pos: int, limit: int, frames: list[Frame]) -> int:
+    """Decode the whole, plain MESSAGEs from ``pos`` on into ``frames``; return where they end.
 
-    The hot path of :meth:`FrameSplitter.drain`: one unpack for the length
-    prefix, tag and fixed fields, one copy for the payload. Anything
-    unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a short or
-    incomplete frame, a bad length) is left to the general decoder, which
-    also names the error.
+    The hot path of :meth:`FrameSplitter.drain`, one loop over a run of
+    frames: one unpack for the length prefix, tag and fixed fields, one
+    copy for the payload, the names looked up once per run. It stops at
+    anything unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a
+    short or incomplete frame, a bad length), which is left to the general
+    decoder, which also names the error.
     """
     n = len(view)
-    if n - pos < _MESSAGE_HEAD.size:
-        return None
-    length, tag, flags, stream_id, message_id = _MESSAGE_HEAD.unpack_from(view, pos)
-    end = pos + 4 + length
-    if tag != MESSAGE_TAG or flags & ~_PLAIN_FLAGS or length > limit or end > n:
-        return None
-    start = pos + _MESSAGE_HEAD.size
-    event_time = None
-    if flags & EVENT_TIME:
-        start += 8
-        if start > end:
-            return None
-        (event_time,) = _U64.unpack_from(view, start - 8)
-    elif start > end:
-        return None
-    return Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()), end
+    head, head_size, unpack_time = _MESSAGE_HEAD.unpack_from, _MESSAGE_HEAD.size, _U64.unpack_from
+    append, not_plain, tag_message = frames.append, ~_PLAIN_FLAGS, MESSAGE_TAG
+    while n - pos >= head_size:  # bounded: every round consumes one frame
+        length, tag, flags, stream_id, message_id = head(view, pos)
+        end = pos + 4 + length
+        start = pos + head_size
+        if tag != tag_message or flags & not_plain or length > limit or end > n:
+            break
+        event_time = None
+        if flags & EVENT_TIME:
+            start += 8
+            if start > end:
+                break
+            (event_time,) = unpack_time(view, start - 8)
+        elif start > end:
+            break
+        append(Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
+        pos = end
+    return pos
 
 
 def _read_message(r: _Reader) -> Record:
@@ -704,11 +740,7 @@ class FrameSplitter:
             try:
                 # Bounded: every round consumes one whole frame of the buffer.
                 while True:
-                    plain = _plain_message(view, pos, limit)
-                    if plain is not None:
-                        frame, pos = plain
-                        frames.append(frame)
-                        continue
+                    pos = _plain_messages(view, pos, limit, frames)
                     end = _frame_end(buf, pos, limit)
                     if end < 0:
                         break

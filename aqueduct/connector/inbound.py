@@ -10,9 +10,10 @@ closes) and the rule that ids on an in-order channel must increase.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, plain_run
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.proto.sender import Mode
@@ -116,6 +117,27 @@ class InboundStream:
         if in_order:
             self.last_id = mid
         return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(mid)
+
+    def receive_run(self, records: Sequence[Record], in_order: bool) -> bool:
+        """Take a run of new, plain records at once, if it is one; else change nothing.
+
+        A run is what a busy stream's channel carries: data records (no
+        flag but EVENT_TIME) with consecutive ids, all above what the stream
+        holds, on an open stream. Taking it leaves the state :meth:`receive`
+        of each would; anything else (a flag, a gap, a possible duplicate,
+        an id not above the last) returns False and the caller takes the
+        records one by one, which also names any error.
+        """
+        if self.state is not StreamState.OPEN or not plain_run(records):
+            return False
+        start = records[0].message_id
+        if in_order and self.last_id is not None and start <= self.last_id:  # type: ignore[operator]
+            return False
+        if not self.points.receive_run(start, start + len(records)):  # type: ignore[operator]
+            return False
+        if in_order:
+            self.last_id = records[-1].message_id
+        return True
 
     def terminate(self) -> None:
         self.state = step(STREAM_TRANSITIONS, self.state, "restart")

@@ -102,9 +102,7 @@ class SessionMachine(Generic[EventT]):
         frames, bad_frame = self._splitter.drain()
         frames, refused = self._admit(frames)
         try:
-            dispatch = self._dispatch
-            for frame in frames:  # those before a bad frame are handled first
-                dispatch(frame)
+            self._handle(frames)  # those before a bad frame are handled first
             if refused is not None:
                 raise self._fail(refused)
             if bad_frame is not None:
@@ -117,6 +115,12 @@ class SessionMachine(Generic[EventT]):
         except SessionOver:
             pass
         return self._take_events()
+
+    def _handle(self, frames: list[Any]) -> None:
+        """Handle a chunk's frames in order, each by its receive table entry."""
+        dispatch = self._dispatch
+        for frame in frames:
+            dispatch(frame)
 
     def _dispatch(self, frame: Any) -> None:
         entry = self._handlers.get(type(frame))

@@ -18,12 +18,12 @@ driver takes as many as it has credits for.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
-from aqueduct.connector.frames import EVENT_TIME, Notify, Record, StreamRef
+from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Notify, Record, StreamRef
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.proto.sender import Mode
@@ -60,10 +60,7 @@ class OutboundStream:
         unstable: bool = False,
     ) -> Record:
         """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
-        if self.closed:
-            raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
-        if self.mode is Mode.UNRELIABLE and not ephemeral:
-            raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
+        self._check_sendable(ephemeral)
         mid: int | None = None
         if not ephemeral:
             mid = self.next_id if message_id is None else message_id
@@ -94,6 +91,34 @@ class OutboundStream:
         if eos:
             self.closed = True
         return message
+
+    def _check_sendable(self, ephemeral: bool) -> None:
+        if self.closed:
+            raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
+        if self.mode is Mode.UNRELIABLE and not ephemeral:
+            raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
+
+    def make_messages(
+        self, payloads: Sequence[bytes], event_times: Sequence[int | None] | None, ephemeral: bool
+    ) -> list[Record]:
+        """Build the next data MESSAGEs at once (as :meth:`make_message` each), buffering them if reliable."""
+        self._check_sendable(ephemeral)
+        sid, n = self.stream_id, len(payloads)
+        times = [None] * n if event_times is None else event_times
+        if ephemeral:
+            ids: Iterable[int | None] = [None] * n
+            base = EPHEMERAL
+        else:
+            ids = range(self.next_id, self.next_id + n)
+            base = 0
+        messages = [
+            Record(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
+            for m, t, p in zip(ids, times, payloads, strict=True)
+        ]
+        if not ephemeral:
+            self.next_id += n
+            self.unacked.extend(messages)
+        return messages
 
     def notify_point(self) -> int:
         """Where a (re-)NOTIFY resumes: the oldest unacked id, else the next id."""
@@ -135,21 +160,25 @@ class Outbox:
         self.streams: dict[int, OutboundStream] = {}
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
-        self._queue: deque[Notify | Record] = deque()
+        #: a frame, or a run of one stream's records queued together (``push_many``)
+        self._queue: deque[Notify | Record | list[Record]] = deque()
+        self._frames = 0  # frames in the queue, a run counting each of its records
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return self._frames
 
     def connected(self, refs: Iterable[StreamRef]) -> None:
         """A new session started: re-notify every stream and re-send what OK does not cover."""
         self.refs = {ref.stream_id: ref.point_of_reference for ref in refs}
         self._queue.clear()  # unsent EPHEMERAL messages die with the connection
+        self._frames = 0
         for stream in self.streams.values():
             plan = stream.resume(self.refs.get(stream.stream_id))
             if plan is not None:
                 notify, resend = plan
-                self._queue.append(notify)
-                self._queue.extend(resend)
+                self.push(notify)
+                if resend:
+                    self.push_many(resend)
                 self.resent += len(resend)
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
@@ -162,16 +191,33 @@ class Outbox:
             stream.stream_name, stream.mode, stream.closed = name, mode, False
             plan = stream.resume(None)  # what is unacked was already sent on this connection
         assert plan is not None  # an open stream always gets a NOTIFY
-        self._queue.append(plan[0])
+        self.push(plan[0])
         return stream
 
-    def push(self, message: Record) -> None:
-        self._queue.append(message)
+    def push(self, frame: Notify | Record) -> None:
+        self._queue.append(frame)
+        self._frames += 1
 
-    def take(self, limit: int) -> list[Notify | Record]:
-        """Pop up to ``limit`` frames (one credit each)."""
-        n = min(limit, len(self._queue))
-        return [self._queue.popleft() for _ in range(n)]
+    def push_many(self, messages: list[Record]) -> None:
+        """Queue one stream's records as a run: taken, and handed to the session, together."""
+        self._queue.append(messages)
+        self._frames += len(messages)
+
+    def take(self, limit: int) -> list[Notify | Record | list[Record]]:
+        """Pop up to ``limit`` frames (one credit each); a run is split where the limit falls."""
+        queue, taken, left = self._queue, [], min(limit, self._frames)
+        self._frames -= left
+        while left:  # bounded: every round takes at least one frame
+            item = queue.popleft()
+            if type(item) is list:
+                if len(item) > left:
+                    queue.appendleft(item[left:])
+                    item = item[:left]
+                left -= len(item)
+            else:
+                left -= 1
+            taken.append(item)
+        return taken
 
     def apply(self, event: ConnectorEvent) -> None:
         """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
@@ -187,7 +233,12 @@ class Outbox:
         """Hand the session as many queued frames as it has credits; return how many."""
         if session.state is not ConnectionState.STREAMING:
             return 0
-        frames = self.take(session.credits)
-        for frame in frames:
-            session.send(frame)
-        return len(frames)
+        count = 0
+        for item in self.take(session.credits):
+            if type(item) is list:
+                session.send_run(item)
+                count += len(item)
+            else:
+                session.send(item)  # type: ignore[arg-type]
+                count += 1
+        return count

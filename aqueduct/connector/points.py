@@ -77,3 +77,23 @@ class StreamPoints:
         else:
             self.point = self.received.min_missing_from(self.point)
         return True
+
+    def receive_run(self, start: int, stop: int) -> bool:
+        """Record the stable ids ``start .. stop - 1`` at once, if none of them is held yet.
+
+        The common case of a busy stream: a run of consecutive new ids,
+        which leaves exactly the state :meth:`receive` of each would, in one
+        step. Returns False, changing nothing, when some id of the run may
+        be held (below the point, or not above every received id): the
+        caller then takes the ids one by one, which sorts out the duplicates.
+        """
+        if start < self.point or start < self.received.top or stop <= start:
+            return False
+        if self.ordered:
+            self.received.add_range(0, stop)
+            self.point = stop
+        else:
+            self.received.add_range(start, stop)
+            if start == self.point:
+                self.point = stop
+        return True

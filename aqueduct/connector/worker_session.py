@@ -212,6 +212,35 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
+    def _handle(self, frames: list[Frame]) -> None:
+        """A stream channel's chunk is usually one run of new records: take it in one step."""
+        if self._channel_stream is None or not self._take_run(frames):  # type: ignore[arg-type]
+            super()._handle(frames)
+
+    def _take_run(self, records: list[Record]) -> bool:
+        """Accept ``records`` (all of the channel's stream, :meth:`_admit` saw to that) at once.
+
+        Exactly what :meth:`_on_message` of each would do when every one is
+        accepted; False, with nothing changed, when some record needs the
+        rules one by one (a flag, a duplicate, too few credits, ...).
+        """
+        n = len(records)
+        stream = self.streams.get(self._channel_stream)  # type: ignore[arg-type]
+        if (
+            n < 2
+            or self.state is not C.STREAMING
+            or self._credits < n
+            or stream is None
+            or not stream.receive_run(records, self._in_order)
+        ):
+            return False
+        self._credits -= n
+        if self._batch_stream != stream.stream_id:
+            self._flush()
+            self._batch_stream = stream.stream_id
+        self._batch.extend(records)
+        return True
+
     def _on_message(self, record: Record) -> None:
         self._spend_credit()
         in_order = self._in_order

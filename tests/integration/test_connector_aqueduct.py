@@ -85,6 +85,23 @@ async def test_restart_resumes_over_aqueduct(worker, certs, client_backend) -> N
     assert [m.message_id for m in sink.messages("p", "r", 1)] == list(range(200))
 
 
+async def test_send_many_over_aqueduct_with_a_restart(worker, certs, client_backend) -> None:
+    """Batches on an ORDERED and an UNORDERED stream, cut by a RESTART: every id once."""
+    sink, url, _ = await worker(WorkerConfig(initial_credits=50))
+    async with Connector(url, program="p", instance="m", cafile=str(certs.ca), quic_backend=client_backend, backoff=(0.01, 0.1)) as conn:
+        ordered = await conn.stream(1, "o")
+        unordered = await conn.stream(2, "u", mode=UNORDERED)
+        for k in range(8):
+            await ordered.send_many([b"o%d" % (k * 64 + i) for i in range(64)])
+            await unordered.send_many([b"u%d" % (k * 64 + i) for i in range(64)])
+            if k == 3:
+                await sink.peers[0].restart()
+        await asyncio.wait_for(conn.wait_all_acked(), TIMEOUT)
+        assert conn.stats.connections == 2
+    assert sink.payloads("p", "m", 1) == [b"o%d" % i for i in range(512)]
+    assert sorted(m.message_id for m in sink.messages("p", "m", 2)) == list(range(512))
+
+
 async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs, client_backend) -> None:
     """At most once: datagrams sent before the worker adopted the channel may vanish."""
     sink, url, _ = await worker()

@@ -23,6 +23,7 @@ from aqueduct.connector.frames import (
 from aqueduct.connector.memory_sink import MemorySink
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.proto.errors import LocalProtocolError
 
 TIMEOUT = 20.0
 
@@ -317,3 +318,67 @@ async def test_ok_point_after_reconnect_is_durable_not_committed(worker) -> None
         await waiter
         assert stream.acked == 10 and stream.unacked == 0
     assert [m.message_id for m in sink.messages("p", "d", 1)] == list(range(10))  # none re-sent
+
+
+async def test_send_many_is_send_of_each(worker) -> None:
+    """A batch gets the next ids in order, between single sends, with its event times."""
+    sink, url, _ = await worker()
+    t0 = 1_700_000_000_000_000
+    async with Connector(url, program="p", instance="m") as conn:
+        stream = await conn.stream(1, "s")
+        await stream.send(b"first")
+        ids = await stream.send_many([b"a%d" % i for i in range(500)], event_times=[t0 + i for i in range(500)])
+        assert ids == range(1, 501)
+        assert await stream.send(b"last", key=b"k") == 501
+        await asyncio.wait_for(stream.wait_acked(502), TIMEOUT)
+    got = sink.messages("p", "m", 1)
+    assert [m.message_id for m in got] == list(range(502))
+    assert [m.payload for m in got] == [b"first"] + [b"a%d" % i for i in range(500)] + [b"last"]
+    assert got[0].event_time is None and got[7].event_time == t0 + 6 and got[-1].key == b"k"
+
+
+async def test_send_many_fills_the_unacked_buffer_and_no_further(worker) -> None:
+    sink, url, _ = await worker(sink=MemorySink(auto_ack=False))
+    async with Connector(url, program="p", instance="b", max_buffer=5) as conn:
+        stream = await conn.stream(1, "s")
+        blocked = asyncio.ensure_future(stream.send_many([b"%d" % i for i in range(8)]))
+        await sink.wait_for(lambda: len(sink.messages("p", "b", 1)) == 5, TIMEOUT)
+        await asyncio.sleep(0.1)
+        assert not blocked.done() and stream.unacked == 5
+        sink.peers[0].ack([(1, 3)], credits=5)
+        assert await asyncio.wait_for(blocked, TIMEOUT) == range(8)
+        await sink.wait_for(lambda: len(sink.messages("p", "b", 1)) == 8, TIMEOUT)
+        assert stream.unacked == 5  # ids 3..7 wait for their commit
+
+
+async def test_send_many_resumes_after_lost_connections(worker) -> None:
+    """Batches larger than the credits, cut by dying sockets: every id once, in order."""
+    sink, url, _ = await worker(WorkerConfig(initial_credits=16))
+    async with Connector(url, program="p", instance="i", backoff=(0.01, 0.1)) as conn:
+        stream = await conn.stream(1, "s")
+        for k in range(10):
+            await stream.send_many([b"%d" % (k * 40 + i) for i in range(40)])
+            if k in (2, 6):
+                sink.peers[0].abort()
+        await asyncio.wait_for(stream.wait_acked(400), TIMEOUT)
+        assert conn.stats.connections >= 2
+    got = sink.messages("p", "i", 1)
+    assert [m.message_id for m in got] == list(range(400))
+    assert [m.payload for m in got] == [b"%d" % i for i in range(400)]
+
+
+async def test_send_many_misuse_is_refused(worker) -> None:
+    sink, url, _ = await worker()
+    async with Connector(url, program="p", instance="x") as conn:
+        stream = await conn.stream(1, "s")
+        with pytest.raises(ValueError, match=r"^2 event times for 3 payloads$"):
+            await stream.send_many([b"a", b"b", b"c"], event_times=[1, 2])
+        await stream.send(b"end", eos=True)
+        with pytest.raises(LocalProtocolError, match=r"^stream 1 is closed \(EOS sent\); re-open it$"):
+            await stream.send_many([b"late"])
+        metrics = await conn.stream(9, "metrics", mode=UNRELIABLE)
+        assert await metrics.send_many([b"m0", b"m1"]) is None
+        assert metrics.unacked == 0  # at most once: nothing buffered
+        await sink.wait_for(lambda: len(sink.messages("p", "x", 9)) == 2, TIMEOUT)
+        assert stream.next_id == 1  # the refused calls took no id
+    assert [m.payload for m in sink.messages("p", "x", 1)] == [b"end"]

@@ -197,9 +197,14 @@ class DurableLog:
     total=st.integers(1, 30),
     credits=st.integers(2, 8),
     faults=st.lists(st.tuples(st.sampled_from(["drop", "restart", "step"]), st.integers(1, 60)), max_size=6),
+    batch=st.integers(1, 5),
 )
-def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list) -> None:
-    """Connector and worker machines over a lossy 'link': every message lands exactly once."""
+def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, batch: int) -> None:
+    """Connector and worker machines over a lossy 'link': every message lands exactly once.
+
+    ``batch`` > 1 queues runs (``send_many``'s way), which the outbox splits
+    where the credits end and the session sends in one step.
+    """
     log = DurableLog()
     outbox = Outbox()
     payloads = [f"m{i}".encode() for i in range(total)]
@@ -224,8 +229,12 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list) 
                 outbox.open(1, "s1", ORDERED)
             stream = outbox.streams[1]
             while created < total and len(outbox) < credits:
-                outbox.push(stream.make_message(payloads[created]))
-                created += 1
+                n = min(batch, total - created)
+                if n == 1:
+                    outbox.push(stream.make_message(payloads[created]))
+                else:
+                    outbox.push_many(stream.make_messages(payloads[created : created + n], None, False))
+                created += n
             outbox.send_into(conn)
             to_worker = b"".join(b for _, b in conn.data_to_send())
             if created == total and not stream.unacked and not to_worker:

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from hypothesis import settings
@@ -21,10 +22,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.segment import segment_bases, segment_name
 from aqueduct.bridge.view import load_streams
-from aqueduct.connector.frames import Record
+from aqueduct.connector.frames import EVENT_TIME, Record
 from aqueduct.proto.sender import Mode
 
 ORDERED, UNORDERED = 1, 2
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class Rec:
     message_id: int | None
     stable: bool
     boundary: bool
+    event_time: int | None = None  # microseconds
+
+
+def micros(t: datetime | None) -> int | None:
+    return None if t is None else (t - EPOCH) // timedelta(microseconds=1)
 
 
 def derive(records: list[Rec], ordered: bool) -> tuple[list[int], list[int], int]:
@@ -109,6 +116,38 @@ class LogMachine(RuleBasedStateMachine):
         self.unordered_sent.add(mid)
         self._append(UNORDERED, Rec(payload, mid, True, False))
 
+    @rule(skip=st.integers(0, 2), count=st.integers(2, 6), timed=st.booleans())
+    def append_ordered_run(self, skip: int, count: int, timed: bool) -> None:
+        """A busy stream's batch: consecutive stable ids, taken in one step (same result as one by one)."""
+        start = self.next_ordered_id + skip
+        self._append_run(ORDERED, start, count, timed)
+        self.next_ordered_id = start + count
+
+    @rule(ahead=st.integers(0, 3), count=st.integers(2, 5))
+    def append_unordered_run(self, ahead: int, count: int) -> None:
+        """Runs above a gap and runs that fill it; a run the log may already hold goes one by one."""
+        top = max(self.unordered_sent, default=-1) + 1
+        free = [m for m in range(top + 1) if m not in self.unordered_sent]
+        start = free[min(ahead, len(free) - 1)]
+        ids = range(start, start + count)
+        if any(m in self.unordered_sent for m in ids):
+            return
+        self.unordered_sent.update(ids)
+        self._append_run(UNORDERED, start, count, False)
+
+    def _append_run(self, sid: int, start: int, count: int, timed: bool) -> None:
+        records = [
+            Record(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
+            for m in range(start, start + count)
+        ]
+        offset = self.log.append_run(sid, records)
+        if offset is None:  # not new to the log as a whole: the record-by-record path
+            for record in records:
+                self.log.append(record)
+        else:
+            assert offset == len(self.committed[sid]) + len(self.pending[sid])
+        self.pending[sid].extend(Rec(r.payload, r.message_id, True, False, r.event_time) for r in records)
+
     @rule()
     def commit(self) -> None:
         result = self.log.commit()
@@ -166,6 +205,7 @@ class LogMachine(RuleBasedStateMachine):
             assert [r["payload"] for r in got] == [r.payload for r in recs[lo:]]
             assert [r["message_id"] for r in got] == [r.message_id for r in recs[lo:]]
             assert [r["epoch"] for r in got] == epochs[lo:]
+            assert [micros(r["event_time"]) for r in got] == [r.event_time for r in recs[lo:]]
             for x in range(lo, len(recs) + 1):
                 assert s.reference_at(x) == (refs[x - 1] if x else 0)
             for r in recs:

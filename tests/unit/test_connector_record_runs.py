@@ -1,0 +1,210 @@
+"""Runs of records taken in one step must be exactly the records taken one by one.
+
+A busy stream's channel carries payloads of consecutive new data records;
+the worker session (:meth:`WorkerSession._take_run`), the rulebook
+(:meth:`StreamPoints.receive_run`) and the durable log
+(:meth:`DurableLog.append_run`, checked against the log's model in
+test_log_model) take such a run at once. Anything unusual must fall back to
+the per-record rules, with the same events, errors, credits and points.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aqueduct.connector.events import RecordsAccepted, SessionEnded
+from aqueduct.connector.frames import (
+    EOS,
+    EPHEMERAL,
+    EVENT_TIME,
+    PROTOCOL_VERSION,
+    UNSTABLE_REFERENCE,
+    Hello,
+    Notify,
+    Record,
+    encode,
+    plain_run,
+)
+from aqueduct.connector.points import StreamPoints
+from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+from aqueduct.proto.sender import Mode
+
+STREAM = 3
+
+
+class RecordByRecord(WorkerSession):
+    """The reference: every record through the receive table, never as a run."""
+
+    def _take_run(self, records: list[Record]) -> bool:
+        return False
+
+
+@given(
+    st.lists(st.integers(0, 40), max_size=30),
+    st.booleans(),
+    st.integers(0, 50),
+    st.integers(1, 8),
+)
+def test_a_run_of_points_is_its_ids_one_by_one(prior: list[int], ordered: bool, start: int, count: int) -> None:
+    mode = Mode.ORDERED if ordered else Mode.UNORDERED
+    run, one_by_one = StreamPoints(mode), StreamPoints(mode)
+    for m in prior:
+        run.receive(m)
+        one_by_one.receive(m)
+    taken = run.receive_run(start, start + count)
+    if taken:
+        assert all(one_by_one.receive(m) for m in range(start, start + count))
+    else:  # only a run that may hold a duplicate is refused, and it leaves no trace
+        assert start < one_by_one.point or start < one_by_one.received.top
+    assert (run.point, list(run.received)) == (one_by_one.point, list(one_by_one.received))
+
+
+def test_plain_run_is_consecutive_stable_data() -> None:
+    def recs(ids: list[int | None], flags: int = 0) -> list[Record]:
+        return [Record(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
+
+    assert plain_run(recs([4, 5, 6]))
+    assert plain_run(recs([4, 5, 6], EVENT_TIME))
+    assert not plain_run([])
+    assert not plain_run(recs([4, 6, 7]))  # a gap
+    assert not plain_run(recs([5, 4]))
+    assert not plain_run(recs([4, 5], EOS))
+    assert not plain_run(recs([4, 5], UNSTABLE_REFERENCE))
+    assert not plain_run(recs([None, None], EPHEMERAL))
+
+
+# One chunk: a run from some start, then what to do to it.
+chunk = st.tuples(
+    st.integers(-3, 6),  # start relative to the next id (negative: duplicates / going back)
+    st.integers(1, 12),  # records
+    st.sampled_from(["plain", "timed", "gap", "eos", "unstable", "ephemeral", "swap"]),
+)
+
+
+def _records(next_id: int, start: int, count: int, kind: str) -> list[Record]:
+    ids: list[int | None] = list(range(max(0, next_id + start), max(0, next_id + start) + count))
+    flags = {"timed": EVENT_TIME, "unstable": UNSTABLE_REFERENCE, "ephemeral": EPHEMERAL}.get(kind, 0)
+    if kind == "gap" and count > 2:
+        ids[count // 2] += 100  # type: ignore[operator]
+    if kind == "swap" and count > 1:
+        ids[0], ids[1] = ids[1], ids[0]
+    if kind == "ephemeral":
+        ids = [None] * count
+    records = [
+        Record(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
+    ]
+    if kind == "eos":
+        records[-1].flags |= EOS
+    return records
+
+
+def _summary(session: WorkerSession, events: list[object]) -> list[object]:
+    out: list[object] = []
+    for e in events:
+        if isinstance(e, RecordsAccepted):
+            out.append(("records", e.stream_id, [(r.flags, r.message_id, r.payload) for r in e.records]))
+        else:
+            out.append(e)
+    stream = session.streams.get(STREAM)
+    state = None
+    if stream is not None:
+        state = (stream.state, stream.last_id, stream.eos_id, stream.points.point, list(stream.points.received))
+    return [out, session.data_to_send(), session._credits, session.state, state]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(chunk, min_size=1, max_size=8),
+    st.sampled_from([Mode.ORDERED, Mode.UNORDERED]),
+    st.integers(5, 60),
+    st.integers(0, 10),
+)
+def test_a_session_takes_runs_exactly_as_records(
+    chunks: list[tuple[int, int, str]], mode: Mode, credits: int, durable_point: int
+) -> None:
+    """Same payloads into the run path and the per-record path: same events, bytes, credits, points."""
+    from aqueduct.connector.inbound import DurableStream
+
+    def durable(program: str, instance: str) -> list[DurableStream]:
+        return [DurableStream(STREAM, "s", durable_point)]
+
+    sessions = [
+        cls(WorkerConfig(initial_credits=credits), durable) for cls in (WorkerSession, RecordByRecord)
+    ]
+    for s in sessions:
+        s.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
+        s.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[mode])
+    assert _summary(sessions[0], []) == _summary(sessions[1], [])
+    next_id = durable_point
+    for start, count, kind in chunks:
+        records = _records(next_id, start, count, kind)
+        payload = b"".join(encode(r) for r in records)
+        got = [_summary(s, s.receive_payload(payload, mode=mode, channel_stream=STREAM)) for s in sessions]
+        assert got[0] == got[1]
+        next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
+        if any(isinstance(e, SessionEnded) for e in got[0][0]):  # type: ignore[union-attr]
+            break
+
+
+def test_a_busy_streams_payload_is_one_run() -> None:
+    """The case the run path is for: one RecordsAccepted, credits spent, point moved."""
+    session = WorkerSession(WorkerConfig(initial_credits=100))
+    session.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
+    session.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.ORDERED])
+    records = [Record(0, STREAM, m, None, None, b"x") for m in range(64)]
+    events = session.receive_payload(b"".join(encode(r) for r in records), mode=Mode.ORDERED, channel_stream=STREAM)
+    assert events == [RecordsAccepted(STREAM, tuple(records))]
+    assert session._credits == 100 - 64  # the NOTIFY's credit came back at once
+    assert session.streams[STREAM].point_of_reference == 64
+
+
+def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
+    from aqueduct.connector.outbound import Outbox
+
+    outbox = Outbox()
+    stream = outbox.open(1, "s", Mode.ORDERED)
+    outbox.push_many(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
+    assert len(outbox) == 5  # the NOTIFY and four records
+    first = outbox.take(3)
+    assert isinstance(first[0], Notify) and [r.message_id for r in first[1]] == [0, 1]
+    assert len(outbox) == 2
+    assert [[r.message_id for r in run] for run in outbox.take(10)] == [[2, 3]]
+    assert len(outbox) == 0 and outbox.take(4) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(chunk, min_size=1, max_size=6), st.integers(0, 40))
+def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, str]], credits: int) -> None:
+    """send_run and send of each: the same bytes out, credits, stream states and errors."""
+    from aqueduct.connector.connector_session import ConnectorSession
+    from aqueduct.connector.frames import Ok
+
+    def streaming() -> ConnectorSession:
+        session = ConnectorSession("p", "i")
+        session.start()
+        session.receive_data(encode(Ok(credits + 1, ())))
+        session.send(Notify(STREAM, "s", 0))
+        session.data_to_send()
+        return session
+
+    def outcome(session: ConnectorSession, send: object) -> tuple[object, ...]:
+        try:
+            send()  # type: ignore[operator]
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            error = (type(exc), str(exc))
+        out = [data for _, data in session.data_to_send()]
+        return error, out, session.credits, dict(session.streams)
+
+    run, one_by_one = streaming(), streaming()
+    next_id = 0
+    for start, count, kind in chunks:
+        records = _records(next_id, start, count, kind)
+
+        def each(records: list[Record] = records) -> None:
+            for r in records:
+                one_by_one.send(r)
+
+        assert outcome(run, lambda records=records: run.send_run(records)) == outcome(one_by_one, each)
+        next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
