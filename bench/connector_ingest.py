@@ -98,7 +98,7 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, scheme: str) ->
     url = f"{scheme}://127.0.0.1:{port}"
     connector = Connector(
         url, program="bench", instance="c0", cafile=str(certs.ca), connect_timeout=20,
-        quic_backend=params.get("backend", "aioquic"),
+        quic_backend=params.get("backend", "aioquic"), max_buffer=params.get("max_buffer", 10_000),
     )  # fmt: skip
     await connector.connect()
     try:

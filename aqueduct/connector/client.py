@@ -491,10 +491,9 @@ class Connector:
         while True:
             await self._kick.wait()
             self._kick.clear()
-            self._outbox.send_into(session)
+            self.stats.sent += self._outbox.send_into(session)
             frames = session.data_to_send()
             if frames:
-                self.stats.sent += sum(isinstance(f, Record) for f, _ in frames)
                 await link.send(frames)
                 self._changed()
 

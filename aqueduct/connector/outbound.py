@@ -230,15 +230,15 @@ class Outbox:
                     stream.on_ack(point)
 
     def send_into(self, session: ConnectorSession) -> int:
-        """Hand the session as many queued frames as it has credits; return how many."""
+        """Hand the session as many queued frames as it has credits; return how many were MESSAGEs."""
         if session.state is not ConnectionState.STREAMING:
             return 0
-        count = 0
+        messages = 0
         for item in self.take(session.credits):
             if type(item) is list:
                 session.send_run(item)
-                count += len(item)
+                messages += len(item)
             else:
                 session.send(item)  # type: ignore[arg-type]
-                count += 1
-        return count
+                messages += type(item) is Record
+        return messages
