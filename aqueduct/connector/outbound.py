@@ -230,15 +230,35 @@ class Outbox:
                     stream.on_ack(point)
 
     def send_into(self, session: ConnectorSession) -> int:
-        """Hand the session as many queued frames as it has credits; return how many were MESSAGEs."""
+        """Hand the session as many queued frames as it has credits; return how many were MESSAGEs.
+
+        Consecutive records of one stream go to the session as one run
+        (:meth:`ConnectorSession.send_run`), whether ``send_many`` queued
+        them together or ``send`` one by one: the session checks and encodes
+        a run in one step, and a run is exactly its records sent in order.
+        """
         if session.state is not ConnectionState.STREAMING:
             return 0
         messages = 0
+        run: list[Record] = []
         for item in self.take(session.credits):
-            if type(item) is list:
-                session.send_run(item)
-                messages += len(item)
-            else:
+            if type(item) is Notify:
+                _send_run(session, run)
+                run = []
                 session.send(item)  # type: ignore[arg-type]
-                messages += type(item) is Record
+                continue
+            records = item if type(item) is list else [item]
+            if run and run[0].stream_id != records[0].stream_id:  # type: ignore[index, union-attr]
+                _send_run(session, run)
+                run = []
+            run += records  # type: ignore[arg-type]
+            messages += len(records)  # type: ignore[arg-type]
+        _send_run(session, run)
         return messages
+
+
+def _send_run(session: ConnectorSession, run: list[Record]) -> None:
+    if len(run) > 1:
+        session.send_run(run)
+    elif run:
+        session.send(run[0])
