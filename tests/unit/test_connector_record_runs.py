@@ -208,3 +208,29 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
 
         assert outcome(run, lambda records=records: run.send_run(records)) == outcome(one_by_one, each)
         next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
+
+
+def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
+    """A record whose fields contradict its flags is refused by the general encoder, run or not."""
+    from aqueduct.connector.connector_session import ConnectorSession
+    from aqueduct.connector.frames import Ok
+
+    records = [Record(0, STREAM, m, None, None, b"x") for m in range(3)]
+    records[1].key = b"k"  # a key without the KEY flag
+    errors = []
+    for send in ("run", "each"):
+        session = ConnectorSession("p", "i")
+        session.start()
+        session.receive_data(encode(Ok(10, ())))
+        session.send(Notify(STREAM, "s", 0))
+        session.data_to_send()
+        try:
+            if send == "run":
+                session.send_run(records)
+            else:
+                for r in records:
+                    session.send(r)
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            errors.append((type(exc), str(exc), session.credits, len(session.data_to_send())))
+    assert len(errors) == 2 and errors[0] == errors[1]
+    assert errors[0][2:] == (8, 1)  # the record before the bad one went out
