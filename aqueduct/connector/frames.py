@@ -251,14 +251,14 @@ _DATA_FLAGS = frozenset({0, EVENT_TIME})
 
 
 def plain_run(records: Sequence[Record]) -> bool:
-    """True if ``records`` are stable data records (no flag but EVENT_TIME) with consecutive ids.
+    """True if ``records`` are one stream's stable data records (no flag but EVENT_TIME), ids consecutive.
 
     What a busy stream carries; the worker session and the durable log take
     such a run in one step instead of a rule check per record. Anything
     else (a key, a boundary, EOS, EPHEMERAL, UNSTABLE_REFERENCE, a gap in
-    the ids) goes record by record.
+    the ids, another stream) goes record by record.
     """
-    if not records or not {r.flags for r in records} <= _DATA_FLAGS:
+    if not records or not {r.flags for r in records} <= _DATA_FLAGS or len({r.stream_id for r in records}) != 1:
         return False
     start = records[0].message_id
     return [r.message_id for r in records] == list(range(start, start + len(records)))  # type: ignore[operator]
@@ -443,6 +443,10 @@ def encode(frame: Frame) -> bytes:
     return struct.pack(">IB", len(body) + 1, frame.TAG) + body
 
 
+#: What :func:`encode_run` compares a run's flags, payload types, event times and keys with.
+_UNTIMED, _BYTES, _NONE = frozenset({0}), frozenset({bytes}), frozenset({None})
+
+
 def encode_run(records: Sequence[Record]) -> list[bytes] | None:
     """Each record's frame, for a run of common MESSAGEs; None if one needs the general way.
 
@@ -458,16 +462,16 @@ def encode_run(records: Sequence[Record]) -> list[bytes] | None:
         and {r.key for r in records} == _NONE
     ):
         # The commonest run (no event times): one pack per record, no call.
-        pack, head, sid = _MESSAGE_HEAD.pack, _MESSAGE_HEAD.size - 4, records[0].stream_id
+        pack, head = _MESSAGE_HEAD.pack, _MESSAGE_HEAD.size - 4
         try:
-            return [pack(head + len(r.payload), MESSAGE_TAG, 0, sid, r.message_id) + r.payload for r in records]  # type: ignore[arg-type, operator]
+            return [
+                pack(head + len(r.payload), MESSAGE_TAG, 0, r.stream_id, r.message_id) + r.payload  # type: ignore[arg-type, operator]
+                for r in records
+            ]
         except struct.error:
             return None
     encoded = [_encode_plain_message(r) for r in records]
     return None if None in encoded else encoded  # type: ignore[return-value]
-
-
-_UNTIMED, _BYTES, _NONE = {0}, {bytes}, {None}
 
 
 def _encode_plain_message(m: Record) -> bytes | None:

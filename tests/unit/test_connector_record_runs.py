@@ -72,6 +72,7 @@ def test_plain_run_is_consecutive_stable_data() -> None:
     assert not plain_run(recs([4, 5], EOS))
     assert not plain_run(recs([4, 5], UNSTABLE_REFERENCE))
     assert not plain_run(recs([None, None], EPHEMERAL))
+    assert not plain_run([Record(0, STREAM, 4, None, None, b"x"), Record(0, STREAM + 1, 5, None, None, b"x")])
 
 
 # One chunk: a run from some start, then what to do to it.
