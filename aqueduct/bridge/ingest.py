@@ -285,7 +285,7 @@ class Ingest:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
         if self.config.memory_budget is not None:
             self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
-        if self.log.append_run(sid, records) is not None:  # a busy stream's usual batch: all new data
+        if self.log.append_run(records) is not None:  # a busy stream's usual batch: all new data
             self.counters.messages += len(records)
             return
         append = self.log.appender(sid)

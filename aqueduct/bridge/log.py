@@ -343,14 +343,13 @@ class _StreamWriter:
 
         The columns grow by list extension instead of eight appends and the
         rule checks per record, with exactly the result :meth:`append` of
-        each would leave. Returns None, buffering nothing, unless the run is
-        one (:func:`~aqueduct.connector.frames.plain_run`: stable data
-        records with consecutive ids) and every id is new to the stream:
-        the caller then appends record by record, which deals with
-        duplicates and names any error.
+        each would leave. The caller checked that the records are a run of
+        this stream (:func:`~aqueduct.connector.frames.plain_run`: stable
+        data records with consecutive ids). Returns None, buffering
+        nothing, unless every id is new to the stream and fits: the caller
+        then appends record by record, which deals with duplicates and
+        names any error.
         """
-        if not plain_run(records):
-            return None
         n = len(records)
         start = records[0].message_id
         stop = start + n  # type: ignore[operator]
@@ -370,8 +369,8 @@ class _StreamWriter:
             self._pending_streams.add(self)
         p.message_id.extend(range(start, stop))  # type: ignore[arg-type]
         p.event_time.extend(event_times)
-        p.key.extend([None] * n)
-        p.payload.extend([r.payload for r in records])  # type: ignore[misc]
+        p.key.extend([r.key for r in records])
+        p.payload.extend([r.payload or b"" for r in records])
         if self.uses_boundaries:  # the run's records all fall in the open epoch
             p.epoch.extend([self.next_epoch] * n)
         else:  # each record is an epoch of its own
@@ -768,15 +767,18 @@ class DurableLog:
         """
         return self._stream(record.stream_id).append(record)
 
-    def append_run(self, stream_id: int, records: Sequence[Record]) -> int | None:
+    def append_run(self, records: Sequence[Record]) -> int | None:
         """Buffer a run of one stream's new, plain records in one step, if it is one.
 
         Returns the first record's offset, or None (nothing buffered) when
-        the records must go through :meth:`append` one by one: some flag
-        other than EVENT_TIME, ids that are not consecutive, or an id the
-        stream may already hold. Same result as appending each.
+        the records must go through :meth:`append` one by one: several
+        streams, some flag other than EVENT_TIME, ids that are not
+        consecutive, or an id the stream may already hold. Same result as
+        appending each.
         """
-        return self._stream(stream_id).append_run(records)
+        if not plain_run(records):
+            return None
+        return self._stream(records[0].stream_id).append_run(records)
 
     def appender(self, stream_id: int) -> Callable[[Record], int]:
         """:meth:`append` bound to one stream's writer, for appending a batch of its records.

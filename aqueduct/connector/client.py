@@ -176,34 +176,42 @@ class ConnectorStream:
 
     async def send_many(
         self, payloads: Sequence[bytes], *, event_times: Sequence[int | None] | None = None
-    ) -> range | None:
+    ) -> list[int] | None:
         """Send data messages with the next ids, in order; return their ids (None for EPHEMERAL).
 
         As :meth:`send` of each payload (with its ``event_times`` entry),
-        in one step per bufferful: the records are built, buffered and
-        queued together, and the waits happen once per bufferful rather
-        than once per record. That is the producer's side of a busy
+        in one step per round: the records of a round are built, buffered
+        and queued together, and the waits happen once per round rather
+        than once per record. A round takes what :meth:`send` would take
+        before waiting: up to the room in the unacked buffer
+        (``max_buffer``) and in the session's credits (at least one), so
+        the waits, a ``CreditTimeout`` and what a lost connection drops are
+        those of sending each. That is the producer's side of a busy
         stream; keys, boundaries, EOS and explicit ids go through
-        :meth:`send`. Waits while the unacked buffer is full (filling it
-        up to ``max_buffer``, not beyond) and until the queue has credits.
+        :meth:`send`. The ids are the stream's next ones, unless another
+        task sends on the stream while this one waits.
         """
         if event_times is not None and len(event_times) != len(payloads):
             raise ValueError(f"{len(event_times)} event times for {len(payloads)} payloads")
         c, state = self._connector, self._state
         ephemeral = state.mode is UNRELIABLE
-        first = state.next_id
+        ids: list[int] = []
         done = 0
         while done < len(payloads):  # bounded: every round queues at least one record
             if not ephemeral and (c._fatal is not None or len(state.unacked) >= c.max_buffer):
                 await c._wait(lambda: len(state.unacked) < c.max_buffer, None)
-            room = len(payloads) - done if ephemeral else c.max_buffer - len(state.unacked)
+            room = c._credit_room()
+            if not ephemeral:
+                room = min(room, c.max_buffer - len(state.unacked))
             upto = done + min(room, len(payloads) - done)
             times = None if event_times is None else event_times[done:upto]
+            first = state.next_id
             c._enqueue_many(state.make_messages(payloads[done:upto], times, ephemeral))
+            ids.extend(range(first, state.next_id))
             done = upto
             if c._fatal is not None or not c._has_credit_for_queue():
                 await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
-        return None if ephemeral else range(first, state.next_id)
+        return None if ephemeral else ids
 
     async def wait_acked(self, point: int, timeout: float | None = None) -> None:
         """Wait until the worker committed every id below ``point``."""
@@ -358,6 +366,13 @@ class Connector:
     def _enqueue_many(self, messages: list[Record]) -> None:
         self._outbox.push_many(messages)
         self._kick.set()
+
+    def _credit_room(self) -> int:
+        """Records ``send()`` one by one would queue before waiting for credit (at least one)."""
+        session = self._session
+        if session is None or not self.connected:
+            return 1
+        return max(1, session.credits - len(self._outbox) + 1)
 
     def _has_credit_for_queue(self) -> bool:
         session = self._session

@@ -89,8 +89,8 @@ class StreamPoints:
         """
         if start < self.point or start < self.received.top or stop <= start:
             return False
-        if self.ordered:
-            self.received.add_range(0, stop)
+        if self.ordered:  # as receive() each: skipped ids below fill in, unless the run starts at the point
+            self.received.add_range(start if start == self.point else 0, stop)
             self.point = stop
         else:
             self.received.add_range(start, stop)

@@ -132,7 +132,10 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
                 else _lines(s, files)
                 for s in streams
             ]
-            await _send_all(streams, sources, args.rate, progress)
+            # Generated records are all there: a batch at a time. Lines go out as they come
+            # (a batch would hold a slow stdin's lines back until 64 arrived), and --rate paces one.
+            batch = BATCH if args.count is not None and not args.rate else 1
+            await _send_all(streams, sources, batch, args.rate, progress)
             if Mode(args.mode) is not Mode.UNRELIABLE:
                 try:
                     await conn.wait_all_acked(args.ack_timeout)
@@ -152,20 +155,20 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
     return summary
 
 
-#: records handed over per ``send_many`` when no ``--rate`` paces them one by one
+#: generated records handed over per ``send_many`` when no ``--rate`` paces them one by one
 BATCH = 64
 
 
 async def _send_all(
     streams: list[ConnectorStream],
     sources: list[AsyncIterator[tuple[int, bytes]]],
+    batch: int,
     rate: float | None,
     progress: _Progress,
 ) -> None:
-    """Round-robin over the streams, a batch of each in turn (one record each under ``--rate``)."""
+    """Round-robin over the streams, up to ``batch`` records of each in turn."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    batch = 1 if rate else BATCH
     live = list(zip(streams, sources, strict=True))
     while live:
         for entry in list(live):

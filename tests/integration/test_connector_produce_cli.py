@@ -121,3 +121,44 @@ async def test_summary_counts_commits_not_durable_points_after_a_reconnect() -> 
         )
     assert code == 0, err
     assert summary["resume_from"] == {"0": 100} and summary["sent"] == 0 and summary["acked"] == 0
+
+
+async def test_generated_records_go_in_batches_and_resume() -> None:
+    """--count without --rate: send_many batches; a re-run with a larger count sends only the rest."""
+    sink = MemorySink()
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        url = f"tcp://127.0.0.1:{server.port}"
+        common = ("--program", "p", "--instance", "b", "--streams", "2", "--payload-size", "12", "--json", "--quiet")
+        code, summary, err = await produce(url, "--count", "150", *common)
+        assert code == 0, err
+        assert summary["sent"] == 300 and summary["acked"] == 300
+        code, summary, err = await produce(url, "--count", "200", *common)
+        assert code == 0, err
+        assert summary["resume_from"] == {"0": 150, "1": 150} and summary["sent"] == 100
+    for sid in range(2):
+        got = sink.messages("p", "b", sid)
+        assert [m.message_id for m in got] == list(range(200))
+        assert all(m.payload.startswith(b"%d:%d " % (sid, m.message_id)) for m in got)
+
+
+async def test_lines_go_out_as_they_are_read() -> None:
+    """A slow stdin: each line reaches the worker before the next one is written (no batch holds it back)."""
+    sink = MemorySink()
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        url = f"tcp://127.0.0.1:{server.port}"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "aqueduct.connector.produce_cli", url, "--program", "p", "--instance", "live",
+            "--quiet", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            for i in range(3):
+                proc.stdin.write(b"line %d\n" % i)
+                await proc.stdin.drain()
+                await sink.wait_for(lambda i=i: len(sink.payloads("p", "live", 0)) == i + 1, TIMEOUT)
+            proc.stdin.close()
+            assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert sink.payloads("p", "live", 0) == [b"line 0", b"line 1", b"line 2"]

@@ -328,7 +328,7 @@ async def test_send_many_is_send_of_each(worker) -> None:
         stream = await conn.stream(1, "s")
         await stream.send(b"first")
         ids = await stream.send_many([b"a%d" % i for i in range(500)], event_times=[t0 + i for i in range(500)])
-        assert ids == range(1, 501)
+        assert ids == list(range(1, 501))
         assert await stream.send(b"last", key=b"k") == 501
         await asyncio.wait_for(stream.wait_acked(502), TIMEOUT)
     got = sink.messages("p", "m", 1)
@@ -346,7 +346,7 @@ async def test_send_many_fills_the_unacked_buffer_and_no_further(worker) -> None
         await asyncio.sleep(0.1)
         assert not blocked.done() and stream.unacked == 5
         sink.peers[0].ack([(1, 3)], credits=5)
-        assert await asyncio.wait_for(blocked, TIMEOUT) == range(8)
+        assert await asyncio.wait_for(blocked, TIMEOUT) == list(range(8))
         await sink.wait_for(lambda: len(sink.messages("p", "b", 1)) == 8, TIMEOUT)
         assert stream.unacked == 5  # ids 3..7 wait for their commit
 
@@ -382,3 +382,38 @@ async def test_send_many_misuse_is_refused(worker) -> None:
         await sink.wait_for(lambda: len(sink.messages("p", "x", 9)) == 2, TIMEOUT)
         assert stream.next_id == 1  # the refused calls took no id
     assert [m.payload for m in sink.messages("p", "x", 1)] == [b"end"]
+
+
+async def test_send_many_waits_for_credits_as_send_does(worker) -> None:
+    """Out of credit, a batch stops where send() of each would: the same ids taken, the same timeout."""
+    sink, url, _ = await worker(WorkerConfig(initial_credits=1), MemorySink(auto_ack=False))
+    async with Connector(url, program="p", instance="c", credits_timeout=0.3) as conn:
+        stream = await conn.stream(1, "s")  # NOTIFY's credit comes back at once
+        with pytest.raises(CreditTimeout):
+            await stream.send_many([b"a", b"b", b"c"])
+        assert stream.next_id == 2 and stream.unacked == 2  # "b" waits queued, "c" was never taken
+        sink.peers[0].grant_credits(2)
+        assert await stream.send_many([b"c"]) == [2]
+        await sink.wait_for(lambda: len(sink.messages("p", "c", 1)) == 3, TIMEOUT)
+    assert [m.payload for m in sink.messages("p", "c", 1)] == [b"a", b"b", b"c"]
+
+
+async def test_send_many_returns_its_own_ids_when_another_task_sends(worker) -> None:
+    """Another task's send() between two rounds gets an id of its own, and the batch does not claim it."""
+    sink, url, _ = await worker(sink=MemorySink(auto_ack=False))
+    async with Connector(url, program="p", instance="o", max_buffer=3) as conn:
+        stream = await conn.stream(1, "s")
+        many = asyncio.ensure_future(stream.send_many([b"m%d" % i for i in range(5)]))
+        await sink.wait_for(lambda: len(sink.messages("p", "o", 1)) == 3, TIMEOUT)  # the buffer is full
+        other = asyncio.ensure_future(stream.send(b"other"))
+        for _ in range(200):  # commit whatever arrived until both are done
+            if many.done() and other.done():
+                break
+            stored = sink.streams[("p", "o")][1]
+            sink.peers[0].ack([(1, stored.point)], credits=3)
+            await asyncio.sleep(0.01)
+        ids, other_id = await asyncio.wait_for(many, TIMEOUT), await asyncio.wait_for(other, TIMEOUT)
+        await sink.wait_for(lambda: len(sink.messages("p", "o", 1)) == 6, TIMEOUT)
+    assert sorted([*ids, other_id]) == list(range(6))
+    by_id = {m.message_id: m.payload for m in sink.messages("p", "o", 1)}
+    assert [by_id[i] for i in ids] == [b"m%d" % i for i in range(5)] and by_id[other_id] == b"other"

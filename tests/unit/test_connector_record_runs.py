@@ -45,10 +45,15 @@ class RecordByRecord(WorkerSession):
     st.booleans(),
     st.integers(0, 50),
     st.integers(1, 8),
+    st.integers(0, 20),
 )
-def test_a_run_of_points_is_its_ids_one_by_one(prior: list[int], ordered: bool, start: int, count: int) -> None:
+def test_a_run_of_points_is_its_ids_one_by_one(
+    prior: list[int], ordered: bool, start: int, count: int, notified: int
+) -> None:
     mode = Mode.ORDERED if ordered else Mode.UNORDERED
     run, one_by_one = StreamPoints(mode), StreamPoints(mode)
+    run.start_from(notified)  # a NOTIFY's point: ids below it never come, none of them received
+    one_by_one.start_from(notified)
     for m in prior:
         run.receive(m)
         one_by_one.receive(m)
@@ -120,9 +125,10 @@ def _summary(session: WorkerSession, events: list[object]) -> list[object]:
     st.sampled_from([Mode.ORDERED, Mode.UNORDERED]),
     st.integers(5, 60),
     st.integers(0, 10),
+    st.integers(0, 10),
 )
 def test_a_session_takes_runs_exactly_as_records(
-    chunks: list[tuple[int, int, str]], mode: Mode, credits: int, durable_point: int
+    chunks: list[tuple[int, int, str]], mode: Mode, credits: int, durable_point: int, notify_above: int
 ) -> None:
     """Same payloads into the run path and the per-record path: same events, bytes, credits, points."""
     from aqueduct.connector.inbound import DurableStream
@@ -135,9 +141,12 @@ def test_a_session_takes_runs_exactly_as_records(
     ]
     for s in sessions:
         s.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
-        s.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[mode])
+        # The connector's NOTIFY point may be above what the worker holds durably.
+        s.receive_payload(
+            encode(Notify(STREAM, "s", durable_point + notify_above)), mode=Mode.ORDERED, stream_modes=[mode]
+        )
     assert _summary(sessions[0], []) == _summary(sessions[1], [])
-    next_id = durable_point
+    next_id = durable_point + notify_above
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
         payload = b"".join(encode(r) for r in records)

@@ -140,7 +140,7 @@ class LogMachine(RuleBasedStateMachine):
             Record(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
         ]
-        offset = self.log.append_run(sid, records)
+        offset = self.log.append_run(records)
         if offset is None:  # not new to the log as a whole: the record-by-record path
             for record in records:
                 self.log.append(record)
