@@ -19,7 +19,7 @@ from typing import Any
 
 from aqueduct.bridge.ingest import Ingest, IngestConfig
 from aqueduct.bridge.log import DurableLog
-from aqueduct.connector.client import Connector
+from aqueduct.connector.client import DEFAULT_MAX_BUFFER, Connector
 from aqueduct.connector.events import SessionEnded, WorkerEvent
 from aqueduct.connector.worker_server import WorkerPeer
 from aqueduct.connector.worker_session import WorkerConfig
@@ -98,7 +98,7 @@ async def _send(params: dict[str, Any], certs: Certs, port: int, scheme: str) ->
     url = f"{scheme}://127.0.0.1:{port}"
     connector = Connector(
         url, program="bench", instance="c0", cafile=str(certs.ca), connect_timeout=20,
-        quic_backend=params.get("backend", "aioquic"), max_buffer=params.get("max_buffer", 10_000),
+        quic_backend=params.get("backend", "aioquic"), max_buffer=params.get("max_buffer", DEFAULT_MAX_BUFFER),
     )  # fmt: skip
     await connector.connect()
     try:

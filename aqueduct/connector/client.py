@@ -70,6 +70,8 @@ class CreditTimeout(TimeoutError):
 
 
 MAX_ERRORS = 100
+#: default ``max_buffer``: reliable messages a stream keeps until the worker commits them
+DEFAULT_MAX_BUFFER = 10_000
 
 
 class WorkerBusy(ConnectionError):
@@ -233,7 +235,7 @@ class Connector:
         instance: str | None = None,
         cookie: bytes | str = b"",
         credits_timeout: float | None = None,
-        max_buffer: int = 10_000,
+        max_buffer: int = DEFAULT_MAX_BUFFER,
         cafile: str | None = None,
         connect_timeout: float | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),

@@ -242,23 +242,15 @@ class Outbox:
         messages = 0
         run: list[Record] = []
         for item in self.take(session.credits):
-            if type(item) is Notify:
-                _send_run(session, run)
+            records = item if type(item) is list else [item] if type(item) is Record else None
+            if run and (records is None or run[0].stream_id != records[0].stream_id):  # type: ignore[union-attr]
+                session.send_run(run)
                 run = []
+            if records is None:  # a NOTIFY
                 session.send(item)  # type: ignore[arg-type]
-                continue
-            records = item if type(item) is list else [item]
-            if run and run[0].stream_id != records[0].stream_id:  # type: ignore[index, union-attr]
-                _send_run(session, run)
-                run = []
-            run += records  # type: ignore[arg-type]
-            messages += len(records)  # type: ignore[arg-type]
-        _send_run(session, run)
+            else:
+                run += records  # type: ignore[arg-type]
+                messages += len(records)  # type: ignore[arg-type]
+        if run:
+            session.send_run(run)
         return messages
-
-
-def _send_run(session: ConnectorSession, run: list[Record]) -> None:
-    if len(run) > 1:
-        session.send_run(run)
-    elif run:
-        session.send(run[0])

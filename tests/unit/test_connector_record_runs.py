@@ -13,6 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import RecordsAccepted, SessionEnded
 from aqueduct.connector.frames import (
     EOS,
@@ -22,15 +23,28 @@ from aqueduct.connector.frames import (
     UNSTABLE_REFERENCE,
     Hello,
     Notify,
+    Ok,
     Record,
     encode,
     plain_run,
 )
+from aqueduct.connector.inbound import DurableStream
+from aqueduct.connector.outbound import Outbox
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.proto.sender import Mode
 
 STREAM = 3
+
+
+def notified_connector(credits: int) -> ConnectorSession:
+    """A connector session past OK with ``credits``, its stream notified (which spent one)."""
+    session = ConnectorSession("p", "i")
+    session.start()
+    session.receive_data(encode(Ok(credits, ())))
+    session.send(Notify(STREAM, "s", 0))
+    session.data_to_send()
+    return session
 
 
 class RecordByRecord(WorkerSession):
@@ -131,8 +145,6 @@ def test_a_session_takes_runs_exactly_as_records(
     chunks: list[tuple[int, int, str]], mode: Mode, credits: int, durable_point: int, notify_above: int
 ) -> None:
     """Same payloads into the run path and the per-record path: same events, bytes, credits, points."""
-    from aqueduct.connector.inbound import DurableStream
-
     def durable(program: str, instance: str) -> list[DurableStream]:
         return [DurableStream(STREAM, "s", durable_point)]
 
@@ -170,8 +182,6 @@ def test_a_busy_streams_payload_is_one_run() -> None:
 
 
 def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
-    from aqueduct.connector.outbound import Outbox
-
     outbox = Outbox()
     stream = outbox.open(1, "s", Mode.ORDERED)
     outbox.push_many(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
@@ -187,17 +197,6 @@ def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
 @given(st.lists(chunk, min_size=1, max_size=6), st.integers(0, 40))
 def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, str]], credits: int) -> None:
     """send_run and send of each: the same bytes out, credits, stream states and errors."""
-    from aqueduct.connector.connector_session import ConnectorSession
-    from aqueduct.connector.frames import Ok
-
-    def streaming() -> ConnectorSession:
-        session = ConnectorSession("p", "i")
-        session.start()
-        session.receive_data(encode(Ok(credits + 1, ())))
-        session.send(Notify(STREAM, "s", 0))
-        session.data_to_send()
-        return session
-
     def outcome(session: ConnectorSession, send: object) -> tuple[object, ...]:
         try:
             send()  # type: ignore[operator]
@@ -207,7 +206,7 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
         out = [data for _, data in session.data_to_send()]
         return error, out, session.credits, dict(session.streams)
 
-    run, one_by_one = streaming(), streaming()
+    run, one_by_one = notified_connector(credits + 1), notified_connector(credits + 1)
     next_id = 0
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
@@ -222,18 +221,11 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
 
 def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
     """A record whose fields contradict its flags is refused by the general encoder, run or not."""
-    from aqueduct.connector.connector_session import ConnectorSession
-    from aqueduct.connector.frames import Ok
-
     records = [Record(0, STREAM, m, None, None, b"x") for m in range(3)]
     records[1].key = b"k"  # a key without the KEY flag
     errors = []
     for send in ("run", "each"):
-        session = ConnectorSession("p", "i")
-        session.start()
-        session.receive_data(encode(Ok(10, ())))
-        session.send(Notify(STREAM, "s", 0))
-        session.data_to_send()
+        session = notified_connector(10)
         try:
             if send == "run":
                 session.send_run(records)
