@@ -177,8 +177,8 @@ class Outbox:
             if plan is not None:
                 notify, resend = plan
                 self.push(notify)
-                if resend:
-                    self.push_many(resend)
+                for record in resend:  # one by one: a buffer's worth as one run would be copied at every split
+                    self.push(record)
                 self.resent += len(resend)
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
