@@ -71,6 +71,13 @@ RAW_AQ_DATAGRAM = Case(
     "raw aioquic datagrams", "raw.datagram", "msg_per_s", {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY}
 )
 RAW_AQ_BULK = Case("raw aioquic, 1 unidirectional stream", "raw.bulk", "mb_per_s", {"size": BULK})
+# The third raw stack (bench.raw_qh3, the `bench` extra): aioquic's fork with a
+# Rust core, beside the aioquic rows so one run shows the three stacks side by side.
+RAW_QH3_BULK = Case("raw qh3, 1 unidirectional stream", "rawqh3.bulk", "mb_per_s", {"size": BULK})
+RAW_QH3_SMALL = Case("raw qh3, length-prefixed, 1 stream", "rawqh3.small", "msg_per_s", {"size": SMALL})
+RAW_QH3_DATAGRAM = Case(
+    "raw qh3 datagrams", "rawqh3.datagram", "msg_per_s", {"size": SMALL, "yield_every": DATAGRAM_YIELD_EVERY}
+)
 # Durability arrives in group commits (a few per second when the disk is slow):
 # connector runs need more time than the others for a meaningful rate.
 CONNECTOR_PARAMS = {"size": SMALL, "min_seconds": 3.0, "min_warmup": 0.5}
@@ -99,7 +106,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ours=Case("aqueduct ORDERED", "ours.ordered", "mb_per_s", {"size": BULK}),
         baseline=RAW_AQ_BULK,
         target=0.90,
-        others=(RAW_PQ_BULK,),
+        others=(RAW_PQ_BULK, RAW_QH3_BULK),
     ),
     Benchmark(
         "ordered_small",
@@ -114,6 +121,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                 {"size": SMALL, "batch": 64},
             ),
             RAW_PQ_SMALL,
+            RAW_QH3_SMALL,
         ),
     ),
     Benchmark(
@@ -138,7 +146,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
         baseline=RAW_AQ_DATAGRAM,
         target=0.80,
-        others=(RAW_PQ_DATAGRAM,),
+        others=(RAW_PQ_DATAGRAM, RAW_QH3_DATAGRAM),
     ),
     Benchmark(
         "connector_ingest",

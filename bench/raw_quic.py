@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aioquic.asyncio import serve
@@ -40,8 +41,14 @@ MAX_QUEUED_DATAGRAMS = 1024
 PREFIX = 4
 
 
-class RawProtocol(QuicConnectionProtocol):
-    """aioquic protocol that hands events to a callback and wakes a paced writer."""
+class Paced:
+    """Mixin for an aioquic-style protocol: events go to a callback, a paced writer is woken.
+
+    Mixed into aioquic's protocol here and into its fork's (qh3) in
+    :mod:`bench.raw_qh3`, whose asyncio layer has the same shape.
+    """
+
+    _loop: asyncio.AbstractEventLoop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -72,6 +79,10 @@ class RawProtocol(QuicConnectionProtocol):
                 self._writable = None
 
 
+class RawProtocol(Paced, QuicConnectionProtocol):
+    """aioquic protocol that hands events to a callback and wakes a paced writer."""
+
+
 def _unsent(quic: QuicConnection, stream_id: int) -> int:
     stream = quic._streams.get(stream_id)
     if stream is None:
@@ -80,27 +91,54 @@ def _unsent(quic: QuicConnection, stream_id: int) -> int:
     return sender._buffer_stop - sender.highest_offset
 
 
+@dataclass(frozen=True)
+class Stack:
+    """An aioquic-shaped QUIC stack to run the stream baselines on: aioquic, or its fork qh3.
+
+    What differs between them: the classes, how a configuration is made,
+    and how the sender sees what still waits unsent on a stream.
+    """
+
+    serve: Callable[..., Awaitable[Any]]
+    protocol: type[Paced]
+    connection: type
+    server_configuration: Callable[[Certs], Any]
+    client_configuration: Callable[[Certs], Any]
+    unsent: Callable[[Any, int], int]
+
+
+AIOQUIC = Stack(
+    serve=serve,
+    protocol=RawProtocol,
+    connection=QuicConnection,
+    server_configuration=lambda certs: server_configuration(certs.server_cert, certs.server_key),
+    client_configuration=lambda certs: client_configuration(SERVER_NAME, certs.ca, True, None, None),
+    unsent=_unsent,
+)
+
+
 # ---------------------------------------------------------------- server side
-async def _serve(
+async def serve_events(
     params: dict[str, Any],
     certs: Certs,
     ready: Callable[[int], None],
     handler: Handler,
+    stack: Stack = AIOQUIC,
 ) -> dict[str, Any]:
     """Accept one connection, feed its events to ``handler``'s callback until it says done."""
     loop = asyncio.get_running_loop()
     meter = Meter(params["warmup"])
     done: asyncio.Future[None] = loop.create_future()
-    protocols: list[RawProtocol] = []
+    protocols: list[Any] = []
 
-    def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> RawProtocol:
-        proto = RawProtocol(quic)
+    def create_protocol(quic: Any, stream_handler: Any = None) -> Paced:
+        proto = stack.protocol(quic)
         proto.on_event = handler(meter, done)
         protocols.append(proto)
         return proto
 
-    config = server_configuration(certs.server_cert, certs.server_key)
-    server = await serve("127.0.0.1", 0, configuration=config, create_protocol=create_protocol)
+    config = stack.server_configuration(certs)
+    server = await stack.serve("127.0.0.1", 0, configuration=config, create_protocol=create_protocol)
     assert server._transport is not None
     ready(server._transport.get_extra_info("sockname")[1])
     ended = await run_until_idle(done, meter, params["idle"], params["limit"])
@@ -213,20 +251,21 @@ _on_datagram = on_datagram(events.DatagramFrameReceived, events.StreamDataReceiv
 
 
 # ---------------------------------------------------------------- client side
-async def _connect(certs: Certs, port: int) -> tuple[RawProtocol, asyncio.DatagramTransport]:
+async def _connect(
+    certs: Certs, port: int, stack: Stack = AIOQUIC
+) -> tuple[Any, asyncio.DatagramTransport]:
     loop = asyncio.get_running_loop()
-    config = client_configuration(SERVER_NAME, certs.ca, True, None, None)
-    quic = QuicConnection(configuration=config)
+    quic = stack.connection(configuration=stack.client_configuration(certs))
     transport, proto = await loop.create_datagram_endpoint(
-        lambda: RawProtocol(quic), remote_addr=("127.0.0.1", port)
+        lambda: stack.protocol(quic), remote_addr=("127.0.0.1", port)
     )
-    assert isinstance(proto, RawProtocol)
+    assert isinstance(proto, stack.protocol)
     proto.connect(("127.0.0.1", port))
     await asyncio.wait_for(proto.wait_connected(), 20)
     return proto, transport
 
 
-async def _finish(proto: RawProtocol, transport: asyncio.DatagramTransport, limit: float) -> None:
+async def _finish(proto: Any, transport: asyncio.DatagramTransport, limit: float) -> None:
     """Wait until the server closes (it has read everything), then drop the socket."""
     try:
         await asyncio.wait_for(proto.wait_closed(), limit)
@@ -235,19 +274,23 @@ async def _finish(proto: RawProtocol, transport: asyncio.DatagramTransport, limi
     transport.close()
 
 
-async def _send_stream(params: dict[str, Any], certs: Certs, port: int, framed: bool) -> dict[str, Any]:
-    proto, transport = await _connect(certs, port)
+async def send_stream(
+    params: dict[str, Any], certs: Certs, port: int, framed: bool, stack: Stack = AIOQUIC
+) -> dict[str, Any]:
+    """Bulk or length-prefixed writes on one stream, at most ``MAX_UNSENT`` waiting unsent."""
+    proto, transport = await _connect(certs, port, stack)
     quic = proto._quic
+    unsent = stack.unsent
     body = payload(params["size"])
     data = (len(body).to_bytes(PREFIX, "big") + body) if framed else body
     sid = quic.get_next_available_stream_id(is_unidirectional=True)
 
     def room() -> bool:
-        return _unsent(quic, sid) < MAX_UNSENT // 2
+        return unsent(quic, sid) < MAX_UNSENT // 2
 
     def send_one() -> Any:
         quic.send_stream_data(sid, data)
-        if _unsent(quic, sid) >= MAX_UNSENT:
+        if unsent(quic, sid) >= MAX_UNSENT:
             return proto.wait_writable(room)
         proto._transmit_soon()
         return None
@@ -308,29 +351,29 @@ async def send_datagram(params: dict[str, Any], certs: Certs, port: int) -> dict
 
 
 async def serve_bulk(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_bulk)
+    return await serve_events(params, certs, ready, _on_bulk)
 
 
 async def serve_small(params: dict[str, Any], certs: Certs, ready: Callable[[int], None]) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_small)
+    return await serve_events(params, certs, ready, _on_small)
 
 
 async def serve_stream_per_message(
     params: dict[str, Any], certs: Certs, ready: Callable[[int], None]
 ) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_stream_per_message)
+    return await serve_events(params, certs, ready, _on_stream_per_message)
 
 
 async def serve_datagram(
     params: dict[str, Any], certs: Certs, ready: Callable[[int], None]
 ) -> dict[str, Any]:
-    return await _serve(params, certs, ready, _on_datagram)
+    return await serve_events(params, certs, ready, _on_datagram)
 
 
 async def send_bulk(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
-    return await _send_stream(params, certs, port, framed=False)
+    return await send_stream(params, certs, port, framed=False)
 
 
 async def send_small(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
-    return await _send_stream(params, certs, port, framed=True)
+    return await send_stream(params, certs, port, framed=True)
 

@@ -55,13 +55,17 @@ class Settings:
         return sending_bound(p) + 2 * p.get("prime_timeout", 0.0) + 120.0
 
 
-def role_available(role: str) -> bool:
-    """False while the module behind a role (our layer) is not importable yet: "pending"."""
+def role_missing(role: str) -> str | None:
+    """Why the module behind a role cannot be imported ("pending"), or None when it can.
+
+    A role whose stack is an optional extra (picoquic, qh3) names the
+    missing module, so the row says what to install.
+    """
     try:
         importlib.import_module(ROLES[role])
-    except ImportError:
-        return False
-    return True
+    except ImportError as exc:
+        return f"pending: not importable ({exc})"
+    return None
 
 
 def _log(text: str) -> None:
@@ -85,8 +89,8 @@ def run_benchmark(
     runs: dict[str, list[dict[str, Any]]] = {c.label: [] for c in bench.cases}
     errors: dict[str, str] = {}
     for c in bench.cases:
-        if not role_available(c.role):
-            errors[c.label] = "pending: not importable yet"
+        if (missing := role_missing(c.role)) is not None:
+            errors[c.label] = missing
     with WorkerPair(certs) as pair:
         for rep in range(repeat):
             for case in bench.cases:

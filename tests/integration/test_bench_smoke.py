@@ -46,6 +46,9 @@ def test_small_message_benchmark_runs_ours_and_baseline_and_reports_a_ratio(tmp_
     # Both contenders ran once and something arrived after the warm-up.
     assert len(row["ours"]["values"]) == len(row["baseline"]["values"]) == 1
     assert row["ours"]["median"] > 0 and row["baseline"]["median"] > 0
+    # The third raw stack (qh3, aioquic's Rust-core fork) ran beside them.
+    [qh3] = [o for o in row["others"] if o["label"] == "raw qh3, length-prefixed, 1 stream"]
+    assert qh3["median"] > 0
     assert row["ratio"] == row["ours"]["median"] / row["baseline"]["median"]
     assert row["status"] in ("pass", "miss")
     # The table names the benchmark, its target and the machine.
@@ -98,6 +101,9 @@ def test_bench_leaves_no_worker_processes_behind(tmp_path):
     )
     [row] = doc["benchmarks"]
     assert row["baseline"]["median"] > 0  # the datagram baseline counted arrivals
+    # So did qh3's, and its sender ended with the run (its worker is checked below too).
+    [qh3] = [o for o in row["others"] if o["label"] == "raw qh3 datagrams"]
+    assert qh3["median"] > 0
     # Our sender says how often the window held it back and what it evicted.
     [ours] = row["runs"]["aqueduct UNRELIABLE"]
     assert ours["window_stalls"] >= 0 and ours["evicted"] >= 0
