@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
@@ -56,7 +56,7 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, Record
+from aqueduct.connector.frames import BOUNDARY, Record, RecordRun
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_server import WorkerPeer
 
@@ -281,10 +281,13 @@ class Ingest:
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, records: tuple[Record, ...]) -> None:
+    def _append(self, sid: int, records: Sequence[Record]) -> None:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
         if self.config.memory_budget is not None:
-            self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
+            if type(records) is RecordRun:  # columns: no record objects to build for a sum
+                self._unsynced_bytes += sum(map(len, records.payloads))
+            else:
+                self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
         if self.log.append_run(records) is not None:  # a busy stream's usual batch: all new data
             self.counters.messages += len(records)
             return

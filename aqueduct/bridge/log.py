@@ -79,7 +79,7 @@ from aqueduct.bridge.view import (
     StreamMeta,
     check_log_dir,
 )
-from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Record, plain_run
+from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Record, RecordRun
 from aqueduct.connector.points import StreamPoints
 from aqueduct.proto.sender import Mode
 from aqueduct.wire.rangeset import RangeSet
@@ -338,39 +338,36 @@ class _StreamWriter:
             self.complete = self.end
         return offset
 
-    def append_run(self, records: Sequence[Record]) -> int | None:
-        """Buffer a run of new, plain records at once; return the first one's offset.
+    def append_run(self, run: RecordRun) -> int | None:
+        """Buffer a run of this stream's new records at once; return the first one's offset.
 
-        The columns grow by list extension instead of eight appends and the
-        rule checks per record, with exactly the result :meth:`append` of
-        each would leave. The caller checked that the records are a run of
-        this stream (:func:`~aqueduct.connector.frames.plain_run`: stable
-        data records with consecutive ids). Returns None, buffering
-        nothing, unless every id is new to the stream and fits: the caller
-        then appends record by record, which deals with duplicates and
-        names any error.
+        The columns grow by extension from the run's own (no object per
+        record) instead of eight appends and the rule checks per record,
+        with exactly the result :meth:`append` of each would leave. Returns
+        None, buffering nothing, unless every id is new to the stream and
+        fits: the caller then appends record by record, which deals with
+        duplicates and names any error.
         """
-        n = len(records)
-        start = records[0].message_id
-        stop = start + n  # type: ignore[operator]
-        if start < 0 or stop - 1 > MAX_INT64:  # type: ignore[operator]
+        n = len(run)
+        start, stop = run.first_id, run.stop_id
+        if n == 0 or start < 0 or stop - 1 > MAX_INT64:
             return None
-        event_times = [r.event_time for r in records]
+        event_times = run.event_times
         times = [t for t in event_times if t is not None]
         if times and (min(times) < 0 or max(times) > MAX_INT64):
             return None
         points = self.points
         before = points.point
-        if not points.receive_run(start, stop):  # type: ignore[arg-type]
+        if not points.receive_run(start, stop):
             return None
         p = self.pending
         if not p.payload:
             p.reference_before = before
             self._pending_streams.add(self)
-        p.message_id.extend(range(start, stop))  # type: ignore[arg-type]
+        p.message_id.extend(range(start, stop))
         p.event_time.extend(event_times)
-        p.key.extend([r.key for r in records])
-        p.payload.extend([r.payload or b"" for r in records])
+        p.key.extend([None] * n)
+        p.payload.extend(run.payloads)
         if self.uses_boundaries:  # the run's records all fall in the open epoch
             p.epoch.extend([self.next_epoch] * n)
         else:  # each record is an epoch of its own
@@ -379,7 +376,7 @@ class _StreamWriter:
         p.boundary.extend([False] * n)
         p.stable.extend([True] * n)
         # The point after each record: it follows the ids unless a gap below the run holds it.
-        p.reference.extend(range(start + 1, stop + 1) if points.point == stop else [before] * n)  # type: ignore[operator]
+        p.reference.extend(range(start + 1, stop + 1) if points.point == stop else [before] * n)
         offset = self.end
         self.end += n
         if not self.uses_boundaries:
@@ -770,15 +767,18 @@ class DurableLog:
     def append_run(self, records: Sequence[Record]) -> int | None:
         """Buffer a run of one stream's new, plain records in one step, if it is one.
 
-        Returns the first record's offset, or None (nothing buffered) when
-        the records must go through :meth:`append` one by one: several
-        streams, some flag other than EVENT_TIME, ids that are not
-        consecutive, or an id the stream may already hold. Same result as
-        appending each.
+        ``records`` is usually the worker's :class:`RecordRun` (columns,
+        taken as they are); other records are checked to form one
+        (:meth:`RecordRun.of`). Returns the first record's offset, or None
+        (nothing buffered) when the records must go through :meth:`append`
+        one by one: several streams, some flag other than EVENT_TIME, ids
+        that are not consecutive, or an id the stream may already hold.
+        Same result as appending each.
         """
-        if not plain_run(records):
+        run = RecordRun.of(records)
+        if run is None:
             return None
-        return self._stream(records[0].stream_id).append_run(records)
+        return self._stream(run.stream_id).append_run(run)
 
     def appender(self, stream_id: int) -> Callable[[Record], int]:
         """:meth:`append` bound to one stream's writer, for appending a batch of its records.

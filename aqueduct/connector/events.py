@@ -6,6 +6,7 @@ server) consumes; the connector machine's events drive the client library.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aqueduct.connector.frames import Record, StreamRef
@@ -42,13 +43,18 @@ class StreamNotified:
 class RecordsAccepted:
     """Worker side: new (deduplicated) records of one stream, in arrival order.
 
+    ``records`` is a :class:`~aqueduct.connector.frames.RecordRun` (columns,
+    no object per record) when they are consecutive data records, the
+    usual case of a busy stream; a tuple of records otherwise. Either is a
+    sequence of :class:`Record`, equal to the other form of the same records.
+
     The sink returns one credit per record (with :meth:`WorkerSession.ack`)
     once they are durable; credits of frames that carry nothing to persist
     (NOTIFY, duplicates) are returned by the session itself.
     """
 
     stream_id: int
-    records: tuple[Record, ...]
+    records: Sequence[Record]
 
 
 @dataclass(frozen=True, slots=True)

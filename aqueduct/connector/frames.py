@@ -13,8 +13,9 @@ connector library, TCP and Aqueduct transports.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = [
     "ACK_TAG",
@@ -39,6 +40,7 @@ __all__ = [
     "FrameSplitter",
     "Hello",
     "Record",
+    "RecordRun",
     "Notify",
     "Ok",
     "Restart",
@@ -248,6 +250,103 @@ class Record:
 
 #: The flags of a stable data record: an id and a payload, perhaps an event time.
 _DATA_FLAGS = frozenset({0, EVENT_TIME})
+
+
+class RecordRun(Sequence[Record]):
+    """Consecutive stable data records of one stream, held as columns: no object per record.
+
+    What a busy stream's channel carries, and what the worker's decoder
+    (``FrameSplitter(runs=True)``) makes of it: ids ``first_id ..
+    stop_id - 1``, one payload and one event time (or None) each, no
+    flag but EVENT_TIME (where the event time is not None), no key. The
+    worker session, the point rulebook and the durable log take it whole,
+    extending their columns from these lists; whoever wants the records one
+    by one iterates it (each :class:`Record` built on access).
+
+    It equals any sequence of the same records, so a batch compares the
+    same whichever form it took.
+    """
+
+    __slots__ = ("stream_id", "first_id", "payloads", "event_times")
+    TAG = MESSAGE_TAG
+    NAME = "MESSAGE"
+    __hash__ = None  # type: ignore[assignment]  # mutable, equal to lists
+
+    def __init__(
+        self, stream_id: int, first_id: int, payloads: list[bytes], event_times: list[int | None]
+    ) -> None:
+        self.stream_id = stream_id
+        self.first_id = first_id
+        self.payloads = payloads
+        self.event_times = event_times  # one per payload
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> RecordRun | None:
+        """The run ``records`` make, or None unless :func:`plain_run` says they are one."""
+        if type(records) is cls:
+            return records
+        # A key without its flag, or no payload, contradicts the flags: record by record, as sent.
+        if not plain_run(records) or any(r.key is not None or r.payload is None for r in records):
+            return None
+        return cls(
+            records[0].stream_id,
+            records[0].message_id,  # type: ignore[arg-type]
+            [r.payload for r in records],  # type: ignore[misc]
+            [r.event_time for r in records],
+        )
+
+    @property
+    def stop_id(self) -> int:
+        """One past the last id."""
+        return self.first_id + len(self.payloads)
+
+    def extend(self, other: RecordRun) -> None:
+        """Append ``other``, the next ids of the same stream, to the columns."""
+        if other.stream_id != self.stream_id or other.first_id != self.stop_id:
+            raise ValueError(
+                f"run of stream {other.stream_id} from id {other.first_id} does not continue "
+                f"stream {self.stream_id} at id {self.stop_id}"
+            )
+        self.payloads += other.payloads
+        self.event_times += other.event_times
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Record]: ...
+    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self.payloads)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("RecordRun index out of range")
+        t = self.event_times[index]
+        flags = 0 if t is None else EVENT_TIME
+        return Record(flags, self.stream_id, self.first_id + index, t, None, self.payloads[index])
+
+    def __iter__(self) -> Iterator[Record]:
+        stream_id = self.stream_id
+        for message_id, t, payload in zip(
+            range(self.first_id, self.stop_id), self.event_times, self.payloads, strict=True
+        ):
+            yield Record(0 if t is None else EVENT_TIME, stream_id, message_id, t, None, payload)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordRun):
+            return (self.stream_id, self.first_id, self.payloads, self.event_times) == (
+                other.stream_id, other.first_id, other.payloads, other.event_times
+            )
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RecordRun(stream {self.stream_id}, ids {self.first_id}..{self.stop_id - 1})"
 
 
 def plain_run(records: Sequence[Record]) -> bool:
@@ -561,7 +660,9 @@ class _Reader:
             )
 
 
-def _plain_messages(view: memoryview, pos: int, limit: int, frames: list[Frame]) -> int:
+def _plain_messages(
+    view: memoryview, pos: int, limit: int, frames: list[Frame | RecordRun], runs: bool
+) -> int:
     """Decode the whole, plain MESSAGEs from ``pos`` on into ``frames``; return where they end.
 
     The hot path of :meth:`FrameSplitter.drain`, one loop over a run of
@@ -569,11 +670,16 @@ def _plain_messages(view: memoryview, pos: int, limit: int, frames: list[Frame])
     copy for the payload, the names looked up once per run. It stops at
     anything unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a
     short or incomplete frame, a bad length), which is left to the general
-    decoder, which also names the error.
+    decoder, which also names the error. With ``runs``, data records that
+    continue the previous one's stream and id join its :class:`RecordRun`
+    instead of becoming a :class:`Record` each.
     """
     n = len(view)
     head, head_size, unpack_time = _MESSAGE_HEAD.unpack_from, _MESSAGE_HEAD.size, _U64.unpack_from
     append, not_plain, tag_message = frames.append, ~_PLAIN_FLAGS, MESSAGE_TAG
+    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Record of its own
+    run_stream = next_id = -1  # the stream and next id of the run that frames[-1] is (-1: none)
+    add_payload, add_time = [].append, [].append  # that run's column appends, set as it starts
     while n - pos >= head_size:  # bounded: every round consumes one frame
         length, tag, flags, stream_id, message_id = head(view, pos)
         end = pos + 4 + length
@@ -588,8 +694,19 @@ def _plain_messages(view: memoryview, pos: int, limit: int, frames: list[Frame])
             (event_time,) = unpack_time(view, start - 8)
         elif start > end:
             break
-        append(Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
         pos = end
+        if flags & not_data or not runs:
+            run_stream = -1
+            append(Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
+        elif message_id == next_id and stream_id == run_stream:
+            add_payload(view[start:end].tobytes())
+            add_time(event_time)
+            next_id += 1
+        else:
+            run = RecordRun(stream_id, message_id, [view[start:end].tobytes()], [event_time])
+            append(run)
+            add_payload, add_time = run.payloads.append, run.event_times.append
+            run_stream, next_id = stream_id, message_id + 1
     return pos
 
 
@@ -717,10 +834,15 @@ class FrameSplitter:
     bytes are here, *before* any of the body is buffered, so a hostile peer
     cannot make us hold a huge frame. After an error the splitter is dead:
     the spec says nothing else is read.
+
+    ``runs=True`` (the worker's): :meth:`drain` gives consecutive data
+    records of one stream as one :class:`RecordRun` (columns) rather than a
+    :class:`Record` each; anything else comes as it always does.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: bool = False) -> None:
         self.max_frame_size = max_frame_size
+        self.runs = runs
         self._buf = bytearray()
         self._pos = 0  # start of the first undecoded frame; compacted on push
         self._failed: ConnectorFrameError | None = None
@@ -747,7 +869,7 @@ class FrameSplitter:
         except ConnectorFrameError as exc:
             raise self._die(exc) from None
 
-    def drain(self) -> tuple[list[Frame], ConnectorFrameError | None]:
+    def drain(self) -> tuple[list[Frame | RecordRun], ConnectorFrameError | None]:
         """Every frame now whole, decoded in one pass over the buffer (no per-frame copy).
 
         Also returns the error of a bad frame after them, if any (the
@@ -756,13 +878,13 @@ class FrameSplitter:
         """
         if self._failed is not None:
             return [], self._failed
-        frames: list[Frame] = []
-        buf, pos, limit = self._buf, self._pos, self.max_frame_size
+        frames: list[Frame | RecordRun] = []
+        buf, pos, limit, runs = self._buf, self._pos, self.max_frame_size, self.runs
         with memoryview(buf) as view:
             try:
                 # Bounded: every round consumes one whole frame of the buffer.
                 while True:
-                    pos = _plain_messages(view, pos, limit, frames)
+                    pos = _plain_messages(view, pos, limit, frames, runs)
                     end = _frame_end(buf, pos, limit)
                     if end < 0:
                         break
@@ -784,7 +906,7 @@ class FrameSplitter:
         self._pos = 0
         return exc
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes) -> list[Frame | RecordRun]:
         """Push ``data`` and return every frame now complete (raises on the first bad one)."""
         self.push(data)
         frames, error = self.drain()

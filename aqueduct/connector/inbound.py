@@ -10,10 +10,9 @@ closes) and the rule that ids on an in-order channel must increase.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, plain_run
+from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, RecordRun
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.proto.sender import Mode
@@ -118,25 +117,24 @@ class InboundStream:
             self.last_id = mid
         return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(mid)
 
-    def receive_run(self, records: Sequence[Record], in_order: bool) -> bool:
-        """Take a run of new, plain records at once, if it is one; else change nothing.
+    def receive_run(self, run: RecordRun, in_order: bool) -> bool:
+        """Take a run of new records at once, if it can be; else change nothing.
 
         A run is what a busy stream's channel carries: data records (no
-        flag but EVENT_TIME) with consecutive ids, all above what the stream
-        holds, on an open stream. Taking it leaves the state :meth:`receive`
-        of each would; anything else (a flag, a gap, a possible duplicate,
-        an id not above the last) returns False and the caller takes the
-        records one by one, which also names any error.
+        flag but EVENT_TIME) with consecutive ids. Taken whole when all its
+        ids are above what the stream holds and the stream is open, leaving
+        the state :meth:`receive` of each would; otherwise (a possible
+        duplicate, an id not above the last, a closed stream) it returns
+        False and the caller takes the records one by one, which also names
+        any error.
         """
-        if self.state is not StreamState.OPEN or not plain_run(records):
+        start, stop = run.first_id, run.stop_id
+        if self.state is not StreamState.OPEN or (in_order and self.last_id is not None and start <= self.last_id):
             return False
-        start = records[0].message_id
-        if in_order and self.last_id is not None and start <= self.last_id:  # type: ignore[operator]
-            return False
-        if not self.points.receive_run(start, start + len(records)):  # type: ignore[operator]
+        if not self.points.receive_run(start, stop):
             return False
         if in_order:
-            self.last_id = records[-1].message_id
+            self.last_id = stop - 1
         return True
 
     def terminate(self) -> None:

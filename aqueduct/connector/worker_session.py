@@ -35,6 +35,7 @@ from aqueduct.connector.frames import (
     Notify,
     Ok,
     Record,
+    RecordRun,
     Restart,
     StreamRef,
     encode,
@@ -75,6 +76,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
         Record: (frozenset({C.STREAMING}), "_on_message"),
+        RecordRun: (frozenset({C.STREAMING}), "_on_run"),
     }
     ROLE = "worker"
 
@@ -82,7 +84,8 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self, config: WorkerConfig | None = None, durable: DurableLookup = _nothing_durable
     ) -> None:
         self.config = config or WorkerConfig()
-        super().__init__(FrameSplitter(self.config.max_frame_size), frame_name)
+        # runs=True: a busy stream's records arrive as RecordRun columns, taken whole.
+        super().__init__(FrameSplitter(self.config.max_frame_size, runs=True), frame_name)
         self.program_name = ""
         self.instance_name = ""
         self.streams: dict[int, InboundStream] = {}
@@ -90,7 +93,8 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
-        self._batch: list[Record] = []
+        #: the records gathered of one stream: the run they form while they form one
+        self._batch: list[Record] | RecordRun = []
         self._batch_stream = -1
         # What the input being read came with (set per call, read per frame):
         self._in_order = True  # its channel delivers in order (TCP, ORDERED)
@@ -167,7 +171,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if channel_stream is None:
             return frames, None
         for i, frame in enumerate(frames):
-            if not (type(frame) is Record and frame.stream_id == channel_stream):
+            if not (type(frame) in (RecordRun, Record) and frame.stream_id == channel_stream):
                 return frames[:i], (
                     f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                     "only that stream's MESSAGE frames go there"
@@ -212,33 +216,35 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
-    def _handle(self, frames: list[Frame]) -> None:
-        """A stream channel's chunk is usually one run of new records: take it in one step."""
-        if self._channel_stream is None or not self._take_run(frames):  # type: ignore[arg-type]
-            super()._handle(frames)
+    def _on_run(self, run: RecordRun) -> None:
+        """A busy stream's records, as the decoder gathered them: whole if it can, else one by one."""
+        if not self._take_run(run):
+            for record in run:
+                self._on_message(record)
 
-    def _take_run(self, records: list[Record]) -> bool:
-        """Accept ``records`` (all of the channel's stream, :meth:`_admit` saw to that) at once.
+    def _take_run(self, run: RecordRun) -> bool:
+        """Accept the whole ``run`` at once, as columns.
 
-        Exactly what :meth:`_on_message` of each would do when every one is
-        accepted; False, with nothing changed, when some record needs the
-        rules one by one (a flag, a duplicate, too few credits, ...).
+        Exactly what :meth:`_on_message` of each record would do when every
+        one is accepted; False, with nothing changed, when some record needs
+        the rules one by one (a duplicate, too few credits, a closed or
+        unknown stream, ...), which also name any error.
         """
-        n = len(records)
-        stream = self.streams.get(self._channel_stream)  # type: ignore[arg-type]
-        if (
-            n < 2
-            or self.state is not C.STREAMING
-            or self._credits < n
-            or stream is None
-            or not stream.receive_run(records, self._in_order)
-        ):
+        n = len(run)
+        stream = self.streams.get(run.stream_id)
+        if self._credits < n or stream is None or not stream.receive_run(run, self._in_order):
             return False
         self._credits -= n
-        if self._batch_stream != stream.stream_id:
+        if self._batch_stream != run.stream_id:
             self._flush()
-            self._batch_stream = stream.stream_id
-        self._batch.extend(records)
+            self._batch_stream = run.stream_id
+        batch = self._batch
+        if not batch:
+            self._batch = run  # the usual case: the sink gets the decoder's columns
+        elif type(batch) is RecordRun and batch.stop_id == run.first_id:
+            batch.extend(run)
+        else:
+            self._batch = [*batch, *run]
         return True
 
     def _on_message(self, record: Record) -> None:
@@ -258,7 +264,10 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if self._batch_stream != record.stream_id:
             self._flush()
             self._batch_stream = record.stream_id
-        self._batch.append(record)
+        batch = self._batch
+        if type(batch) is RecordRun:
+            self._batch = batch = list(batch)
+        batch.append(record)
 
     def _input_handled(self) -> None:
         """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
@@ -277,8 +286,10 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._events.append(event)
 
     def _flush(self) -> None:
-        """The records gathered of one stream become one RecordsAccepted."""
-        if self._batch:
-            self._events.append(RecordsAccepted(self._batch_stream, tuple(self._batch)))
+        """The records gathered of one stream become one RecordsAccepted (a run stays columns)."""
+        batch = self._batch
+        if batch:
+            records = batch if type(batch) is RecordRun else tuple(batch)
+            self._events.append(RecordsAccepted(self._batch_stream, records))
             self._batch = []
         self._batch_stream = -1

@@ -20,6 +20,7 @@ from aqueduct.connector.frames import (
     Notify,
     Ok,
     Record,
+    RecordRun,
     Restart,
     StreamRef,
     decode,
@@ -218,7 +219,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
             del raw[data.draw(st.integers(0, len(raw) - 1)) :]
         else:
             raw += data.draw(st.binary(min_size=1, max_size=4))
-    for decoder in (decode, FrameSplitter().feed):
+    for decoder in (decode, FrameSplitter().feed, FrameSplitter(runs=True).feed):
         try:
             decoder(bytes(raw))
         except ConnectorFrameError:
@@ -240,11 +241,104 @@ def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
     for _ in range(data.draw(st.integers(0, 3))):
         i = data.draw(st.integers(4, len(raw) - 1))
         raw[i] ^= data.draw(st.integers(1, 255))
-    try:
-        expected = decode(bytes(raw))
-    except ConnectorFrameError as exc:
-        with pytest.raises(ConnectorFrameError) as info:
-            FrameSplitter().feed(bytes(raw))
-        assert str(info.value) == str(exc)
+    for runs in (False, True):
+        try:
+            expected = decode(bytes(raw))
+        except ConnectorFrameError as exc:
+            with pytest.raises(ConnectorFrameError) as info:
+                FrameSplitter(runs=runs).feed(bytes(raw))
+            assert str(info.value) == str(exc)
+        else:
+            assert flat(FrameSplitter(runs=runs).feed(bytes(raw))) == [expected]
+
+
+def flat(frames: list) -> list:
+    """Frames with each RecordRun spelled out as its records."""
+    return [r for f in frames for r in (f if isinstance(f, RecordRun) else [f])]
+
+
+@st.composite
+def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
+    """What a worker reads: runs of consecutive data records on a few streams, other frames between."""
+    out: list[cf.Frame] = []
+    next_ids = {1: 0, 2: 0}
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            out.append(draw(frames_st))
+            continue
+        sid = draw(st.sampled_from([1, 2]))
+        start = next_ids[sid] + draw(st.sampled_from([0, 0, 0, 1, -1]))  # mostly continuing
+        for m in range(max(0, start), max(0, start) + draw(st.integers(1, 6))):
+            timed = draw(st.booleans())
+            flags = draw(st.sampled_from([0, 0, 0, cf.EOS, cf.UNSTABLE_REFERENCE])) | (cf.EVENT_TIME if timed else 0)
+            out.append(Record(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
+            next_ids[sid] = m + 1
+    return out
+
+
+@settings(deadline=None)
+@given(busy_streams(), st.data())
+def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.Frame], data: st.DataObject) -> None:
+    """runs=True: consecutive data records of a stream come as one RecordRun, nothing else changes."""
+    stream = b"".join(encode(f) for f in frames)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    plain, columns = FrameSplitter(), FrameSplitter(runs=True)
+    got_plain: list = []
+    got_runs: list = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        got_plain += plain.feed(stream[last:cut])
+        chunk = columns.feed(stream[last:cut])
+        # A run is as long as the chunk allows: the next frame never continues it.
+        for a, b in zip(chunk, chunk[1:], strict=False):
+            assert not (isinstance(a, RecordRun) and _continues(a, b))
+        got_runs += chunk
+        last = cut
+    assert got_plain == frames
+    assert flat(got_runs) == frames
+    for run in got_runs:
+        if isinstance(run, RecordRun):  # only plain data records, ids consecutive
+            assert len(run) >= 1 and all(r.flags in (0, cf.EVENT_TIME) for r in run)
+
+
+def _continues(run: RecordRun, frame: object) -> bool:
+    if isinstance(frame, RecordRun):
+        first, sid = frame.first_id, frame.stream_id
+    elif isinstance(frame, Record) and frame.flags in (0, cf.EVENT_TIME):
+        first, sid = frame.message_id, frame.stream_id
     else:
-        assert FrameSplitter().feed(bytes(raw)) == [expected]
+        return False
+    return (sid, first) == (run.stream_id, run.stop_id)
+
+
+def test_a_record_run_is_a_sequence_of_its_records() -> None:
+    run = RecordRun(7, 10, [b"a", b"b", b"c"], [None, 5, None])
+    records = [
+        Record(0, 7, 10, None, None, b"a"),
+        Record(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
+        Record(0, 7, 12, None, None, b"c"),
+    ]
+    assert list(run) == records and len(run) == 3 and run.stop_id == 13
+    assert run[1] == records[1] and run[-1] == records[2] and run[1:] == records[1:]
+    with pytest.raises(IndexError):
+        run[3]
+    # Equal to the same records in any sequence form (an event compares the same either way).
+    assert run == records and run == tuple(records) and records == run
+    assert run != records[:2] and run != RecordRun(7, 11, [b"a", b"b", b"c"], [None, 5, None])
+    assert RecordRun.of(records) == run and RecordRun.of(run) is run
+    run.extend(RecordRun(7, 13, [b"d"], [None]))
+    assert run.stop_id == 14 and run[-1] == Record(0, 7, 13, None, None, b"d")
+    with pytest.raises(ValueError, match="does not continue stream 7 at id 14"):
+        run.extend(RecordRun(7, 20, [b"e"], [None]))
+    with pytest.raises(ValueError, match="run of stream 8"):
+        run.extend(RecordRun(8, 14, [b"e"], [None]))
+
+
+def test_only_plain_consecutive_records_make_a_run() -> None:
+    ok = [Record(0, 7, m, None, None, b"x") for m in (4, 5)]
+    assert RecordRun.of(ok) is not None
+    assert RecordRun.of([]) is None
+    assert RecordRun.of([ok[0], Record(0, 7, 6, None, None, b"x")]) is None  # a gap
+    assert RecordRun.of([ok[0], Record(cf.EOS, 7, 5, None, None, b"x")]) is None
+    assert RecordRun.of([ok[0], Record(0, 7, 5, None, b"k", b"x")]) is None  # a key without its flag
+    assert RecordRun.of([ok[0], Record(0, 7, 5, None, None, None)]) is None  # no payload

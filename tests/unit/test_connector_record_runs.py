@@ -25,6 +25,7 @@ from aqueduct.connector.frames import (
     Notify,
     Ok,
     Record,
+    RecordRun,
     encode,
     plain_run,
 )
@@ -50,7 +51,7 @@ def notified_connector(credits: int) -> ConnectorSession:
 class RecordByRecord(WorkerSession):
     """The reference: every record through the receive table, never as a run."""
 
-    def _take_run(self, records: list[Record]) -> bool:
+    def _take_run(self, run: RecordRun) -> bool:
         return False
 
 
@@ -136,15 +137,22 @@ def _summary(session: WorkerSession, events: list[object]) -> list[object]:
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(chunk, min_size=1, max_size=8),
-    st.sampled_from([Mode.ORDERED, Mode.UNORDERED]),
+    st.sampled_from([Mode.ORDERED, Mode.UNORDERED, "tcp"]),
     st.integers(5, 60),
     st.integers(0, 10),
     st.integers(0, 10),
 )
 def test_a_session_takes_runs_exactly_as_records(
-    chunks: list[tuple[int, int, str]], mode: Mode, credits: int, durable_point: int, notify_above: int
+    chunks: list[tuple[int, int, str]], mode: Mode | str, credits: int, durable_point: int, notify_above: int
 ) -> None:
-    """Same payloads into the run path and the per-record path: same events, bytes, credits, points."""
+    """Same input into the run path and the per-record path: same events, bytes, credits, points.
+
+    Over Aqueduct (a stream channel's payloads, ORDERED or UNORDERED) and
+    over TCP (one byte stream, in order).
+    """
+    tcp = mode == "tcp"
+    if tcp:
+        mode = Mode.ORDERED
     def durable(program: str, instance: str) -> list[DurableStream]:
         return [DurableStream(STREAM, "s", durable_point)]
 
@@ -154,15 +162,20 @@ def test_a_session_takes_runs_exactly_as_records(
     for s in sessions:
         s.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
         # The connector's NOTIFY point may be above what the worker holds durably.
-        s.receive_payload(
-            encode(Notify(STREAM, "s", durable_point + notify_above)), mode=Mode.ORDERED, stream_modes=[mode]
-        )
+        notify = encode(Notify(STREAM, "s", durable_point + notify_above))
+        if tcp:
+            s.receive_data(notify)
+        else:
+            s.receive_payload(notify, mode=Mode.ORDERED, stream_modes=[mode])  # type: ignore[list-item]
     assert _summary(sessions[0], []) == _summary(sessions[1], [])
     next_id = durable_point + notify_above
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
         payload = b"".join(encode(r) for r in records)
-        got = [_summary(s, s.receive_payload(payload, mode=mode, channel_stream=STREAM)) for s in sessions]
+        got = [
+            _summary(s, s.receive_data(payload) if tcp else s.receive_payload(payload, mode=mode, channel_stream=STREAM))  # type: ignore[arg-type]
+            for s in sessions
+        ]
         assert got[0] == got[1]
         next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
         if any(isinstance(e, SessionEnded) for e in got[0][0]):  # type: ignore[union-attr]
@@ -177,6 +190,8 @@ def test_a_busy_streams_payload_is_one_run() -> None:
     records = [Record(0, STREAM, m, None, None, b"x") for m in range(64)]
     events = session.receive_payload(b"".join(encode(r) for r in records), mode=Mode.ORDERED, channel_stream=STREAM)
     assert events == [RecordsAccepted(STREAM, tuple(records))]
+    # As the decoder's columns: no Record object was built for them.
+    assert type(events[0].records) is RecordRun and events[0].records.payloads == [b"x"] * 64
     assert session._credits == 100 - 64  # the NOTIFY's credit came back at once
     assert session.streams[STREAM].point_of_reference == 64
 

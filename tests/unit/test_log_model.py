@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.log import DurableLog
 from aqueduct.bridge.segment import segment_bases, segment_name
 from aqueduct.bridge.view import load_streams
-from aqueduct.connector.frames import EVENT_TIME, Record
+from aqueduct.connector.frames import EVENT_TIME, Record, RecordRun
 from aqueduct.proto.sender import Mode
 
 ORDERED, UNORDERED = 1, 2
@@ -116,15 +116,18 @@ class LogMachine(RuleBasedStateMachine):
         self.unordered_sent.add(mid)
         self._append(UNORDERED, Rec(payload, mid, True, False))
 
-    @rule(skip=st.integers(0, 2), count=st.integers(2, 6), timed=st.booleans())
-    def append_ordered_run(self, skip: int, count: int, timed: bool) -> None:
-        """A busy stream's batch: consecutive stable ids, taken in one step (same result as one by one)."""
+    @rule(skip=st.integers(0, 2), count=st.integers(2, 6), timed=st.booleans(), columns=st.booleans())
+    def append_ordered_run(self, skip: int, count: int, timed: bool, columns: bool) -> None:
+        """A busy stream's batch: consecutive stable ids, taken in one step (same result as one by one).
+
+        ``columns``: as the worker hands it over (a RecordRun), else as a list of records.
+        """
         start = self.next_ordered_id + skip
-        self._append_run(ORDERED, start, count, timed)
+        self._append_run(ORDERED, start, count, timed, columns)
         self.next_ordered_id = start + count
 
-    @rule(ahead=st.integers(0, 3), count=st.integers(2, 5))
-    def append_unordered_run(self, ahead: int, count: int) -> None:
+    @rule(ahead=st.integers(0, 3), count=st.integers(2, 5), columns=st.booleans())
+    def append_unordered_run(self, ahead: int, count: int, columns: bool) -> None:
         """Runs above a gap and runs that fill it; a run the log may already hold goes one by one."""
         top = max(self.unordered_sent, default=-1) + 1
         free = [m for m in range(top + 1) if m not in self.unordered_sent]
@@ -133,14 +136,14 @@ class LogMachine(RuleBasedStateMachine):
         if any(m in self.unordered_sent for m in ids):
             return
         self.unordered_sent.update(ids)
-        self._append_run(UNORDERED, start, count, False)
+        self._append_run(UNORDERED, start, count, False, columns)
 
-    def _append_run(self, sid: int, start: int, count: int, timed: bool) -> None:
+    def _append_run(self, sid: int, start: int, count: int, timed: bool, columns: bool = False) -> None:
         records = [
             Record(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
         ]
-        offset = self.log.append_run(records)
+        offset = self.log.append_run(RecordRun.of(records) if columns else records)  # type: ignore[arg-type]
         if offset is None:  # not new to the log as a whole: the record-by-record path
             for record in records:
                 self.log.append(record)
