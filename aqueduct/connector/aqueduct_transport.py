@@ -28,7 +28,8 @@ from typing import Any
 
 import aqueduct.runtime as rt
 from aqueduct.connector.client import WorkerBusy
-from aqueduct.connector.frames import Frame, Notify, Record
+from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
+from aqueduct.connector.frames import Notify, Record, RecordRun
 from aqueduct.connector.worker_server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
@@ -41,8 +42,11 @@ MODE_HEADER = "connector-mode"
 #: connection's content type spares every message a per-message
 #: ``content-type`` header (39 bytes, more than a third of a small MESSAGE).
 RAW_CONNECTION_HEADERS = {"content-type": "application/octet-stream"}
-MAX_BATCH_BYTES = 64 * 1024
-"""Reliable payloads are cut near this size so one slow stream never hoards a window."""
+MAX_BATCH_BYTES = RUN_ENTRY_BYTES
+"""Reliable payloads are cut near this size so one slow stream never hoards a window.
+
+The session's run entries are no larger, so a payload cut never splits one.
+"""
 
 
 class AqueductLink:
@@ -89,7 +93,7 @@ class AqueductLink:
             raise ConnectionError(str(exc)) from exc
         return cls(entry, mode_of)
 
-    async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None:
+    async def send(self, frames: Sequence[Outgoing]) -> None:
         """Route frames: HELLO / NOTIFY / ERROR on the entrypoint, MESSAGE on its stream channel.
 
         A lost connection is a ``ConnectionError``, as on TCP: the client reconnects.
@@ -104,7 +108,7 @@ class AqueductLink:
             else:
                 await self._send_stream(route, payload)
 
-    async def _send_entry(self, batch: list[tuple[Frame, bytes]], payload: bytes) -> None:
+    async def _send_entry(self, batch: list[Outgoing], payload: bytes) -> None:
         attachments: list[rt.Sender | rt.Receiver] = []
         finished: list[rt.Sender] = []
         if not self._hello_sent:
@@ -160,17 +164,18 @@ class AqueductLink:
 
 
 def _batches(
-    frames: Sequence[tuple[Frame, bytes]], mode_of: Callable[[int], Mode]
-) -> list[tuple[int | None, list[tuple[Frame, bytes]]]]:
+    frames: Sequence[Outgoing], mode_of: Callable[[int], Mode]
+) -> list[tuple[int | None, list[Outgoing]]]:
     """Group consecutive frames going to the same channel into payloads.
 
+    A run entry (:class:`RecordRun`) goes whole, on its stream's channel.
     UNRELIABLE payloads are datagrams, so those get one frame each.
     """
-    out: list[tuple[int | None, list[tuple[Frame, bytes]]]] = []
+    out: list[tuple[int | None, list[Outgoing]]] = []
     size = 0
     unreliable = {None: False}  # route -> its payloads are datagrams (asked once per route)
     for frame, data in frames:
-        route = frame.stream_id if type(frame) is Record else None
+        route = frame.stream_id if type(frame) in _ROUTED else None
         if route not in unreliable:
             unreliable[route] = mode_of(route) is Mode.UNRELIABLE  # type: ignore[arg-type]
         if out and out[-1][0] == route and not unreliable[route] and size + len(data) <= MAX_BATCH_BYTES:
@@ -180,6 +185,10 @@ def _batches(
             out.append((route, [(frame, data)]))
             size = len(data)
     return out
+
+
+#: Entries that go on their stream's channel; the rest go on the entrypoint.
+_ROUTED = (Record, RecordRun)
 
 
 # ---------------------------------------------------------------- worker side

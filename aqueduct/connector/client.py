@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.connector_session import ConnectorSession, Outgoing
 from aqueduct.connector.events import HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Frame, Record
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Record
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import AqueductError
@@ -85,7 +85,7 @@ class WorkerBusy(ConnectionError):
 class Link(Protocol):
     """One connection to a worker, as the client drives it (opening it may raise :class:`WorkerBusy`)."""
 
-    async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None: ...
+    async def send(self, frames: Sequence[Outgoing]) -> None: ...
     async def receive(self) -> bytes: ...
     async def close(self) -> None: ...
 

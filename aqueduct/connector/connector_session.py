@@ -35,6 +35,7 @@ from aqueduct.connector.frames import (
     Notify,
     Ok,
     Record,
+    RecordRun,
     Restart,
     encode,
     encode_run,
@@ -53,6 +54,15 @@ from aqueduct.connector.states import (
 from aqueduct.proto.errors import LocalProtocolError
 
 C = ConnectionState
+
+#: What :meth:`ConnectorSession.data_to_send` gives: a frame, or a run of one
+#: stream's records (:class:`RecordRun`), with its bytes on the wire.
+Outgoing = tuple[Frame | RecordRun, bytes]
+
+#: A run leaves the session in entries of at most this many bytes of frames
+#: (one frame may be larger), so a transport that cuts its payloads near a size
+#: (Aqueduct's ``MAX_BATCH_BYTES``) never has to split an entry.
+RUN_ENTRY_BYTES = 64 * 1024
 
 
 class NoCredits(LocalProtocolError):
@@ -85,7 +95,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.cookie = cookie
         self.credits = 0
         self.streams: dict[int, StreamState] = {}
-        self._out: list[tuple[Frame, bytes]] = []
+        self._out: list[Outgoing] = []
 
     # ------------------------------------------------------------ local calls
 
@@ -137,10 +147,16 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
                 self.send(record)
             return
         self.credits -= n
-        self._out.extend(zip(records, encoded, strict=True))
+        self._out += _run_entries(records, encoded)
 
-    def data_to_send(self) -> list[tuple[Frame, bytes]]:
-        """Frames queued since the last call, each with its encoding (the transport routes them)."""
+    def data_to_send(self) -> list[Outgoing]:
+        """What was queued since the last call: frames, each with its encoding, for the transport to route.
+
+        A run queued with :meth:`send_run` comes as :class:`RecordRun`
+        entries (one stream's records, their frames back to back), at most
+        :data:`RUN_ENTRY_BYTES` of frames each, rather than an entry per
+        record: a transport routes and batches a run's records together.
+        """
         out, self._out = self._out, []
         return out
 
@@ -171,3 +187,25 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
 
     def _queue(self, frame: Frame) -> None:
         self._out.append((frame, encode(frame)))
+
+
+def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoing]:
+    """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each."""
+    if sum(map(len, encoded)) <= RUN_ENTRY_BYTES:  # the usual run: one entry
+        return [_run_entry(records, encoded)]
+    entries, start, size = [], 0, 0
+    for i, data in enumerate(encoded):  # bounded by the run; each entry holds at least one frame
+        if size + len(data) > RUN_ENTRY_BYTES and i > start:
+            entries.append(_run_entry(records[start:i], encoded[start:i]))
+            start, size = i, 0
+        size += len(data)
+    entries.append(_run_entry(records[start:], encoded[start:]))
+    return entries
+
+
+def _run_entry(records: Sequence[Record], encoded: list[bytes]) -> Outgoing:
+    first = records[0]
+    run = RecordRun(
+        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
+    )
+    return run, b"".join(encoded)

@@ -149,8 +149,20 @@ class OutboundStream:
         return Notify(self.stream_id, self.stream_name, notify_at), resend
 
     def _drop_below(self, point: int) -> None:
-        while self.unacked and self.unacked[0].message_id < point:  # type: ignore[operator]
-            self.unacked.popleft()
+        unacked = self.unacked
+        if not unacked or unacked[0].message_id >= point:  # type: ignore[operator]
+            return
+        # Ids increase along the buffer, so at most ``point - first`` of them are
+        # below the point; when the k-th is, exactly k are (the usual case, ids
+        # one by one), and they go without a comparison each.
+        k = min(point - unacked[0].message_id, len(unacked))  # type: ignore[operator]
+        popleft = unacked.popleft
+        if unacked[k - 1].message_id < point:  # type: ignore[operator]
+            for _ in range(k):
+                popleft()
+        else:  # ids skipped (a resume moved next_id): the k-th is at or above the point
+            while unacked[0].message_id < point:  # type: ignore[operator]
+                popleft()
 
 
 class Outbox:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from aqueduct.connector.frames import Frame
+from aqueduct.connector.connector_session import Outgoing
 from aqueduct.connector.worker_server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
@@ -37,7 +37,7 @@ class TcpLink:
         reader, writer = await asyncio.open_connection(host, port)
         return cls(reader, writer)
 
-    async def send(self, frames: Sequence[tuple[Frame, bytes]]) -> None:
+    async def send(self, frames: Sequence[Outgoing]) -> None:
         """Write every frame in one go (batching) and wait for the socket buffer."""
         self._writer.write(b"".join(data for _, data in frames))
         await self._writer.drain()

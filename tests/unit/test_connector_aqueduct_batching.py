@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aqueduct.connector.aqueduct_transport import MAX_BATCH_BYTES, _batches
-from aqueduct.connector.frames import EPHEMERAL, Notify, Record, encode
+from aqueduct.connector.frames import EPHEMERAL, Notify, Record, RecordRun, encode
 from aqueduct.connector.outbound import Mode
 
 MODES = {1: Mode.ORDERED, 2: Mode.UNRELIABLE}
@@ -34,3 +34,12 @@ def test_reliable_payloads_are_cut_near_the_batch_size() -> None:
     big = b"x" * (MAX_BATCH_BYTES // 3)
     frames = pairs(*(Record(0, 1, i, payload=big) for i in range(6)))
     assert routes(frames) == [(1, 2), (1, 2), (1, 2)]
+
+
+def test_a_run_entry_goes_whole_on_its_streams_channel() -> None:
+    run = RecordRun(1, 3, [b"a", b"b", b"c"], [None] * 3)
+    frames = [*pairs(Notify(1, "a", 0), Record(0, 1, 2, payload=b"x")), (run, b"".join(encode(r) for r in run))]
+    assert routes(frames) == [(None, 1), (1, 2)]  # the record and the run share a payload
+    big = b"x" * (MAX_BATCH_BYTES // 2)
+    runs = [(RecordRun(1, i, [big], [None]), encode(Record(0, 1, i, payload=big))) for i in range(3)]
+    assert routes(runs) == [(1, 1), (1, 1), (1, 1)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, ConnectorSession
 from aqueduct.connector.events import RecordsAccepted, SessionEnded
 from aqueduct.connector.frames import (
     EOS,
@@ -211,15 +211,16 @@ def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(chunk, min_size=1, max_size=6), st.integers(0, 40))
 def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, str]], credits: int) -> None:
-    """send_run and send of each: the same bytes out, credits, stream states and errors."""
+    """send_run and send of each: the same bytes out, records, credits, stream states and errors."""
     def outcome(session: ConnectorSession, send: object) -> tuple[object, ...]:
         try:
             send()  # type: ignore[operator]
             error = None
         except Exception as exc:  # noqa: BLE001 - the comparison is the point
             error = (type(exc), str(exc))
-        out = [data for _, data in session.data_to_send()]
-        return error, out, session.credits, dict(session.streams)
+        out = session.data_to_send()
+        records = [r for frame, _ in out for r in (frame if isinstance(frame, RecordRun) else [frame])]
+        return error, b"".join(data for _, data in out), records, session.credits, dict(session.streams)
 
     run, one_by_one = notified_connector(credits + 1), notified_connector(credits + 1)
     next_id = 0
@@ -232,6 +233,21 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
 
         assert outcome(run, lambda records=records: run.send_run(records)) == outcome(one_by_one, each)
         next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
+
+
+def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
+    """A run's entries are RecordRuns of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
+    session = notified_connector(10_000)
+    records = [Record(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
+    session.send_run(records)
+    out = session.data_to_send()
+    assert [type(frame) for frame, _ in out] == [RecordRun] * len(out) and len(out) == 5
+    assert all(len(data) <= RUN_ENTRY_BYTES for _, data in out)
+    assert [r for frame, _ in out for r in frame] == records  # type: ignore[union-attr]
+    assert b"".join(data for _, data in out) == b"".join(encode(r) for r in records)
+    # A frame larger than an entry still goes, alone.
+    session.send_run([Record(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
+    assert [len(frame) for frame, _ in session.data_to_send()] == [1, 1]  # type: ignore[arg-type]
 
 
 def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:

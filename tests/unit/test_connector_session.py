@@ -161,6 +161,19 @@ def test_resume_skips_durable_messages_but_keeps_them_until_acked() -> None:
     assert stream.acked == 4 and list(stream.unacked) == msgs[4:]
 
 
+@given(st.lists(st.integers(1, 3), max_size=40), st.lists(st.integers(-2, 60), max_size=6))
+def test_an_ack_drops_exactly_the_records_below_its_point(steps: list[int], points: list[int]) -> None:
+    """Ids along the buffer increase, one by one or skipping (a resume moved the next id)."""
+    stream = OutboundStream(1, "s")
+    for step in steps:
+        stream.next_id += step - 1
+        stream.make_message(b"x")
+    for point in points:
+        kept = [m for m in stream.unacked if m.message_id >= point]  # type: ignore[operator]
+        stream.on_ack(point)
+        assert list(stream.unacked) == kept
+
+
 def test_finished_stream_is_not_renotified() -> None:
     stream = OutboundStream(1, "s")
     stream.make_message(b"a", eos=True)
