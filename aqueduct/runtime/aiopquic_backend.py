@@ -70,6 +70,14 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicConnectionProtocol", "_process_events", "one flush per wake-up (overridden)"),
 )
 RTT_REFRESH = 0.05
+MAX_WRITE = 256 * 1024
+"""The most stream data handed to aiopquic in one write (bytes).
+
+Its per-stream send ring refuses, with a ``ValueError``, a write larger
+than its capacity (``stream_ring_cap``, 4 MiB), and the driver writes up
+to a channel's whole window at once, which may be larger. Writes of a
+fraction of the ring also go on while it is still partly full instead of
+waiting for it to drain completely."""
 """Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
 
 _DatagramFrameReceived = pico_events.DatagramFrameReceived
@@ -88,6 +96,7 @@ class AiopquicTransport(QuicConnectionProtocol):
         #: stream -> writes that did not fit picoquic's rings yet, in order
         self._blocked: dict[int, deque[tuple[bytes, bool]]] = {}
         self._blocked_datagrams: deque[bytes] = deque()
+        self._max_write = min(MAX_WRITE, quic.configuration.stream_ring_cap)
         self._retry: asyncio.Task[None] | None = None
         self._path: dict[str, Any] = {}
         self._path_at = float("-inf")
@@ -156,6 +165,15 @@ class AiopquicTransport(QuicConnectionProtocol):
         return queued + len(self._blocked_datagrams)
 
     def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        step = self._max_write
+        if len(data) > step:  # in pieces the ring can take (bounded: len(data) / step writes)
+            starts = range(0, len(data), step)
+            for start in starts[:-1]:
+                self._write(stream_id, data[start : start + step], False)
+            data = data[starts[-1] :]
+        self._write(stream_id, data, end_stream)
+
+    def _write(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         waiting = self._blocked.get(stream_id)
         if waiting is not None:
             waiting.append((data, end_stream))

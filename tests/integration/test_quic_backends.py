@@ -100,6 +100,44 @@ async def test_bulk_past_picoquics_rings_arrives_whole_and_in_order(linked) -> N
     assert await asyncio.wait_for(received, TIMEOUT * 2) == count
 
 
+async def test_a_window_larger_than_picoquics_ring_arrives_whole(
+    certs, server_backend, server_host, client_backend
+) -> None:
+    """A 16 MiB window lets the driver write more at once than picoquic's 4 MiB stream ring takes.
+
+    aiopquic refuses such a write outright (ValueError, the connection died);
+    the backend hands it over in pieces the ring can take.
+    """
+    server = await aqueduct.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend,
+        window=16 << 20,
+    )  # fmt: skip
+    tx = await aqueduct.connect("127.0.0.1", server.port, cafile=certs.ca, timeout=20, backend=client_backend)
+    try:
+        conn = await asyncio.wait_for(server.accept(), TIMEOUT)
+        received = asyncio.ensure_future(_count(conn.entrypoint))
+        bodies = [bytes([n]) * 100 for n in range(64)]
+        for _ in range(3000):  # 19 MB, as fast as the window allows
+            await tx.send_many(bodies)
+        await tx.finish()
+        assert await asyncio.wait_for(received, TIMEOUT * 2) == (3000 * 64, True)
+    finally:
+        await tx.connection.close()
+        await server.close()
+
+
+async def _count(rx: aqueduct.Receiver) -> tuple[int, bool]:
+    """Values received until the end, and whether each batch came whole and in order."""
+    n, in_order = 0, True
+    while True:
+        try:
+            values = await rx.recv_many()
+        except aqueduct.Finished:
+            return n, in_order
+        in_order = in_order and values == [bytes([(n + i) % 64]) * 100 for i in range(len(values))]
+        n += len(values)
+
+
 async def test_unreliable_datagrams_arrive_in_order_or_not_at_all(linked) -> None:
     tx, conn = linked
     udp_tx, udp_rx = aqueduct.channel()

@@ -165,8 +165,8 @@ def test_resume_skips_durable_messages_but_keeps_them_until_acked() -> None:
 def test_an_ack_drops_exactly_the_records_below_its_point(steps: list[int], points: list[int]) -> None:
     """Ids along the buffer increase, one by one or skipping (a resume moved the next id)."""
     stream = OutboundStream(1, "s")
-    for step in steps:
-        stream.next_id += step - 1
+    for stride in steps:
+        stream.next_id += stride - 1
         stream.make_message(b"x")
     for point in points:
         kept = [m for m in stream.unacked if m.message_id >= point]  # type: ignore[operator]
