@@ -350,9 +350,9 @@ class _StreamWriter:
         """
         n = len(run)
         start, stop = run.first_id, run.stop_id
-        if n == 0 or start < 0 or stop - 1 > MAX_INT64:
-            return None
         event_times = run.event_times
+        if n == 0 or len(event_times) != n or start < 0 or stop - 1 > MAX_INT64:
+            return None
         times = [t for t in event_times if t is not None]
         if times and (min(times) < 0 or max(times) > MAX_INT64):
             return None

@@ -275,6 +275,8 @@ class RecordRun(Sequence[Record]):
     def __init__(
         self, stream_id: int, first_id: int, payloads: list[bytes], event_times: list[int | None]
     ) -> None:
+        if len(event_times) != len(payloads):
+            raise ValueError(f"RecordRun: {len(payloads)} payloads but {len(event_times)} event times")
         self.stream_id = stream_id
         self.first_id = first_id
         self.payloads = payloads

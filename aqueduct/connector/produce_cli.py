@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
-from typing import TextIO
+from typing import BinaryIO
 
 from aqueduct.connector.client import Connector, ConnectorRefused, ConnectorStream
 from aqueduct.connector.outbound import Mode
@@ -51,24 +52,52 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _generated(
-    stream: ConnectorStream, count: int, size: int
-) -> AsyncIterator[tuple[int, bytes]]:
-    for mid in range(stream.resume_from, count):
-        yield mid, (b"%d:%d " % (stream.stream_id, mid)).ljust(size, b"x")
+Records = list[tuple[int, bytes]]
+"""(message id, payload) pairs a source hands over together."""
+
+#: generated records handed over per ``send_many`` when no ``--rate`` paces them one by one
+BATCH = 64
+#: the most a read of a file or stdin takes at once (it returns what is there, up to this)
+READ_SIZE = 64 * 1024
 
 
-async def _lines(stream: ConnectorStream, files: list[TextIO]) -> AsyncIterator[tuple[int, bytes]]:
-    """Lines numbered from 0 across all files; those the worker holds are skipped.
+async def _generated(stream: ConnectorStream, count: int, size: int) -> AsyncIterator[Records]:
+    """The stream's ids from its resume point up to ``count``, ``BATCH`` at a time."""
+    for first in range(stream.resume_from, count, BATCH):
+        yield [
+            (mid, (b"%d:%d " % (stream.stream_id, mid)).ljust(size, b"x"))
+            for mid in range(first, min(first + BATCH, count))
+        ]
 
-    Reads happen in a thread so a slow stdin never stalls the connection.
+
+async def _lines(stream: ConnectorStream, files: list[BinaryIO]) -> AsyncIterator[Records]:
+    """Lines numbered from 0 across all files, as they arrive; those the worker holds are skipped.
+
+    Each read, in a thread so a slow stdin never stalls the connection,
+    takes what the file has ready (a pipe or terminal: what was written so
+    far; at most ``READ_SIZE``), and the whole lines in it go out together:
+    a line is never held back for more, and a fast input costs one hop to
+    the thread per chunk, not per line. A line is its bytes without the
+    ``\n`` (or ``\r\n``) that ends it; the last one may lack it.
     """
     loop = asyncio.get_running_loop()
     mid = 0
     for f in files:
-        while line := await loop.run_in_executor(None, f.readline):
+        fd, partial = f.fileno(), bytearray()
+        while chunk := await loop.run_in_executor(None, os.read, fd, READ_SIZE):
+            cut = chunk.rfind(b"\n")
+            if cut < 0:  # no line ends in it yet
+                partial += chunk
+                continue
+            lines = (bytes(partial) + chunk[:cut] if partial else chunk[:cut]).split(b"\n")
+            partial = bytearray(chunk[cut + 1 :])
+            records = [(mid + i, line.removesuffix(b"\r")) for i, line in enumerate(lines)]
+            mid += len(lines)
+            if records := [r for r in records if r[0] >= stream.resume_from]:
+                yield records
+        if partial:
             if mid >= stream.resume_from:
-                yield mid, line.rstrip("\n").encode()
+                yield [(mid, bytes(partial).removesuffix(b"\r"))]
             mid += 1
 
 
@@ -105,7 +134,7 @@ class _Progress:
             )
 
 
-async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
+async def _produce(args: argparse.Namespace, files: list[BinaryIO]) -> dict:
     summary: dict = {"sent": 0, "acked": 0, "resumed": 0, "resume_from": {}, "errors": []}
     progress = _Progress(args.quiet)
     conn = Connector(
@@ -132,10 +161,7 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
                 else _lines(s, files)
                 for s in streams
             ]
-            # Generated records are all there: a batch at a time. Lines go out as they come
-            # (a batch would hold a slow stdin's lines back until 64 arrived), and --rate paces one.
-            batch = BATCH if args.count is not None and not args.rate else 1
-            await _send_all(streams, sources, batch, args.rate, progress)
+            await _send_all(streams, sources, args.rate, progress)
             if Mode(args.mode) is not Mode.UNRELIABLE:
                 try:
                     await conn.wait_all_acked(args.ack_timeout)
@@ -155,40 +181,33 @@ async def _produce(args: argparse.Namespace, files: list[TextIO]) -> dict:
     return summary
 
 
-#: generated records handed over per ``send_many`` when no ``--rate`` paces them one by one
-BATCH = 64
-
-
 async def _send_all(
     streams: list[ConnectorStream],
-    sources: list[AsyncIterator[tuple[int, bytes]]],
-    batch: int,
+    sources: list[AsyncIterator[Records]],
     rate: float | None,
     progress: _Progress,
 ) -> None:
-    """Round-robin over the streams, up to ``batch`` records of each in turn."""
+    """Round-robin over the streams, what each source hands over in turn (one record at a time under ``rate``)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     live = list(zip(streams, sources, strict=True))
     while live:
         for entry in list(live):
             stream, source = entry
-            items = []
-            while len(items) < batch and (item := await anext(source, None)) is not None:
-                items.append(item)
-            if len(items) < batch:
+            items = await anext(source, None)
+            if items is None:
                 live.remove(entry)
-            if not items:
                 continue
-            await _send_batch(stream, items)
-            progress.sent += len(items)
-            if rate:
-                delay = start + progress.sent / rate - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+            for part in ([item] for item in items) if rate else (items,):
+                await _send_batch(stream, part)
+                progress.sent += len(part)
+                if rate:
+                    delay = start + progress.sent / rate - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
 
 
-async def _send_batch(stream: ConnectorStream, items: list[tuple[int, bytes]]) -> None:
+async def _send_batch(stream: ConnectorStream, items: Records) -> None:
     """Send ``items`` with their ids: as one run when they are the stream's next ids, else one by one."""
     ephemeral = stream.mode is Mode.UNRELIABLE
     ids = [mid for mid, _ in items]
@@ -209,16 +228,16 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(str(exc))
     names = args.files or ["-"]
-    files: list[TextIO] = []
+    files: list[BinaryIO] = []
     try:
         if args.count is None:
-            files = [sys.stdin if n == "-" else open(n, encoding="utf-8") for n in names]  # noqa: SIM115
+            files = [sys.stdin.buffer if n == "-" else open(n, "rb") for n in names]  # noqa: SIM115
         summary = asyncio.run(_produce(args, files))
     except KeyboardInterrupt:
         return 130
     finally:
         for f in files:
-            if f is not sys.stdin:
+            if f is not sys.stdin.buffer:
                 f.close()
     if args.json:
         print(json.dumps(summary, sort_keys=True))

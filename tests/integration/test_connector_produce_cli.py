@@ -141,6 +141,23 @@ async def test_generated_records_go_in_batches_and_resume() -> None:
         assert all(m.payload.startswith(b"%d:%d " % (sid, m.message_id)) for m in got)
 
 
+async def test_many_lines_arrive_exact_whatever_their_ends(tmp_path: Path) -> None:
+    """Lines read a chunk at a time: every one, in order, its bytes as written (CRLF, blank, no final newline)."""
+    sink = MemorySink()
+    text = b"".join(b"record %d \xc3\xa9\r\n" % i if i % 3 else b"record %d\n" % i for i in range(20_000))
+    text += b"\n\nlast without newline"
+    lines = tmp_path / "many.txt"
+    lines.write_bytes(text)
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        code, summary, err = await produce(f"tcp://127.0.0.1:{server.port}", str(lines), "--program", "p",
+                                           "--instance", "many", "--json", "--quiet")  # fmt: skip
+    assert code == 0, err
+    expected = [b"record %d \xc3\xa9" % i if i % 3 else b"record %d" % i for i in range(20_000)]
+    expected += [b"", b"", b"last without newline"]
+    assert summary["sent"] == summary["acked"] == len(expected)
+    assert sink.payloads("p", "many", 0) == expected
+
+
 async def test_lines_go_out_as_they_are_read() -> None:
     """A slow stdin: each line reaches the worker before the next one is written (no batch holds it back)."""
     sink = MemorySink()

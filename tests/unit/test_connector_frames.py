@@ -332,6 +332,8 @@ def test_a_record_run_is_a_sequence_of_its_records() -> None:
         run.extend(RecordRun(7, 20, [b"e"], [None]))
     with pytest.raises(ValueError, match="run of stream 8"):
         run.extend(RecordRun(8, 14, [b"e"], [None]))
+    with pytest.raises(ValueError, match="2 payloads but 1 event times"):
+        RecordRun(7, 0, [b"a", b"b"], [None])
 
 
 def test_only_plain_consecutive_records_make_a_run() -> None:
