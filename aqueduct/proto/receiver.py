@@ -142,6 +142,12 @@ class ReceiverChannel:
             self.stats.late_dropped += 1
             self._cstats.late_dropped += 1
             return False
+        if self.closing_deadline is not None and num not in received:
+            # The application closed this receiver (the close waits for an announcement):
+            # a datagram arriving now is not received. The close nacks it, so a channel
+            # it carries is lost for the sender, as for one still in transit, instead
+            # of reaching an application that is gone.
+            return False
         if not received.insert(num):
             raise RemoteProtocolError(f"MESSAGE: duplicate unreliable message number {num} on channel {c}")
         if self.finish_total is not None and num >= self._u_total:

@@ -266,11 +266,25 @@ class _Handle:
     """State common to both halves: a backend (local pipe or networked channel), or gone."""
 
     _kind = "handle"
+    #: releases the channel when the application drops this networked handle (see _network)
+    _release_on_drop: weakref.finalize | None = None
 
     def __init__(self, channel: LocalPipe | NetworkedChannel | None, headers: Headers) -> None:
         self._channel = channel  # None once sent away
         self._received = False  # arrived from a connection (never local)
         self.headers = headers  # per-channel headers, sent with the attachment
+
+    def _left_to_core(self) -> None:
+        """This handle came in a message its Receiver closed without reading: the core ends it.
+
+        That close ends the channels of the messages it drops as the spec
+        says: those acked are ended as the application would (a cancel or
+        a close), those it nacks are lost for the peer. Releasing the
+        handle on its own would cancel a channel the close makes lost, and
+        the peer would see Cancelled instead of LostInTransit.
+        """
+        if self._release_on_drop is not None:
+            self._release_on_drop.detach()
 
     # -- topology ---------------------------------------------------------
     def _check_usable(self) -> None:
@@ -320,7 +334,10 @@ class _Handle:
         # A networked handle the application drops while its channel is open
         # releases the channel (a Sender cancels, a Receiver closes), so the
         # peer is not left waiting and neither core keeps the state forever.
-        weakref.finalize(self, _release_dropped, weakref.WeakMethod(link.dropped), chanid).atexit = False
+        release = self._release_on_drop = weakref.finalize(
+            self, _release_dropped, weakref.WeakMethod(link.dropped), chanid
+        )
+        release.atexit = False
         return channel
 
     def __repr__(self) -> str:
@@ -676,6 +693,11 @@ class Receiver(_Handle):
             channel.close_receiver()
             return
         ended = inbox.outcome is not None
+        if not ended:  # the handles in messages dropped unread end with the core's close
+            for _, _, full in inbox.items:
+                if full is not None and full is not FAILED:
+                    for handle in full.attachments:
+                        handle._left_to_core()
         inbox.close()
         if not ended:
             assert channel is not None

@@ -242,6 +242,38 @@ async def test_handles_in_messages_dropped_by_a_closing_receiver_are_lost_both_w
         await finish_and_check_clean(tx, conn)
 
 
+async def test_handles_in_datagrams_a_receiver_closes_unread_are_lost_not_cancelled(certs):
+    """Unread unreliable carriers are nacked by the close: their channels are lost for the sender.
+
+    The close may wait for SENT_UNRELIABLE (a datagram read before its
+    announcement must be acked, not nacked); the runtime must not cancel
+    the channels of the dropped messages meanwhile, or the sender sees
+    Cancelled instead of LostInTransit (interop lost-in-transit, reorder).
+    """
+    # The client announces its datagrams late, and the server's close waits for that.
+    held = ({**SLOW_ACKS, "min_receipt_deadline": 3.0}, {"announce_delay": 0.5})
+    async with linked(certs, server=held[0], client=held[1]) as (tx, conn, _):
+        data_tx, data_rx = aqueduct.channel()
+        await tx.send({"data": data_rx})
+        server_rx = (await asyncio.wait_for(conn.entrypoint.recv(), TIMEOUT))["data"]
+        data_tx.unreliable()
+        backs = []
+        for i in range(10):
+            back_tx, back_rx = aqueduct.channel()
+            await data_tx.send({"i": i, "back": back_tx})
+            backs.append(back_rx)
+        await bounded(lambda: server_rx.stats()["messages_received"] == 10, "all ten at the receiver")
+        first = await asyncio.wait_for(server_rx.recv(), TIMEOUT)
+        await first["back"].send("read")
+        await first["back"].finish()
+        await server_rx.close()  # nine unread: nacked, their channels lost
+        results = await asyncio.wait_for(asyncio.gather(*(outcome(rx) for rx in backs)), TIMEOUT)
+        assert results[first["i"]] == (["read"], aqueduct.Finished)
+        assert [end for i, (_, end) in enumerate(results) if i != first["i"]] == [aqueduct.LostInTransit] * 9
+        del first
+        await finish_and_check_clean(tx, conn)
+
+
 async def test_handle_in_a_message_on_a_cancelled_channel_is_lost(certs):
     async with linked(certs, server=SLOW_ACKS, client=SLOW_ACKS) as (tx, conn, _):
         sub_tx, sub_rx = aqueduct.channel()

@@ -125,6 +125,36 @@ def test_a_datagram_read_before_its_announcement_is_acked_by_the_close_not_nacke
     assert_empty(p)
 
 
+def test_a_datagram_arriving_while_the_close_is_held_is_nacked_and_its_handle_lost():
+    """Once the application closed, a new datagram is not received: the close nacks it.
+
+    Its attached channel is then lost for the sender, as for a datagram
+    still in transit; before, the closed receiver took it in and the
+    runtime cancelled the channel it carried (interop: lost-in-transit
+    under reorder saw Cancelled instead of LostInTransit).
+    """
+    p = Pair(rtt=0.01)
+    x, held = _datagram_ahead_of_its_announcement(p)
+    p.server.close_receiver(0, p.now)  # held: the carrier's announcement has not come
+    y = p.client.new_channel(Side.CLIENT)
+    p.client.send_message(0, b"late carrier", attachments=[y], now=p.now)
+    for action in p.client.transmit():  # its datagram arrives during the hold, the rest is held too
+        if isinstance(action, DatagramQueued):
+            p.server.receive_datagram(action.data, p.now)
+        elif isinstance(action, StreamDataQueued):
+            held.append(action)
+    for action in held:
+        p.server.receive_stream_data(action.stream_id, action.data, action.end_stream, p.now)
+    p.advance(1.0)
+    # Never handed to the closed receiver's application (whose runtime would cancel y) ...
+    assert [e.payload for e in received(p, "server", 0)] == [b"carrier"]
+    assert p.of("client", ChannelLost) == [ChannelLost(y)]  # ... but nacked: y is lost
+    assert y not in p.server.channels
+    p.client.finish(x, p.now)
+    p.settle()
+    assert ChannelFinished(x) in p.of("server", ChannelFinished)  # the carrier read before the close still counts
+
+
 def test_a_close_held_for_an_announcement_that_never_comes_ends_at_the_receipt_deadline():
     p = Pair(rtt=0.01)
     x, _ = _datagram_ahead_of_its_announcement(p)  # the announcement is never delivered
