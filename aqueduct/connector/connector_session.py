@@ -204,8 +204,4 @@ def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoi
 
 
 def _run_entry(records: Sequence[Record], encoded: list[bytes]) -> Outgoing:
-    first = records[0]
-    run = RecordRun(
-        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
-    )
-    return run, b"".join(encoded)
+    return RecordRun.columns_of(records), b"".join(encoded)

@@ -290,9 +290,15 @@ class RecordRun(Sequence[Record]):
         # A key without its flag, or no payload, contradicts the flags: record by record, as sent.
         if not plain_run(records) or any(r.key is not None or r.payload is None for r in records):
             return None
+        return cls.columns_of(records)
+
+    @classmethod
+    def columns_of(cls, records: Sequence[Record]) -> RecordRun:
+        """The columns of ``records`` known to form a run (:meth:`of` checks; a sender's run was checked)."""
+        first = records[0]
         return cls(
-            records[0].stream_id,
-            records[0].message_id,  # type: ignore[arg-type]
+            first.stream_id,
+            first.message_id,  # type: ignore[arg-type]
             [r.payload for r in records],  # type: ignore[misc]
             [r.event_time for r in records],
         )

@@ -70,6 +70,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicConnectionProtocol", "_process_events", "one flush per wake-up (overridden)"),
 )
 RTT_REFRESH = 0.05
+"""Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
 MAX_WRITE = 256 * 1024
 """The most stream data handed to aiopquic in one write (bytes).
 
@@ -78,7 +79,6 @@ than its capacity (``stream_ring_cap``, 4 MiB), and the driver writes up
 to a channel's whole window at once, which may be larger. Writes of a
 fraction of the ring also go on while it is still partly full instead of
 waiting for it to drain completely."""
-"""Seconds between reads of picoquic's path figures (each read asks its thread for a snapshot)."""
 
 _DatagramFrameReceived = pico_events.DatagramFrameReceived
 _StreamDataReceived = pico_events.StreamDataReceived
