@@ -388,8 +388,12 @@ class Driver:
     def _message_received(self, event: ev.MessageReceived) -> None:
         handles = tuple([self._adopt(a) for a in event.attachments]) if event.attachments else ()
         receiver = self._handles.get(event.chanid)
-        if not isinstance(receiver, Receiver):
-            return  # closed locally meanwhile; the core already treats it as closed
+        if not isinstance(receiver, Receiver) or receiver.inbox.closed:
+            # Closed locally meanwhile (its close may still wait for announcements):
+            # the core treats it as closed, and its close ends what this message carried.
+            for handle in handles:
+                handle.dropped_unread()
+            return
         headers = event.headers
         if self.middleware:  # (a call per message saved when there is none)
             headers = run_middleware(self.middleware, "incoming", event.chanid, headers, self.peer_headers)

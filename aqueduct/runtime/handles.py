@@ -274,14 +274,15 @@ class _Handle:
         self._received = False  # arrived from a connection (never local)
         self.headers = headers  # per-channel headers, sent with the attachment
 
-    def _left_to_core(self) -> None:
-        """This handle came in a message its Receiver closed without reading: the core ends it.
+    def dropped_unread(self) -> None:
+        """Delivery protocol: the message carrying this handle was dropped unread, its Receiver closed.
 
-        That close ends the channels of the messages it drops as the spec
-        says: those acked are ended as the application would (a cancel or
-        a close), those it nacks are lost for the peer. Releasing the
-        handle on its own would cancel a channel the close makes lost, and
-        the peer would see Cancelled instead of LostInTransit.
+        The connection's close of that Receiver ends the channels of the
+        messages it drops as the spec says: those acked as the application
+        would (a cancel or a close), those it nacks lost for the peer.
+        Releasing the handle on its own would cancel a channel the close
+        makes lost, and the peer would see Cancelled instead of
+        LostInTransit; so it is not released when dropped.
         """
         if self._release_on_drop is not None:
             self._release_on_drop.detach()
@@ -692,20 +693,20 @@ class Receiver(_Handle):
         if isinstance(channel, LocalPipe):
             channel.close_receiver()
             return
-        ended = inbox.outcome is not None
-        if not ended:  # the handles in messages dropped unread end with the core's close
-            for _, _, full in inbox.items:
-                if full is not None and full is not FAILED:
-                    for handle in full.attachments:
-                        handle._left_to_core()
+        if inbox.outcome is not None:  # the channel already ended: nothing to close on the wire
+            inbox.close()
+            return
+        assert channel is not None
+        for _, _, full in inbox.items:  # dropped unread: the connection's close ends their handles
+            if full is not None and full is not FAILED:
+                for handle in full.attachments:
+                    handle.dropped_unread()
         inbox.close()
-        if not ended:
-            assert channel is not None
-            # What was read goes over first: closing nacks everything not
-            # acked, and a message already read (maybe carrying a handle the
-            # application now uses) must not be reported lost.
-            self._hand_over_consumed()
-            channel.close_receiver()
+        # What was read goes over first: closing nacks everything not
+        # acked, and a message already read (maybe carrying a handle the
+        # application now uses) must not be reported lost.
+        self._hand_over_consumed()
+        channel.close_receiver()
 
     def _check_ended_for_attaching(self) -> None:
         if self.inbox.closed:
