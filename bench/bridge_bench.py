@@ -1,6 +1,6 @@
 """The whole bridge with Spark: end-to-end rate and latency, and memory under a slow Spark.
 
-The server side is a real :class:`~aqueduct.bridge.service.Bridge` (durable
+The server side is a real :class:`~aqueduct.bridge.app.service.Bridge` (durable
 log, group commit, Spark Structured Streaming query ``aqueduct`` source ->
 Parquet file sink, commit listener, ACKs). Spark runs ``local[1]``; its JVM
 and Python workers inherit the server process's CPU pinning, so bridge plus
@@ -114,7 +114,7 @@ class RssSampler:
 async def _serve(
     params: dict[str, Any], certs: Certs, ready: Callable[[int], None]
 ) -> dict[str, Any]:
-    from aqueduct.bridge.service import Bridge, BridgeConfig
+    from aqueduct.bridge.app.service import Bridge, BridgeConfig
     from demo.sinkfiles import read_committed
 
     spark = await asyncio.to_thread(spark_session)
@@ -256,7 +256,7 @@ async def _phase(
 
 
 async def _send(params: dict[str, Any], certs: Certs, port: int) -> dict[str, Any]:
-    from aqueduct.connector.client import Connector
+    from aqueduct.connector.producer.client import Connector
     from aqueduct.proto.errors import AqueductError, ConnectionLost
 
     scheme = "tcp" if params["transport"] == "tcp" else "aqueduct"

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DurableLog
-from aqueduct.connector.client import DEFAULT_MAX_BUFFER, Connector
+from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.events import SessionEnded, WorkerEvent
-from aqueduct.connector.worker_server import WorkerPeer
+from aqueduct.connector.producer.client import DEFAULT_MAX_BUFFER, Connector
+from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.connector.worker_session import WorkerConfig
 from bench.common import Certs, Meter, listen_host, payload, run_until_idle, send_for
 
@@ -71,11 +71,11 @@ async def _serve(
         # group commit that earns more: the credits bound the rate per session.
         worker = WorkerConfig(initial_credits=params.get("credits", WorkerConfig().initial_credits))
         if transport == "tcp":
-            from aqueduct.connector.tcp import serve_tcp
+            from aqueduct.connector.worker.tcp_listener import serve_tcp
 
             server = await serve_tcp("127.0.0.1", 0, ingest, worker)
         else:
-            from aqueduct.connector.aqueduct_transport import serve_aqueduct
+            from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
             backend = params.get("backend", "aioquic")
             server = await serve_aqueduct(

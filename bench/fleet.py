@@ -112,8 +112,8 @@ class LagTicker:
 
 async def bridge_role(args: argparse.Namespace) -> None:
     """Serve connectors into a durable log; answer ``report`` and ``stop`` on stdin."""
-    from aqueduct.bridge.ingest import Ingest
-    from aqueduct.bridge.log import DurableLog
+    from aqueduct.bridge.ingest.service import Ingest
+    from aqueduct.bridge.storage.log import DurableLog
 
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
@@ -135,11 +135,11 @@ async def bridge_role(args: argparse.Namespace) -> None:
         tasks = [asyncio.ensure_future(ingest.run()), asyncio.ensure_future(ticker.run())]
         port = args.port or 0
         if args.transport == "tcp":
-            from aqueduct.connector.tcp import serve_tcp
+            from aqueduct.connector.worker.tcp_listener import serve_tcp
 
             server = await serve_tcp("127.0.0.1", port, ingest)
         else:
-            from aqueduct.connector.aqueduct_transport import serve_aqueduct
+            from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
             from aqueduct.runtime.certs import cert_paths
 
             certs = cert_paths(args.certs)
@@ -244,7 +244,7 @@ def _dump_tasks() -> None:
 
 async def producer_role(args: argparse.Namespace) -> None:
     """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
-    from aqueduct.connector.client import Connector
+    from aqueduct.connector.producer.client import Connector
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?

@@ -31,7 +31,7 @@ from typing import Any
 
 
 def build_log(path: Path, streams: int, rows: int, size: int) -> None:
-    from aqueduct.bridge.log import DurableLog
+    from aqueduct.bridge.storage.log import DurableLog
     from aqueduct.connector.frames import Record
 
     per_stream = max(1, rows // streams)
@@ -49,8 +49,8 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
     """Cold planning (every index read) and a steady trigger (caught up; 10 streams got an epoch)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from aqueduct.bridge.log import DurableLog
-    from aqueduct.bridge.source import SPARK_STRUCT, AqueductDataSource
+    from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
+    from aqueduct.bridge.storage.log import DurableLog
     from aqueduct.connector.frames import Record
 
     colds, steadies, parts = [], [], 0

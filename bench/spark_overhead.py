@@ -41,7 +41,7 @@ def _cpu_seconds(me: psutil.Process) -> float:
 
 def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
     """Append ``rate`` 100-byte records per second in 10 ms-spaced group commits."""
-    from aqueduct.bridge.log import DurableLog
+    from aqueduct.bridge.storage.log import DurableLog
     from aqueduct.connector.frames import Record
 
     with DurableLog(path) as log:

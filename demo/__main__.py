@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aqueduct.bridge.cli import positive_float, positive_int
+from aqueduct.bridge.app.cli import positive_float, positive_int
 from demo.run import DemoConfig, run_demo
 
 

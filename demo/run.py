@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from aqueduct.bridge.service import Bridge, BridgeConfig, BridgeProgress
+from aqueduct.bridge.app.service import Bridge, BridgeConfig, BridgeProgress
 from demo.verify import verify_output
 from demo.workload import Workload
 

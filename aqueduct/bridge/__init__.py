@@ -1,9 +1,16 @@
 """The bridge: connector frames in, a durable log, Spark Structured Streaming out.
 
+Its rooms, one job each (imports go down this list, never up):
+
+- :mod:`.app`: the running bridge, ``aqueduct-bridge``, the ``Receiver``;
+- :mod:`.ingest`: connector sessions into the log, ACKs after the sink commit;
+- :mod:`.source`: the Spark source that reads the log;
+- :mod:`.storage`: the durable log on disk and the files its readers share.
+
 In your own Spark application: ``from aqueduct.bridge import Receiver``
-(see :mod:`aqueduct.bridge.receiver`), and ``repair_checkpoint`` for the
+(see :mod:`aqueduct.bridge.app.receiver`), and ``repair_checkpoint`` for the
 checkpoint of a query that may have been killed (see
-:mod:`aqueduct.bridge.checkpoint`). They are loaded on first use, so that
+:mod:`aqueduct.bridge.app.checkpoint`). They are loaded on first use, so that
 Spark's Python workers, which import only the source, do not pay for the
 listeners and the session machinery.
 """
@@ -17,11 +24,11 @@ __all__ = ["Receiver", "ReceiverError", "repair_checkpoint"]
 
 def __getattr__(name: str) -> Any:
     if name == "repair_checkpoint":
-        from aqueduct.bridge import checkpoint
+        from aqueduct.bridge.app import checkpoint
 
         return checkpoint.repair_checkpoint
     if name in __all__:
-        from aqueduct.bridge import receiver
+        from aqueduct.bridge.app import receiver
 
         return getattr(receiver, name)
     raise AttributeError(f"module 'aqueduct.bridge' has no attribute {name!r}")

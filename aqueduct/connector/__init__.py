@@ -1,8 +1,16 @@
-"""Connector protocol: frames, sans-IO session machines, client library, worker transports.
+"""The connector wing: the connector protocol's sans-IO core, and its two sides in rooms.
 
-See docs/connector.md. The asyncio parts (client, transports) are imported
-lazily so that ``aqueduct.connector.frames`` and the session machines stay
-importable without touching asyncio.
+The modules of this package are the sans-IO core both sides share: frames
+(:mod:`.frames`), the state tables (:mod:`.states`), the session machines
+(:mod:`.connector_session`, :mod:`.worker_session`, their common part
+:mod:`.machine`), per-stream bookkeeping (:mod:`.outbound`, :mod:`.inbound`,
+:mod:`.points`), events (:mod:`.events`) and errors (:mod:`.errors`). No
+module here touches asyncio, sockets, threads or the clock.
+
+Rooms: :mod:`.producer` (the ``Connector`` library and ``aqueduct-produce``),
+:mod:`.worker` (listeners feeding a sink), :mod:`.wallaroo` (the wire of
+Wallaroo's released clients). See docs/connector.md. The asyncio parts are
+imported lazily so that ``aqueduct.connector`` stays importable without them.
 """
 
 from __future__ import annotations
@@ -11,10 +19,10 @@ from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    "Connector": "client",
-    "ConnectorRefused": "client",
-    "ConnectorStream": "client",
-    "CreditTimeout": "client",
+    "Connector": "producer.client",
+    "ConnectorRefused": "errors",
+    "ConnectorStream": "producer.client",
+    "CreditTimeout": "errors",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",
     "UNRELIABLE": "outbound",
@@ -23,11 +31,11 @@ _LAZY = {
     "WorkerConfig": "worker_session",
     "WorkerSession": "worker_session",
     "ConnectorSession": "connector_session",
-    "WorkerPeer": "worker_server",
-    "WorkerSink": "worker_server",
-    "MemorySink": "memory_sink",
-    "serve_tcp": "tcp",
-    "serve_aqueduct": "aqueduct_transport",
+    "WorkerPeer": "worker.server",
+    "WorkerSink": "worker.server",
+    "MemorySink": "worker.memory_sink",
+    "serve_tcp": "worker.tcp_listener",
+    "serve_aqueduct": "worker.aqueduct_listener",
 }
 
 __all__ = sorted(_LAZY)

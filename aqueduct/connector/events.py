@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aqueduct.connector.frames import Record, StreamRef
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,7 +173,7 @@ class Record:
     """One application message (a MESSAGE frame); costs one credit.
 
     The same object goes from the connector session through the ingest into
-    the durable log (:meth:`~aqueduct.bridge.log.DurableLog.append`): one
+    the durable log (:meth:`~aqueduct.bridge.storage.log.DurableLog.append`): one
     record type, one set of names (:attr:`ephemeral`, :attr:`boundary`,
     :attr:`eos`, :attr:`stable`) for what its flags mean.
 

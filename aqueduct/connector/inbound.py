@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, RecordRun
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 

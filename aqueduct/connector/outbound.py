@@ -26,7 +26,7 @@ from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
 from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Notify, Record, StreamRef
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 ORDERED = Mode.ORDERED
 UNORDERED = Mode.UNORDERED

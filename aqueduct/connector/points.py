@@ -28,7 +28,7 @@ the wire cannot tell whether its id will ever be stable.
 
 from __future__ import annotations
 
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 

@@ -45,7 +45,7 @@ from aqueduct.connector.inbound import DurableStream, InboundStream
 from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
 from aqueduct.proto.errors import LocalProtocolError
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 C = ConnectionState
 

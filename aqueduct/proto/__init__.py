@@ -3,6 +3,6 @@
 Entry point: :class:`aqueduct.proto.connection.Connection` with a
 :class:`aqueduct.proto.config.ProtoConfig`; events and actions are in
 :mod:`aqueduct.proto.events`, errors in :mod:`aqueduct.proto.errors`,
-sender modes in :class:`aqueduct.proto.sender.Mode`, and
+sender modes in :class:`aqueduct.wire.modes.Mode`, and
 :class:`aqueduct.proto.pair.Pair` wires two connections together in memory.
 """

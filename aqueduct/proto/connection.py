@@ -45,7 +45,7 @@ from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
-from aqueduct.proto.sender import Mode, SenderChannel
+from aqueduct.proto.sender import SenderChannel
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker
@@ -73,6 +73,7 @@ from aqueduct.wire.frames import (
     Version,
     read_plain_messages,
 )
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.varint import Headers
 
 __all__ = ["Connection", "Mode"]

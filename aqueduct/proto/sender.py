@@ -48,16 +48,9 @@ from aqueduct.wire.frames import (
     SentUnreliable,
     encode_frame,
 )
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet, decode_ack_nack
 from aqueduct.wire.varint import Headers, encode_varint
-
-
-class Mode(Enum):
-    """Delivery mode of a sender (spec section 4), invisible to the receiver's API."""
-
-    ORDERED = "ordered"
-    UNORDERED = "unordered"
-    UNRELIABLE = "unreliable"
 
 
 class SenderState(Enum):

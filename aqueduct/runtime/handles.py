@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aqueduct.proto.errors import LocalProtocolError, ReceiverClosed
-from aqueduct.proto.sender import Mode
 from aqueduct.runtime.delivery import FAILED, Finished, Inbox, SendGate
 from aqueduct.runtime.headers import Headers, HeadersLike, normalize_headers
 from aqueduct.runtime.payload import encode_value
+from aqueduct.wire.modes import Mode
 
 DEFAULT_CAPACITY = 128
 """Messages a local pair buffers before ``send()`` waits for the receiver."""

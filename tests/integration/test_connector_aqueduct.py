@@ -8,9 +8,9 @@ import inspect
 import pytest
 
 import aqueduct.runtime as rt
-from aqueduct.connector.client import UNORDERED, UNRELIABLE, Connector, ConnectorRefused
 from aqueduct.connector.frames import EPHEMERAL, Notify, Record, encode
-from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.connector.producer.client import UNORDERED, UNRELIABLE, Connector, ConnectorRefused
+from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker_session import WorkerConfig
 
 TIMEOUT = 30.0
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 async def worker(certs, server_backend, server_host):
-    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     servers = []
 
@@ -215,8 +215,8 @@ async def test_entrypoint_payload_that_is_not_valid_cbor_ends_the_session(worker
 
 WORKER_SCRIPT = """
 import asyncio, sys
-from aqueduct.connector.aqueduct_transport import serve_aqueduct
-from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+from aqueduct.connector.worker.memory_sink import MemorySink
 
 async def main():
     server = await serve_aqueduct("127.0.0.1", int(sys.argv[3]), MemorySink(),

@@ -15,9 +15,9 @@ import struct
 import sys
 import threading
 
-from aqueduct.connector.client import Connector
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.memory_sink import MemorySink
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 
 TIMEOUT = 60.0
 BACKOFF = (0.01, 0.2)
@@ -76,7 +76,7 @@ async def test_tcp_producer_started_before_the_worker_connects_once_it_listens()
 
 
 async def test_quic_producer_started_before_the_bridge_connects_once_it_listens(certs) -> None:
-    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     port = free_port(socket.SOCK_DGRAM)
 
@@ -117,7 +117,7 @@ async def test_a_deadline_that_runs_out_names_the_attempts_and_the_last_error() 
 
 async def produce(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aqueduct.connector.produce_cli", *args,
+        sys.executable, "-m", "aqueduct.connector.producer.cli", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
 

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from aqueduct.bridge.ingest import Ingest
-from aqueduct.bridge.log import DurableLog
-from aqueduct.connector.client import Connector
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from aqueduct.connector.events import HelloAccepted, RecordsAccepted
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.worker.memory_sink import MemorySink
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 
 TIMEOUT = 60.0
@@ -18,7 +18,7 @@ TIMEOUT = 60.0
 async def produce(*args: str, stdin: bytes | None = None) -> tuple[int, dict | str, str]:
     """Run the CLI; return (exit code, JSON summary or raw stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aqueduct.connector.produce_cli", *args,
+        sys.executable, "-m", "aqueduct.connector.producer.cli", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -164,7 +164,7 @@ async def test_lines_go_out_as_they_are_read() -> None:
     async with await serve_tcp("127.0.0.1", 0, sink) as server:
         url = f"tcp://127.0.0.1:{server.port}"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "aqueduct.connector.produce_cli", url, "--program", "p", "--instance", "live",
+            sys.executable, "-m", "aqueduct.connector.producer.cli", url, "--program", "p", "--instance", "live",
             "--quiet", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:

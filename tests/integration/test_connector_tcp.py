@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from aqueduct.connector.client import UNRELIABLE, Connector, ConnectorRefused, CreditTimeout
 from aqueduct.connector.events import SessionEnded
 from aqueduct.connector.frames import (
     EPHEMERAL,
@@ -20,8 +19,14 @@ from aqueduct.connector.frames import (
     Record,
     encode,
 )
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.producer.client import (
+    UNRELIABLE,
+    Connector,
+    ConnectorRefused,
+    CreditTimeout,
+)
+from aqueduct.connector.worker.memory_sink import MemorySink
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import LocalProtocolError
 

@@ -18,12 +18,12 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated
 from aioquic.quic.packet import QuicErrorCode
 
-from aqueduct.connector.client import Connector, WorkerBusy
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.proto.sender import Mode
+from aqueduct.connector.producer.client import Connector, WorkerBusy
+from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.runtime import quic_server
 from aqueduct.runtime.quic_server import BoundedQuicServer
 from aqueduct.runtime.tls import client_configuration
+from aqueduct.wire.modes import Mode
 
 TIMEOUT = 30.0
 
@@ -43,7 +43,7 @@ async def reply(sock: socket.socket) -> bytes:
 
 
 async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(certs, monkeypatch) -> None:
-    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     monkeypatch.setattr(quic_server, "HANDSHAKE_TIMEOUT", 0.5)  # the stalled one's slot frees after 0.5 s
     server = await serve_aqueduct(
@@ -84,7 +84,8 @@ async def test_initial_beyond_the_bound_is_refused_and_the_connector_retries(cer
 
 
 async def test_a_refused_connector_link_says_how_long_to_spread_its_retry_over(certs) -> None:
-    from aqueduct.connector.aqueduct_transport import AqueductLink, serve_aqueduct
+    from aqueduct.connector.producer.aqueduct_link import AqueductLink
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     server = await serve_aqueduct(
         "127.0.0.1", 0, MemorySink(), certfile=certs.server_cert, keyfile=certs.server_key,

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector import ORDERED, UNORDERED
-from aqueduct.connector.aqueduct_transport import serve_aqueduct
-from aqueduct.connector.client import Connector
-from aqueduct.proto.sender import Mode
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+from aqueduct.wire.modes import Mode
 
 TIMEOUT = 30.0
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.acked import write_acked
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.source import AqueductStreamReader, SourceOptions
+from aqueduct.bridge.source.datasource import AqueductStreamReader, SourceOptions
+from aqueduct.bridge.storage.acked import write_acked
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("aqueduct-bridge")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.cli"]
+    program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.app.cli"]
     return subprocess.run([*program, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -166,8 +166,8 @@ def test_a_spark_start_that_takes_too_long_fails_loudly_instead_of_hanging(tmp_p
 
 
 def test_consumers_are_listed_with_their_lag_and_a_gone_one_is_dropped(tmp_path: Path) -> None:
-    from aqueduct.bridge.commits import commit_file
-    from aqueduct.bridge.consumers import register_consumer
+    from aqueduct.bridge.storage.commits import commit_file
+    from aqueduct.bridge.storage.consumers import register_consumer
 
     log_dir = tmp_path / "log"
     with DurableLog(log_dir) as log:

@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from aqueduct.bridge.credit_budget import CreditBudget
-from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DurableLog
-from aqueduct.connector.client import Connector
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.bridge.ingest.credit_budget import CreditBudget
+from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 
 TIMEOUT = 60.0

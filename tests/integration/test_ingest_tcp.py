@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector import frames as f
-from aqueduct.connector.client import Connector, ConnectorRefused
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.producer.client import Connector, ConnectorRefused
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from tests.waiting import wait_until
 

@@ -19,12 +19,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from aqueduct.bridge.acked import read_acked
-from aqueduct.bridge.ingest import Ingest
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.view import load_streams
-from aqueduct.connector.client import Connector
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.view import load_streams
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 import aqueduct
-from aqueduct.connector.client import Connector
+from aqueduct.connector.producer.client import Connector
 from aqueduct.runtime.endpoints import check_backend
 from tests.conftest import picoquic_missing
 
@@ -60,7 +60,7 @@ async def test_a_picoquic_server_refuses_what_aiopquic_cannot_do_by_name(certs) 
 
 @needs_picoquic
 def test_the_bridge_refuses_a_picoquic_listener_on_one_address(tmp_path, capsys) -> None:
-    from aqueduct.bridge.cli import main
+    from aqueduct.bridge.app.cli import main
 
     code = main(["serve", "--log", str(tmp_path / "log"), "--quic", "127.0.0.1:0", "--quic-backend", "picoquic"])
     assert code == 2

@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aqueduct.bridge.ingest import Ingest
-from aqueduct.bridge.log import DurableLog
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
     Ack,
@@ -29,7 +28,8 @@ from aqueduct.connector.wallaroo.frames import (
     encode,
 )
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
-from aqueduct.connector.worker_server import WorkerServer
+from aqueduct.connector.worker.server import WorkerServer
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from tests.waiting import wait_until
 from tests.wallaroo_client import WallarooSource, payload

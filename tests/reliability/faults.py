@@ -191,8 +191,8 @@ def console_script(name: str) -> list[str]:
     if script.exists():
         return [str(script)]
     module = {
-        "aqueduct-produce": "aqueduct.connector.produce_cli",
-        "aqueduct-bridge": "aqueduct.bridge.cli",
+        "aqueduct-produce": "aqueduct.connector.producer.cli",
+        "aqueduct-bridge": "aqueduct.bridge.app.cli",
     }[name]
     return [sys.executable, "-m", module]
 

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import pytest
 
-from aqueduct.connector.client import Connector
+from aqueduct.connector.producer.client import Connector
 from demo.producer import produce
 from demo.verify import Verification, verify_output
 from demo.workload import Workload

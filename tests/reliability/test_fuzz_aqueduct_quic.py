@@ -33,10 +33,10 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as qe
 
 import aqueduct
-from aqueduct.connector.client import Connector
 from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Notify, Record
 from aqueduct.connector.frames import encode as encode_connector
-from aqueduct.connector.memory_sink import MemorySink
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.proto.errors import ChannelOutcome
 from aqueduct.runtime.handles import Finished
 from aqueduct.runtime.payload import CONNECTION_HEADERS, PayloadError
@@ -365,7 +365,7 @@ async def test_aqueduct_server_survives_mutated_frames_and_keeps_serving(
 async def test_connector_worker_survives_mutated_aqueduct_frames(
     rng: random.Random, figures: Figures, loop_errors: list, certs
 ) -> None:
-    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     sink = MemorySink()
     server = await serve_aqueduct(

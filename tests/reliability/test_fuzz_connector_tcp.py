@@ -17,7 +17,6 @@ import random
 
 import pytest
 
-from aqueduct.connector.client import Connector
 from aqueduct.connector.frames import (
     BOUNDARY,
     EOS,
@@ -38,8 +37,9 @@ from aqueduct.connector.frames import (
     Restart,
     encode,
 )
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.worker.memory_sink import MemorySink
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from tests.reliability.faults import Figures, Mutator, tally
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.connector.memory_sink import MemorySink
-from aqueduct.connector.tcp import serve_tcp
-from aqueduct.connector.worker_server import WorkerServer
+from aqueduct.connector.worker.memory_sink import MemorySink
+from aqueduct.connector.worker.server import WorkerServer
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from tests.reliability.faults import Child, Figures, console_script, tally
 
 pytestmark = pytest.mark.slow  # part of make test; seconds, not minutes
@@ -39,7 +39,7 @@ PROGRAM, INSTANCE = "killed-producer", "kp-0"
 
 
 def payload(stream_id: int, mid: int, size: int = 40) -> bytes:
-    """What aqueduct-produce generates for a message (see produce_cli._generated)."""
+    """What aqueduct-produce generates for a message (see aqueduct.connector.producer.cli._generated)."""
     return (b"%d:%d " % (stream_id, mid)).ljust(size, b"x")
 
 
@@ -48,7 +48,7 @@ async def start_worker(transport: str, sink: MemorySink, certs) -> tuple[WorkerS
     if transport == "tcp":
         server = await serve_tcp("127.0.0.1", 0, sink)
         return server, [f"tcp://127.0.0.1:{server.port}"]
-    from aqueduct.connector.aqueduct_transport import serve_aqueduct
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 
     server = await serve_aqueduct(
         "127.0.0.1", 0, sink, certfile=certs.server_cert, keyfile=certs.server_key

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from aqueduct.bridge.service import Bridge, BridgeConfig
-from aqueduct.bridge.status import read_status
+from aqueduct.bridge.app.service import Bridge, BridgeConfig
+from aqueduct.bridge.app.status import read_status
 from demo.producer import produce
 from demo.run import DemoConfig, demo
 from demo.verify import verify_output

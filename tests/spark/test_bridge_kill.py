@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 def _bridge_command(port: int, tmp: Path) -> list[str]:
     script = Path(sys.executable).with_name("aqueduct-bridge")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.cli"]
+    program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.app.cli"]
     return [
         *program, "serve", "--tcp", f"127.0.0.1:{port}", "--log", str(tmp / "log"),
         "--output", str(tmp / "out"), "--master", "local[1]", "--trigger-interval", "0.5",

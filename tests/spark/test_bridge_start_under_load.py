@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.connector.client import Connector
+from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

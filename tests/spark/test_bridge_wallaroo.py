@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from aqueduct.bridge.service import Bridge, BridgeConfig
+from aqueduct.bridge.app.service import Bridge, BridgeConfig
 from demo.sinkfiles import read_committed
 from demo.verify import verify_output
 from tests.wallaroo_client import EVENT_TIME_BASE, WallarooSource, payload

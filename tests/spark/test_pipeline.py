@@ -22,10 +22,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.pipeline import PipelineError
-from aqueduct.bridge.service import Bridge, BridgeConfig
-from aqueduct.connector.client import Connector
+from aqueduct.bridge.app.pipeline import PipelineError
+from aqueduct.bridge.app.service import Bridge, BridgeConfig
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -21,10 +21,10 @@ from pyspark.sql.functions import col, from_json
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 from aqueduct.bridge import Receiver, ReceiverError
-from aqueduct.bridge.consumers import ConsumerError, load_consumers
-from aqueduct.bridge.log import LogError
-from aqueduct.bridge.view import load_streams
-from aqueduct.connector.client import Connector
+from aqueduct.bridge.storage.consumers import ConsumerError, load_consumers
+from aqueduct.bridge.storage.log import LogError
+from aqueduct.bridge.storage.view import load_streams
+from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -17,9 +17,9 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException, StreamingQueryException
 
-from aqueduct.bridge.commits import commit_file
-from aqueduct.bridge.consumers import load_consumers
-from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.storage.commits import commit_file
+from aqueduct.bridge.storage.consumers import load_consumers
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.commits import install_commit_listener, read_committed
-from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.app.commit_listener import install_commit_listener
+from aqueduct.bridge.storage.commits import read_committed
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

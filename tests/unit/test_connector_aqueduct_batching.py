@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from aqueduct.connector.aqueduct_transport import MAX_BATCH_BYTES, _batches
 from aqueduct.connector.frames import EPHEMERAL, Notify, Record, RecordRun, encode
 from aqueduct.connector.outbound import Mode
+from aqueduct.connector.producer.aqueduct_link import MAX_BATCH_BYTES, _batches
 
 MODES = {1: Mode.ORDERED, 2: Mode.UNRELIABLE}
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aqueduct.bridge.log import DuplicateMessage, DurableLog
+from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog
 from aqueduct.connector.events import RecordsAccepted
 from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Notify, Record, encode
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 
 def definition(ids: list[int], ordered: bool, start: int = 0) -> tuple[list[int], int]:

@@ -33,7 +33,7 @@ from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.outbound import Outbox
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 STREAM = 3
 

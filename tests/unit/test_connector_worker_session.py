@@ -31,7 +31,7 @@ from aqueduct.connector.frames import (
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.states import ConnectionState
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 HELLO = Hello(PROTOCOL_VERSION, b"", "gen", "gen-1")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.bridge.credit_budget import (
+from aqueduct.bridge.ingest.credit_budget import (
     ASSUMED_RECORD_BYTES,
     START_CREDITS,
     CreditBudget,

@@ -7,6 +7,8 @@ sockets, so it is checked on every run rather than left to review.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,8 @@ def _sans_io_modules() -> list[Path]:
             "connector_session",
             "machine",
             "points",
+            "errors",
+            "carrying",
         }
     ]
     return _modules("wire") + _modules("proto") + connector_core
@@ -75,3 +79,119 @@ def test_the_product_package_imports_no_tooling() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         roots = {name.split(".")[0] for name in _imports(path)}
         assert not roots & TOOLING, f"{path.relative_to(PACKAGE)} imports {roots & TOOLING}"
+
+
+# ------------------------------------------------------------ rooms and cycles
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _edges(path: Path) -> set[str]:
+    """Every project module ``path`` imports, at any depth of the file (lazy imports too).
+
+    ``from package import name`` counts as importing the submodule when
+    ``name`` is one, else the package itself.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return {name for name in found if name in MODULES}
+
+
+GRAPH = {name: _edges(path) for name, path in MODULES.items()}
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """A cycle, even through a lazy import inside one package, means two modules with one job."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for nxt in sorted(GRAPH[name]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+
+
+#: Rooms inside a wing, bottom to top; a room imports only itself and rooms
+#: listed before it, never a sibling at its own level.
+ROOMS = {
+    "aqueduct.bridge": [{"storage"}, {"ingest", "source"}, {"app"}],
+    "aqueduct.connector": [{""}, {"wallaroo"}, {"producer", "worker"}],
+}
+
+
+_PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+
+
+def _room_of(wing: str, module: str) -> str | None:
+    """The room of ``module`` in ``wing`` ("" for a module directly in the wing)."""
+    if not module.startswith(wing + "."):
+        return None
+    first = module[len(wing) + 1 :].split(".")[0]
+    return first if f"{wing}.{first}" in _PACKAGES else ""
+
+
+@pytest.mark.parametrize("wing", sorted(ROOMS))
+def test_rooms_import_only_downwards(wing: str) -> None:
+    levels = ROOMS[wing]
+    level_of = {room: i for i, rooms in enumerate(levels) for room in rooms}
+    for name in sorted(GRAPH):
+        room = _room_of(wing, name)
+        if room is None or name == wing:
+            continue
+        for target in GRAPH[name]:
+            other = _room_of(wing, target)
+            if other is None or other == room or target == wing:
+                continue
+            assert level_of[other] < level_of[room], f"{name} ({room}) imports {target} ({other})"
+
+
+SPARK_ROOMS = ("aqueduct.bridge.source", "aqueduct.bridge.app")
+
+
+def test_pyspark_only_in_the_spark_rooms() -> None:
+    for name, path in sorted(MODULES.items()):
+        if name.startswith(SPARK_ROOMS):
+            continue
+        roots = {imported.split(".")[0] for imported in _imports(path)}
+        assert "pyspark" not in roots, f"{name} imports pyspark outside the Spark rooms"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "aqueduct.bridge.ingest.service",
+        "aqueduct.bridge.storage.log",
+        "aqueduct.bridge.source.planning",
+        "aqueduct.bridge.app.status",
+        "aqueduct.connector.worker.server",
+    ],
+)
+def test_importing_a_non_spark_module_loads_no_pyspark(module: str) -> None:
+    """What a process imports decides what it pays: a bridge-side module must not drag the JVM client in."""
+    code = f"import sys, {module}; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

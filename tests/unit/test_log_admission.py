@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.bridge.admission import Limit, StoredBytes, admit
+from aqueduct.bridge.source.admission import Limit, StoredBytes, admit
 
 
 @dataclass

@@ -6,9 +6,9 @@ import os
 import resource
 from pathlib import Path
 
-from aqueduct.bridge.changes import ChangeJournal, ChangeReader
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.view import LogSnapshots
+from aqueduct.bridge.storage.changes import ChangeJournal, ChangeReader
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.view import LogSnapshots
 from aqueduct.connector.frames import Record
 
 

@@ -11,7 +11,7 @@ import uuid
 
 from pyspark.sql.streaming.listener import QueryProgressEvent
 
-from aqueduct.bridge.commits import CommitListener
+from aqueduct.bridge.app.commit_listener import CommitListener
 
 PYTHON_SOURCE = "org.apache.spark.sql.execution.datasources.v2.python.PythonMicroBatchStream@1a2b"
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aqueduct.bridge.consumers import (
+from aqueduct.bridge.storage.consumers import (
     Consumer,
     ConsumerError,
     StreamSelection,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aqueduct.bridge.index import ENTRY_SIZE
-from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError, LogLocked
-from aqueduct.bridge.schema import STORED_SCHEMA
-from aqueduct.bridge.segment import segment_bases, segment_name
-from aqueduct.bridge.view import NotALog, StreamMeta, load_streams
+from aqueduct.bridge.storage.index import ENTRY_SIZE
+from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError, LogLocked
+from aqueduct.bridge.storage.schema import STORED_SCHEMA
+from aqueduct.bridge.storage.segment import segment_bases, segment_name
+from aqueduct.bridge.storage.view import NotALog, StreamMeta, load_streams
 from aqueduct.connector.frames import Record
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 CONNECTOR = "sensors/host-1"
 
@@ -314,7 +314,7 @@ def test_reader_refuses_a_directory_that_is_not_a_log(tmp_path: Path) -> None:
 READER_SCRIPT = """
 import sys, time
 from pathlib import Path
-from aqueduct.bridge.view import load_streams
+from aqueduct.bridge.storage.view import load_streams
 
 path, done = Path(sys.argv[1]), Path(sys.argv[2])
 last_end, reads = 0, 0

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.ingest import Ingest
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.view import load_streams
+from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import (
     PROTOCOL_VERSION,
     Ack,
@@ -29,9 +29,9 @@ from aqueduct.connector.frames import (
     Record,
     encode,
 )
-from aqueduct.connector.worker_server import WorkerPeer
+from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.connector.worker_session import WorkerConfig
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 from tests.waiting import wait_until
 
 CONNECTOR = "sensors/host-1"

@@ -19,11 +19,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.segment import segment_bases, segment_name
-from aqueduct.bridge.view import load_streams
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.segment import segment_bases, segment_name
+from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import EVENT_TIME, Record, RecordRun
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 ORDERED, UNORDERED = 1, 2
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

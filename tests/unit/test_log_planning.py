@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.planning import plan_slices
-from aqueduct.bridge.view import LogSnapshots, load_streams
+from aqueduct.bridge.source.planning import plan_slices
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.view import LogSnapshots, load_streams
 from aqueduct.connector.frames import Record
 
 
@@ -85,7 +85,7 @@ def test_a_caught_up_reader_plans_what_a_fresh_one_plans(tmp_path: Path) -> None
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    from aqueduct.bridge.source import SPARK_STRUCT, AqueductDataSource
+    from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
 
     rng = random.Random(7)
     with DurableLog(tmp_path / "log", segment_bytes=1) as log:

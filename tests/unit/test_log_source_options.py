@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
-from aqueduct.bridge.commits import commit_file
-from aqueduct.bridge.consumers import load_consumers
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.source import (
+from aqueduct.bridge.source.datasource import (
     SPARK_STRUCT,
     AqueductDataLoss,
     AqueductDataSource,
     AqueductOptionError,
     read_partition,
 )
+from aqueduct.bridge.storage.commits import commit_file
+from aqueduct.bridge.storage.consumers import load_consumers
+from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
 
 

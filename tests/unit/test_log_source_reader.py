@@ -14,17 +14,17 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from aqueduct.bridge.commits import acks_for, parse_offsets, read_committed
-from aqueduct.bridge.consumers import load_consumers
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.schema import SPARK_SCHEMA
-from aqueduct.bridge.source import (
+from aqueduct.bridge.source.datasource import (
     SPARK_STRUCT,
     AqueductDataLoss,
     AqueductDataSource,
     AqueductOptionError,
     AqueductStreamReader,
 )
+from aqueduct.bridge.storage.commits import acks_for, parse_offsets, read_committed
+from aqueduct.bridge.storage.consumers import load_consumers
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.schema import SPARK_SCHEMA
 from aqueduct.connector.frames import Record
 
 

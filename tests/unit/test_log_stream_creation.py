@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.durability import SyncGroup
-from aqueduct.bridge.log import DurableLog
-from aqueduct.bridge.view import load_streams
+from aqueduct.bridge.storage.durability import SyncGroup
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import Record
 
 TIMEOUT = 30.0  # only turns a hang into a failure

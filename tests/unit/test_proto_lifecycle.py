@@ -16,8 +16,8 @@ from aqueduct.proto.events import (
     StreamDataQueued,
 )
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire import Side
+from aqueduct.wire.modes import Mode
 
 
 def received(p: Pair, side: str, chanid: int) -> list[MessageReceived]:

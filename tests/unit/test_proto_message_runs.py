@@ -17,7 +17,6 @@ from aqueduct.proto.events import (
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire.chanid import ENTRYPOINT
 from aqueduct.wire.frames import (
     AttachmentRef,
@@ -27,6 +26,7 @@ from aqueduct.wire.frames import (
     encode_frame,
     read_plain_messages,
 )
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.sequence import StreamSequenceDecoder, encode_sequence
 
 MAX = 1 << 20

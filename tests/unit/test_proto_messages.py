@@ -19,7 +19,6 @@ from aqueduct.proto.events import (
     StreamResetQueued,
 )
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire import (
     AckVersion,
     ConnectionHeaders,
@@ -28,6 +27,7 @@ from aqueduct.wire import (
     Version,
     decode_datagram,
 )
+from aqueduct.wire.modes import Mode
 
 
 def payloads(p: Pair, side: str = "server", chanid: int = 0) -> list[bytes]:

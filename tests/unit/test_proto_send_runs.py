@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.events import MessageReceived, StreamDataQueued
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire.chanid import ENTRYPOINT
+from aqueduct.wire.modes import Mode
 
 
 def _pair(window: int) -> Pair:

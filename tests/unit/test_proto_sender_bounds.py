@@ -10,9 +10,9 @@ from aqueduct.proto.events import (
     StreamDataQueued,
 )
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire import Side, StreamSequenceDecoder
 from aqueduct.wire.frames import Message
+from aqueduct.wire.modes import Mode
 
 
 def message_streams(actions: list) -> int:

@@ -17,8 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from aqueduct.proto.events import ChannelFinished, ChannelLost, MessageReceived, MessagesAcked
 from aqueduct.proto.pair import Pair
-from aqueduct.proto.sender import Mode
 from aqueduct.wire import Side
+from aqueduct.wire.modes import Mode
 
 
 class SenderReceiverMachine(RuleBasedStateMachine):

@@ -19,7 +19,6 @@ from aqueduct.proto.events import (
     StreamDataQueued,
     StreamResetQueued,
 )
-from aqueduct.proto.sender import Mode
 from aqueduct.wire import (
     AckNackUnreliable,
     AckReliable,
@@ -42,6 +41,7 @@ from aqueduct.wire import (
     encode_sequence,
     make_chanid,
 )
+from aqueduct.wire.modes import Mode
 
 CLIENT_SENDS = make_chanid(Side.CLIENT, Side.CLIENT, False, 1)  # client-created, client sends
 SERVER_SENDS = make_chanid(Side.SERVER, Side.SERVER, False, 0)  # server-created, server sends

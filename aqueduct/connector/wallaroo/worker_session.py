@@ -4,7 +4,7 @@ It has :class:`~aqueduct.connector.worker_session.WorkerSession`'s interface
 (``receive_data``, ``ack``, ``restart``, ``fail``, ``data_to_send``,
 ``connection_lost``) and reports the same events (``HelloAccepted``,
 ``StreamNotified``, ``RecordsAccepted``, ``SessionEnded``), so a
-:class:`~aqueduct.connector.worker_server.WorkerPeer` drives it and the
+:class:`~aqueduct.connector.worker.server.WorkerPeer` drives it and the
 bridge's ingest consumes it unchanged. Everything that differs from the
 seed protocol is settled here, at the edge:
 

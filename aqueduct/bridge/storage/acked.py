@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.storage.index import write_atomically
 
 ACKED_FILE = "acked.json"
 

@@ -6,7 +6,7 @@ hand its events here. This module turns them into log records and decides
 when producers may send more and what they may forget:
 
 * **Credits only for durable data.** Accepted messages are appended to the
-  :class:`~aqueduct.bridge.log.DurableLog` buffer; a group commit (one
+  :class:`~aqueduct.bridge.storage.log.DurableLog` buffer; a group commit (one
   fsync for everything buffered since the last one) makes them durable, and
   only then does each session get its spent credits back. So the bytes a
   producer can have in the bridge's memory are bounded by its credits.
@@ -24,7 +24,7 @@ when producers may send more and what they may forget:
 * **Exactly-once acks.** :meth:`Ingest.on_committed` is called with the
   per-stream log offsets of the last micro-batch Spark committed in its
   sink (the minimum over the queries that drive acks, see
-  :mod:`aqueduct.bridge.consumers`). Each connector then gets an ACK with
+  :mod:`aqueduct.bridge.storage.consumers`). Each connector then gets an ACK with
   the points of reference covering those offsets. :meth:`Ingest.truncate_below`
   separately lets the log drop segments no registered consumer needs
   (unless retention keeps them).
@@ -34,7 +34,7 @@ commit's file work: the log writes and fsyncs each group on its own I/O
 thread while the loop keeps reading and the next group accumulates; the
 credits a group earned go out when its commit is done. The transports call
 :meth:`Ingest.durable_streams` and :meth:`Ingest.handle` (the
-``WorkerSink`` protocol of :mod:`aqueduct.connector.worker_server`).
+``WorkerSink`` protocol of :mod:`aqueduct.connector.worker.server`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aqueduct.bridge.commits import acks_for
-from aqueduct.bridge.credit_budget import CreditBudget, RecordSize
-from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
+from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
+from aqueduct.bridge.storage.commits import acks_for
+from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -58,7 +58,7 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.frames import BOUNDARY, Record, RecordRun
 from aqueduct.connector.inbound import DurableStream
-from aqueduct.connector.worker_server import WorkerPeer
+from aqueduct.connector.worker.server import WorkerPeer
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class IngestConfig:
     max_lag: int = 200_000  # records Spark may lag behind before credits stop
     commit_delay: float = 0.002  # seconds to gather a group before committing
     #: credits all sessions may hold together (None: each session has its own,
-    #: unbounded in total); see :mod:`aqueduct.bridge.credit_budget`
+    #: unbounded in total); see :mod:`aqueduct.bridge.ingest.credit_budget`
     credit_budget: int | None = None
     session_credits: int = 4096  # under a budget: the most one session may hold
     #: bytes of records (payload and key) all sessions may have in flight together,

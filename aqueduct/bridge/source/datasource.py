@@ -52,20 +52,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aqueduct.bridge.admission import Limit, admit
-from aqueduct.bridge.commits import commit_file
-from aqueduct.bridge.consumers import (
-    ALL_STREAMS,
-    ConsumerError,
-    check_not_dropped,
-    register_consumer,
-)
-from aqueduct.bridge.index import write_atomically
-from aqueduct.bridge.lag import stored_bytes
-from aqueduct.bridge.planning import Slice, plan_slices
-from aqueduct.bridge.schema import SPARK_COLUMNS, SPARK_FIELDS
-from aqueduct.bridge.segment import read_batches
-from aqueduct.bridge.source_options import (
+from aqueduct.bridge.source.admission import Limit, admit
+from aqueduct.bridge.source.lag import stored_bytes
+from aqueduct.bridge.source.options import (
     EARLIEST,
     LATEST,
     AqueductOptionError,
@@ -74,7 +63,18 @@ from aqueduct.bridge.source_options import (
     key_text,
     parse_key,
 )
-from aqueduct.bridge.view import LogSnapshots, StreamIndex
+from aqueduct.bridge.source.planning import Slice, plan_slices
+from aqueduct.bridge.storage.commits import commit_file
+from aqueduct.bridge.storage.consumers import (
+    ALL_STREAMS,
+    ConsumerError,
+    check_not_dropped,
+    register_consumer,
+)
+from aqueduct.bridge.storage.index import write_atomically
+from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
+from aqueduct.bridge.storage.segment import read_batches
+from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex
 
 __all__ = [
     "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductOptionError",
@@ -179,7 +179,7 @@ class AqueductDataSource(DataSource):
 
 
 class AqueductPartition(InputPartition):
-    """Records of one or more streams (:class:`~aqueduct.bridge.planning.Slice`), read in order.
+    """Records of one or more streams (:class:`~aqueduct.bridge.source.planning.Slice`), read in order.
 
     Carrying the index entries makes :func:`read_partition` independent of
     later index changes: the same partition always yields the same rows.
@@ -229,7 +229,7 @@ def _offsets(positions: Mapping[StreamKey, int]) -> dict[str, int]:
 class _LogReader:
     """What the batch and the stream reader share: the logs' streams and their partitions.
 
-    Streams are keyed by :data:`~aqueduct.bridge.source_options.StreamKey`:
+    Streams are keyed by :data:`~aqueduct.bridge.source.options.StreamKey`:
     their id when the query reads one log, ``(log name, id)`` when it reads
     several, so ids of different bridges never collide.
     """
@@ -497,7 +497,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return _offsets({k: s.complete for k, s in self._streams().items()})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
-        """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.planning`)."""
+        """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.source.planning`)."""
         ends = self._parse(end)
         starts = self._parse(start)
         moved = {k: stop for k, stop in ends.items() if stop > starts.get(k, 0)}

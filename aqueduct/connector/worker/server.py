@@ -7,7 +7,7 @@ reference (``durable_streams``) and receives every session event
 (``ack``, ``grant_credits``, ``restart``, ``fail``), from any task, at any
 time (e.g. when Spark commits a micro-batch).
 
-Transports (:mod:`.tcp`, :mod:`.aqueduct_transport`) only move bytes: they
+Transports (:mod:`.tcp_listener`, :mod:`.aqueduct_listener`) only move bytes: they
 feed input to :meth:`WorkerPeer.receive_data` / :meth:`WorkerPeer.receive_payload`
 and give the peer an async ``send`` for its output.
 """
@@ -22,7 +22,7 @@ from typing import Protocol
 from aqueduct.connector.events import SessionEnded, StreamNotified, WorkerEvent
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig, WorkerSession
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 
 SessionFactory = Callable[[WorkerConfig, DurableLookup], WorkerSession]
 """Makes a connection's sans-IO session: a :class:`WorkerSession`, or for another wire one

@@ -2,7 +2,7 @@
 
 Everything here is read from the stream's index (no segment is opened):
 records are offsets, bytes are what the log stores for them
-(:class:`~aqueduct.bridge.admission.StoredBytes`), and an unread record's
+(:class:`~aqueduct.bridge.source.admission.StoredBytes`), and an unread record's
 age is the time since the group commit that made it durable (the index
 entry's ``written_at_us``), which is when Spark could first have read it.
 """
@@ -13,8 +13,8 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aqueduct.bridge.admission import StoredBytes
-from aqueduct.bridge.view import StreamIndex
+from aqueduct.bridge.source.admission import StoredBytes
+from aqueduct.bridge.storage.view import StreamIndex
 
 
 def stored_bytes(s: StreamIndex) -> StoredBytes:

@@ -34,11 +34,11 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from aqueduct.connector.connector_session import ConnectorSession, Outgoing
+from aqueduct.connector.errors import ConnectorRefused, CreditTimeout, WorkerBusy
 from aqueduct.connector.events import HandshakeCompleted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Record
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
-from aqueduct.proto.errors import AqueductError
 
 __all__ = [
     "ORDERED",
@@ -53,33 +53,9 @@ __all__ = [
 ]
 
 
-class ConnectorRefused(AqueductError):
-    """The worker ended the session with ERROR (or broke the protocol): retrying would not help."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class CreditTimeout(TimeoutError):
-    """``send`` waited longer than ``credits_timeout`` for a credit.
-
-    The message keeps its id and stays queued: it goes out with the next
-    credit, so the caller must not send it again.
-    """
-
-
 MAX_ERRORS = 100
 #: default ``max_buffer``: reliable messages a stream keeps until the worker commits them
 DEFAULT_MAX_BUFFER = 10_000
-
-
-class WorkerBusy(ConnectionError):
-    """The worker refused the connection for now and said how long to spread the retry over."""
-
-    def __init__(self, message: str, retry_within: float) -> None:
-        super().__init__(message)
-        self.retry_within = retry_within
 
 
 class Link(Protocol):
@@ -523,11 +499,11 @@ def _link_opener(
         raise ValueError(f"connector URL needs host and port: {url!r}")
     host, port = parts.hostname, parts.port
     if parts.scheme == "tcp":
-        from aqueduct.connector.tcp import TcpLink
+        from aqueduct.connector.producer.tcp_link import TcpLink
 
         return lambda: TcpLink.open(host, port)
     if parts.scheme == "aqueduct":
-        from aqueduct.connector.aqueduct_transport import AqueductLink
+        from aqueduct.connector.producer.aqueduct_link import AqueductLink
         from aqueduct.runtime.endpoints import check_backend
 
         check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry

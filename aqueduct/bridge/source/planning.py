@@ -19,10 +19,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aqueduct.bridge.admission import StoredBytes
-from aqueduct.bridge.index import IndexEntry
-from aqueduct.bridge.source_options import StreamKey
-from aqueduct.bridge.view import StreamIndex
+from aqueduct.bridge.source.admission import StoredBytes
+from aqueduct.bridge.source.options import StreamKey
+from aqueduct.bridge.storage.index import IndexEntry
+from aqueduct.bridge.storage.view import StreamIndex
 
 #: Default targets of one input partition.
 PARTITION_RECORDS = 1 << 20

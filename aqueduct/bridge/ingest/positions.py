@@ -1,8 +1,8 @@
 """How far each consumer got, and what that means for acks and truncation.
 
 :class:`ConsumerPositions` is the bridge's side of
-:mod:`aqueduct.bridge.consumers`: it gathers every consumer's committed
-positions from the two signals of :mod:`aqueduct.bridge.commits` (the
+:mod:`aqueduct.bridge.storage.consumers`: it gathers every consumer's committed
+positions from the two signals of :mod:`aqueduct.bridge.storage.commits` (the
 listener for queries in this driver, the commit files for all), re-reads
 the registry (a consumer may register from another Spark application, or
 be dropped by ``aqueduct-bridge consumers drop``), and hands the ingest
@@ -16,8 +16,9 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from aqueduct.bridge.commits import read_committed
-from aqueduct.bridge.consumers import (
+from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.commits import read_committed
+from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     Consumer,
     StreamSelection,
@@ -27,7 +28,6 @@ from aqueduct.bridge.consumers import (
     load_consumers,
     register_consumer,
 )
-from aqueduct.bridge.ingest import Ingest
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from aqueduct.bridge.durability import fsync_path
+from aqueduct.bridge.storage.durability import fsync_path
 
 MAGIC = b"AQIDX\x00\x00\x01"
 

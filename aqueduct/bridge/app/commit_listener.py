@@ -1,29 +1,17 @@
-"""From "Spark committed a micro-batch" to "ACK the producers and trim the log".
+"""From "Spark committed a micro-batch" to the bridge, promptly: :class:`CommitListener`.
 
-A record may be acknowledged to its producer only once the Spark
-micro-batch holding it is committed in the sink. Two signals say so:
-
-- **Prompt**: :class:`CommitListener`, a ``StreamingQueryListener`` in the
-  driver. Spark posts query progress after it wrote the batch's commit
-  log entry (the sink had committed before that), so the ``endOffset`` of
-  the ``aqueduct`` source in a progress event is committed.
-- **Safety net**: the source's ``commit(end)`` writes the offsets to
-  ``<log>/commits/<consumer>.json`` (it runs one batch late, in a worker
-  the JVM spawned). :func:`read_committed` reads them back, e.g. after a
-  bridge restart when no listener saw the last batches.
-
-Either signal yields positions ``{stream id: log offset}``;
-:func:`acks_for` turns them into points of reference for ACK frames, and
-the log may then be truncated below them.
+A ``StreamingQueryListener`` in the driver. Spark posts query progress after
+it wrote the batch's commit log entry (the sink had committed before that),
+so the ``endOffset`` of the ``aqueduct`` source in a progress event is
+committed. The safety net for what no listener saw (a restart) is the
+commit file, :mod:`aqueduct.bridge.storage.commits`.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -33,52 +21,11 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-COMMITS_DIR = "commits"
+from aqueduct.bridge.storage.commits import parse_offsets
 
 #: How Spark 4.3 describes any Python data source in query progress; it does not
 #: name the source, so offsets that do not parse as ours are skipped too.
 SOURCE_DESCRIPTION_MARK = "PythonMicroBatchStream"
-
-
-def parse_offsets(offsets: Mapping[str, Any] | str) -> dict[int, int]:
-    """``{"<stream id>": position}`` (dict or JSON text) to ``{stream id: position}``."""
-    if isinstance(offsets, str):
-        offsets = json.loads(offsets)
-    if not isinstance(offsets, Mapping):
-        raise ValueError(f"aqueduct offset: expected a JSON object, got {offsets!r}")
-    positions: dict[int, int] = {}
-    for k, v in offsets.items():
-        if not (isinstance(k, str) and k.isdigit()) or not isinstance(v, int) or v < 0:
-            raise ValueError(
-                f'aqueduct offset: entries must be "<stream id>": <non-negative int>, got {k!r}: {v!r}'
-            )
-        positions[int(k)] = v
-    return positions
-
-
-def commit_file(log: Path, consumer: str) -> Path:
-    """Where the source records the offsets a consumer (query) committed."""
-    return log / COMMITS_DIR / f"{consumer}.json"
-
-
-def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int] | None:
-    """Positions last committed by the source for ``consumer``, or None if never."""
-    try:
-        doc = json.loads(commit_file(Path(log), consumer).read_bytes())
-    except FileNotFoundError:
-        return None
-    return parse_offsets(doc["offsets"])
-
-
-class PositionLog(Protocol):
-    """What :func:`acks_for` needs from the log (``DurableLog`` provides it)."""
-
-    def reference_at(self, stream_id: int, offset: int) -> int: ...
-
-
-def acks_for(log: PositionLog, positions: Mapping[int, int]) -> dict[int, int]:
-    """Point of reference per stream covering every record below its committed position."""
-    return {sid: log.reference_at(sid, pos) for sid, pos in sorted(positions.items())}
 
 
 class CommitListener(StreamingQueryListener):

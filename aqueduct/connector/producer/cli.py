@@ -20,8 +20,8 @@ import sys
 from collections.abc import AsyncIterator
 from typing import BinaryIO
 
-from aqueduct.connector.client import Connector, ConnectorRefused, ConnectorStream
 from aqueduct.connector.outbound import Mode
+from aqueduct.connector.producer.client import Connector, ConnectorRefused, ConnectorStream
 from aqueduct.runtime.endpoints import BACKENDS, check_backend
 
 

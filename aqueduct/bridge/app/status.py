@@ -1,8 +1,8 @@
 """``aqueduct-bridge status``: what a log holds and how far Spark got.
 
 Reads only what a reader in another process may read while the bridge
-runs: the streams' indexes (:func:`~aqueduct.bridge.view.load_streams`),
-the reader's commit file (:func:`~aqueduct.bridge.commits.read_committed`,
+runs: the streams' indexes (:func:`~aqueduct.bridge.storage.view.load_streams`),
+the reader's commit file (:func:`~aqueduct.bridge.storage.commits.read_committed`,
 written one micro-batch late) and ``acked.json``, which the bridge rewrites
 each time its listener reports a committed micro-batch. A stream's
 committed offset is the larger of the two; the acked point of reference is
@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from aqueduct.bridge.acked import read_acked
-from aqueduct.bridge.commits import read_committed
-from aqueduct.bridge.consumers import load_consumers, position
-from aqueduct.bridge.lag import consumer_lag
-from aqueduct.bridge.view import load_streams
+from aqueduct.bridge.source.lag import consumer_lag
+from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.commits import read_committed
+from aqueduct.bridge.storage.consumers import load_consumers, position
+from aqueduct.bridge.storage.view import load_streams
 
 
 def read_status(log_dir: Path, consumer: str = "default") -> dict:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aqueduct.bridge.durability import SyncGroup
-from aqueduct.bridge.index import IndexEntry
-from aqueduct.bridge.schema import STORED_SCHEMA
+from aqueduct.bridge.storage.durability import SyncGroup
+from aqueduct.bridge.storage.index import IndexEntry
+from aqueduct.bridge.storage.schema import STORED_SCHEMA
 
 SUFFIX = ".arrow"
 

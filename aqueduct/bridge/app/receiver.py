@@ -12,7 +12,7 @@ sinks. The receiver adds what makes producers worth pointing at it::
 
 It runs the connector listeners, the durable log and the group commit on
 an event loop in a background thread of the driver process (the same
-:class:`~aqueduct.bridge.service.Bridge` that ``aqueduct-bridge serve``
+:class:`~aqueduct.bridge.app.service.Bridge` that ``aqueduct-bridge serve``
 runs, minus its own query). :meth:`Receiver.stream` is the log as a
 streaming DataFrame, read as a named consumer; :meth:`Receiver.ack_after`
 says which queries' commits release producer acks. A producer hears that
@@ -42,8 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aqueduct.bridge.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
-from aqueduct.bridge.service import Bridge, BridgeConfig, BridgeProgress
+from aqueduct.bridge.app.service import Bridge, BridgeConfig, BridgeProgress
+from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Receiver:
     """Connector listeners and the durable log in this driver, acking after your queries.
 
     Keyword arguments are those of ``aqueduct-bridge serve`` that concern
-    receiving (see :class:`~aqueduct.bridge.service.BridgeConfig`):
+    receiving (see :class:`~aqueduct.bridge.app.service.BridgeConfig`):
     ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
     when not given), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,

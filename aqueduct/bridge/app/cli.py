@@ -45,7 +45,7 @@ def positive_float(text: str) -> float:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    from aqueduct.bridge.service import BridgeConfig
+    from aqueduct.bridge.app.service import BridgeConfig
 
     d = BridgeConfig.__dataclass_fields__
     p = sub.add_parser(
@@ -211,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.service import BridgeConfig, run_forever
+    from aqueduct.bridge.app.service import BridgeConfig, run_forever
 
     if args.quic is None and args.tcp is None and args.wallaroo_tcp is None:
         print(
@@ -232,7 +232,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     if args.pipeline is not None:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
-        from aqueduct.bridge.pipeline import PipelineError, load_pipeline
+        from aqueduct.bridge.app.pipeline import PipelineError, load_pipeline
 
         try:  # fail before Spark takes ten seconds to start
             load_pipeline(args.pipeline)
@@ -270,7 +270,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.status import format_table, read_status
+    from aqueduct.bridge.app.status import format_table, read_status
 
     try:
         report = read_status(args.log)
@@ -289,9 +289,9 @@ def _status(args: argparse.Namespace) -> int:
 def _consumers(args: argparse.Namespace) -> int:
     import json
 
-    from aqueduct.bridge.consumers import ConsumerError, drop_consumer
-    from aqueduct.bridge.status import consumer_rows, format_consumers
-    from aqueduct.bridge.view import NotALog, check_log_dir
+    from aqueduct.bridge.app.status import consumer_rows, format_consumers
+    from aqueduct.bridge.storage.consumers import ConsumerError, drop_consumer
+    from aqueduct.bridge.storage.view import NotALog, check_log_dir
 
     try:
         check_log_dir(args.log)

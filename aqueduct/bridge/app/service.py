@@ -2,19 +2,19 @@
 
 :class:`Bridge` wires the parts together and owns their lifetimes:
 
-1. opens the :class:`~aqueduct.bridge.log.DurableLog` (one writer process,
-   flock'ed) and the :class:`~aqueduct.bridge.ingest.Ingest` sink with its
+1. opens the :class:`~aqueduct.bridge.storage.log.DurableLog` (one writer process,
+   flock'ed) and the :class:`~aqueduct.bridge.ingest.service.Ingest` sink with its
    group-commit task;
 2. listens for connectors over QUIC (Aqueduct) and/or plain TCP; each
    connection's session hands its events to the ingest;
-3. unless a :class:`~aqueduct.bridge.receiver.Receiver` drives it from the
+3. unless a :class:`~aqueduct.bridge.app.receiver.Receiver` drives it from the
    user's own Spark application, starts Spark (``local[*]`` by default, or
    any master URL whose executors can read the log path) and one query:
    ``readStream.format("aqueduct")`` into a no-code sink or the user's
-   ``--pipeline`` (:mod:`aqueduct.bridge.pipeline`), as consumer
+   ``--pipeline`` (:mod:`aqueduct.bridge.app.pipeline`), as consumer
    ``default``;
 4. feeds "query Q committed the batch ending at these offsets" back to
-   :class:`~aqueduct.bridge.positions.ConsumerPositions`, which has the
+   :class:`~aqueduct.bridge.ingest.positions.ConsumerPositions`, which has the
    ingest ACK producers (once every ack consumer committed) and truncate
    the log (below what every registered consumer needs). The prompt signal
    is a ``StreamingQueryListener`` in this (driver) process; its callback
@@ -41,16 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from aqueduct.bridge.checkpoint import repair_checkpoint
-from aqueduct.bridge.commits import install_commit_listener
-from aqueduct.bridge.consumers import DEFAULT_CONSUMER
-from aqueduct.bridge.ingest import Ingest, IngestConfig
-from aqueduct.bridge.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
-from aqueduct.bridge.pipeline import PipelineError
-from aqueduct.bridge.positions import ConsumerPositions
-from aqueduct.connector.aqueduct_transport import serve_aqueduct
-from aqueduct.connector.tcp import serve_tcp
+from aqueduct.bridge.app.checkpoint import repair_checkpoint
+from aqueduct.bridge.app.commit_listener import install_commit_listener
+from aqueduct.bridge.app.pipeline import PipelineError
+from aqueduct.bridge.ingest.positions import ConsumerPositions
+from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
+from aqueduct.bridge.storage.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
+from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths, generate_certs
 
@@ -161,7 +161,7 @@ class Bridge:
 
     Pass ``spark`` to reuse an existing SparkSession (tests share one); the
     bridge then leaves it running on stop. ``start(run_query=False)``
-    starts everything but Spark: the :class:`~aqueduct.bridge.receiver.Receiver`
+    starts everything but Spark: the :class:`~aqueduct.bridge.app.receiver.Receiver`
     does that, with the user's queries, through :meth:`attach_spark` and
     :meth:`watch`.
     """
@@ -191,7 +191,7 @@ class Bridge:
     async def start(self, run_query: bool = True) -> None:
         """Open the log, start Spark and its commit listener, listen for connectors, start the query.
 
-        With ``run_query=False`` (the :class:`~aqueduct.bridge.receiver.Receiver`)
+        With ``run_query=False`` (the :class:`~aqueduct.bridge.app.receiver.Receiver`)
         Spark is the caller's: only the log and the listeners start here.
         """
         c = self.config
@@ -334,7 +334,7 @@ class Bridge:
 
     def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create/reuse the session and install the commit listener (py4j's callback server)."""
-        from aqueduct.bridge.pipeline import local_session
+        from aqueduct.bridge.app.pipeline import local_session
 
         c = self.config
         if self._spark is None:
@@ -343,7 +343,7 @@ class Bridge:
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the sink or pipeline query over the log, counted as consumer ``default``."""
-        from aqueduct.bridge.pipeline import start_pipeline, start_sink
+        from aqueduct.bridge.app.pipeline import start_pipeline, start_sink
 
         c = self.config
         repair_checkpoint(c.checkpoint)

@@ -18,7 +18,7 @@ log's own I/O thread, turns them into one Arrow record batch per stream,
 writes it to the stream's segment, makes every touched segment durable,
 then appends one index entry per stream and makes the indexes durable
 (two syncs per commit however many streams it touches: one ``syncfs``
-each beyond a few files, see :mod:`aqueduct.bridge.durability`). New
+each beyond a few files, see :mod:`aqueduct.bridge.storage.durability`). New
 streams' files are created in batches the same way. Only then are the records
 visible (to readers, to :meth:`durable_reference`, and as credits for
 producers). A crash at any point leaves a log whose index describes exactly
@@ -56,10 +56,10 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from aqueduct.bridge.acked import write_acked
-from aqueduct.bridge.changes import CHANGES_FILE, ChangeJournal
-from aqueduct.bridge.durability import SyncGroup, fsync_path
-from aqueduct.bridge.index import (
+from aqueduct.bridge.storage.acked import write_acked
+from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeJournal
+from aqueduct.bridge.storage.durability import SyncGroup, fsync_path
+from aqueduct.bridge.storage.index import (
     MAGIC,
     IndexEntry,
     encode_entry,
@@ -67,9 +67,9 @@ from aqueduct.bridge.index import (
     rewrite_index,
     write_atomically,
 )
-from aqueduct.bridge.schema import MAX_INT64, STORED_SCHEMA
-from aqueduct.bridge.segment import SegmentWriter, segment_bases, segment_name, write_all
-from aqueduct.bridge.view import (
+from aqueduct.bridge.storage.schema import MAX_INT64, STORED_SCHEMA
+from aqueduct.bridge.storage.segment import SegmentWriter, segment_bases, segment_name, write_all
+from aqueduct.bridge.storage.view import (
     FORMAT_FILE,
     FORMAT_TEXT,
     INDEX_FILE,
@@ -81,7 +81,7 @@ from aqueduct.bridge.view import (
 )
 from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Record, RecordRun
 from aqueduct.connector.points import StreamPoints
-from aqueduct.proto.sender import Mode
+from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024

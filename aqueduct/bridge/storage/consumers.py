@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.storage.index import write_atomically
 
 CONSUMERS_DIR = "consumers"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aqueduct.bridge.changes import CHANGES_FILE, ChangeReader
-from aqueduct.bridge.index import IndexEntry, read_entries
-from aqueduct.bridge.segment import read_batches
-from aqueduct.proto.sender import Mode
+from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeReader
+from aqueduct.bridge.storage.index import IndexEntry, read_entries
+from aqueduct.bridge.storage.segment import read_batches
+from aqueduct.wire.modes import Mode
 
 FORMAT_FILE = "FORMAT"
 FORMAT_TEXT = "aqueduct-log 1\n"
@@ -195,7 +195,7 @@ class LogSnapshots:
     """:func:`load_streams` for a caller that asks again and again (Spark's planner).
 
     Each call reloads only the streams the writer's change journal names
-    since the previous call (:mod:`aqueduct.bridge.changes`); the others
+    since the previous call (:mod:`aqueduct.bridge.storage.changes`); the others
     keep their snapshot. When the journal cannot be trusted (first call, a
     new writer, a rotated journal, the periodic safety rescan) every stream
     is listed and ``stat``-ed, and only indexes whose inode, size or

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aqueduct.bridge.consumers import (
+from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     DEFAULT_CONSUMER,
     ConsumerError,
     StreamSelection,
     check_consumer_name,
 )
-from aqueduct.bridge.view import check_log_dir
+from aqueduct.bridge.storage.view import check_log_dir
 
 EARLIEST, LATEST = -2, -1  # per-stream markers in startingOffsets / endingOffsets, as in Kafka's
 

@@ -1,21 +1,18 @@
-"""Plain TCP transports for the connector protocol (one frame sequence per connection).
+"""Worker side of the connector protocol over plain TCP: :func:`serve_tcp`.
 
-For producers that cannot speak QUIC (spec section 3, last point). The
-connector side is a :class:`TcpLink` (driven by :mod:`.client`); the worker
-side is :func:`serve_tcp`, which runs a worker session per connection and
-hands its events to a sink (see :mod:`.worker_server`).
+One worker session per connection, its events handed to a sink (see
+:mod:`.server`). The producer side is
+:mod:`aqueduct.connector.producer.tcp_link`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
-from aqueduct.connector.connector_session import Outgoing
-from aqueduct.connector.worker_server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
+from aqueduct.connector.carrying import READ_SIZE
+from aqueduct.connector.worker.server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
-READ_SIZE = 256 * 1024
 LISTEN_BACKLOG = 4096
 """Connections the kernel may hold for the worker before it accepts them.
 
@@ -23,35 +20,6 @@ asyncio's default (100) overflows when a fleet reconnects at once after a
 bridge restart: the kernel then falls back to SYN cookies and drops
 handshakes it cannot queue, and producers sit in connections the worker
 never accepts until their timeouts. Linux caps it at ``net.core.somaxconn``."""
-
-
-class TcpLink:
-    """Connector side of one TCP connection."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> TcpLink:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
-
-    async def send(self, frames: Sequence[Outgoing]) -> None:
-        """Write every frame in one go (batching) and wait for the socket buffer."""
-        self._writer.write(b"".join(data for _, data in frames))
-        await self._writer.drain()
-
-    async def receive(self) -> bytes:
-        """Next bytes from the worker; ``b""`` at end of stream."""
-        return await self._reader.read(READ_SIZE)
-
-    async def close(self) -> None:
-        self._writer.close()
-        try:
-            await self._writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 async def serve_tcp(

@@ -21,7 +21,7 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.frames import Record
 from aqueduct.connector.inbound import DurableStream
-from aqueduct.connector.worker_server import WorkerPeer
+from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.wire.rangeset import RangeSet
 
 

@@ -1,0 +1,13 @@
+"""Storage: the bridge's durable log on disk, and the files readers share with it.
+
+The writer (:mod:`.log`) appends Arrow IPC segments (:mod:`.segment`) and the
+per-stream index that alone says which bytes are data (:mod:`.index`), made
+durable by group commits (:mod:`.durability`). Readers in other processes
+(Spark's Python workers, ``status``) see it through :mod:`.view`, follow
+:mod:`.changes`, and share three small files with the writer: the consumer
+registry (:mod:`.consumers`), each consumer's committed offsets
+(:mod:`.commits`) and the acked offsets (:mod:`.acked`).
+
+Neighbours: the ingest room writes here; the Spark source room reads here.
+Nothing in this room imports pyspark or asyncio.
+"""

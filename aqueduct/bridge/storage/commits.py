@@ -1,0 +1,65 @@
+"""Committed offsets: the file each consumer's source writes, and the ACK points they allow.
+
+A record may be acknowledged to its producer only once the Spark
+micro-batch holding it is committed in the sink. Two signals say so: the
+prompt one is the application room's listener
+(:mod:`aqueduct.bridge.app.commit_listener`); the safety net is this file.
+The source's ``commit(end)`` writes the offsets to
+``<log>/commits/<consumer>.json`` (it runs one batch late, in a worker the
+JVM spawned), and :func:`read_committed` reads them back, e.g. after a
+bridge restart when no listener saw the last batches.
+
+Either signal yields positions ``{stream id: log offset}``; :func:`acks_for`
+turns them into points of reference for ACK frames, and the log may then be
+truncated below them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+COMMITS_DIR = "commits"
+
+
+def parse_offsets(offsets: Mapping[str, Any] | str) -> dict[int, int]:
+    """``{"<stream id>": position}`` (dict or JSON text) to ``{stream id: position}``."""
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets)
+    if not isinstance(offsets, Mapping):
+        raise ValueError(f"aqueduct offset: expected a JSON object, got {offsets!r}")
+    positions: dict[int, int] = {}
+    for k, v in offsets.items():
+        if not (isinstance(k, str) and k.isdigit()) or not isinstance(v, int) or v < 0:
+            raise ValueError(
+                f'aqueduct offset: entries must be "<stream id>": <non-negative int>, got {k!r}: {v!r}'
+            )
+        positions[int(k)] = v
+    return positions
+
+
+def commit_file(log: Path, consumer: str) -> Path:
+    """Where the source records the offsets a consumer (query) committed."""
+    return log / COMMITS_DIR / f"{consumer}.json"
+
+
+def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int] | None:
+    """Positions last committed by the source for ``consumer``, or None if never."""
+    try:
+        doc = json.loads(commit_file(Path(log), consumer).read_bytes())
+    except FileNotFoundError:
+        return None
+    return parse_offsets(doc["offsets"])
+
+
+class PositionLog(Protocol):
+    """What :func:`acks_for` needs from the log (``DurableLog`` provides it)."""
+
+    def reference_at(self, stream_id: int, offset: int) -> int: ...
+
+
+def acks_for(log: PositionLog, positions: Mapping[int, int]) -> dict[int, int]:
+    """Point of reference per stream covering every record below its committed position."""
+    return {sid: log.reference_at(sid, pos) for sid, pos in sorted(positions.items())}

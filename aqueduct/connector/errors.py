@@ -1,0 +1,35 @@
+"""What the connector library raises: one module, so both sides and every transport share it.
+
+:class:`ConnectorRefused` ends a producer for good (retrying would not help);
+:class:`WorkerBusy` asks it to come back later; :class:`CreditTimeout` is a
+``send`` that waited too long for a credit. Keeping them apart from the
+client breaks the import cycle a transport raising ``WorkerBusy`` would make.
+"""
+
+from __future__ import annotations
+
+from aqueduct.proto.errors import AqueductError
+
+
+class ConnectorRefused(AqueductError):
+    """The worker ended the session with ERROR (or broke the protocol): retrying would not help."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CreditTimeout(TimeoutError):
+    """``send`` waited longer than ``credits_timeout`` for a credit.
+
+    The message keeps its id and stays queued: it goes out with the next
+    credit, so the caller must not send it again.
+    """
+
+
+class WorkerBusy(ConnectionError):
+    """The worker refused the connection for now and said how long to spread the retry over."""
+
+    def __init__(self, message: str, retry_within: float) -> None:
+        super().__init__(message)
+        self.retry_within = retry_within
