@@ -15,54 +15,28 @@ channel:
   :class:`~aqueduct.runtime.coalesce.SendCoalescer`, so a burst of sends
   becomes one flush even when it spans turns of the loop;
 * the core's timer is armed with ``loop.call_at``;
-* core events are dispatched to the handles registered per chanid.
-
-The driver is also the :class:`~aqueduct.runtime.handles.Link` networked
-handles talk through.
+* core events go to the handles through the driver's
+  :class:`~aqueduct.runtime.handle_link.HandleLink`, which is also the
+  :class:`~aqueduct.runtime.handles.Link` networked handles talk through;
+  the driver acts on the connection's own events (handshake done, ended).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from aqueduct.proto import events as ev
 from aqueduct.proto.connection import Connection as CoreConnection
-from aqueduct.proto.errors import (
-    ConnectionLost,
-    LocalProtocolError,
-    LostInTransit,
-    ReceiverClosed,
-    RemoteProtocolError,
-)
+from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.coalesce import SendCoalescer
-from aqueduct.runtime.delivery import Finished
 from aqueduct.runtime.framelog import FrameLog
-from aqueduct.runtime.handles import (
-    AttachmentOut,
-    Message,
-    Mode,
-    Receiver,
-    Sender,
-    networked_handle,
-)
-from aqueduct.runtime.headers import Headers, Middleware, run_middleware
-from aqueduct.runtime.payload import (
-    CBOR,
-    PayloadError,
-    content_type,
-    decode_value,
-    encode_bytes,
-    plain_decoder,
-)
+from aqueduct.runtime.handle_link import PROTOCOL_VIOLATION, HandleLink, connection_lost
+from aqueduct.runtime.headers import Middleware
 from aqueduct.runtime.transport import QuicTransport
-from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
-
-PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
+from aqueduct.wire.chanid import Side
 
 
 class Driver:
@@ -82,20 +56,12 @@ class Driver:
         self._loop = asyncio.get_running_loop()
         self.core = core
         self.side = Side.CLIENT if transport.is_client else Side.SERVER
-        self.middleware = middleware
         self.frame_log = frame_log
-        self.peer_headers: Headers = ()
-        self.peer_content_type = CBOR  # how to read the peer's messages without content-type
-        self.content_type = content_type(core.config.headers)  # our announced default
-        self.connection: Any = None  # the public Connection object, set by endpoints
         self.terminated: ConnectionLost | None = None
         #: called once when the connection ends (a server forgets it in O(1), not by scanning)
         self.on_terminated: list[Callable[[], None]] = []
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self._on_ready = on_ready
-        # Weak: dropping a handle releases its channel (see ``dropped``).
-        self._handles: weakref.WeakValueDictionary[int, Sender | Receiver] = weakref.WeakValueDictionary()
-        self._entry: Sender | Receiver | None = None  # kept alive for the connection's lifetime
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at: float | None = None
         # QUIC PINGs keep an idle but healthy connection from hitting the idle
@@ -104,7 +70,6 @@ class Driver:
         self._keepalive_timer: asyncio.TimerHandle | None = None
         self._pings_sent = 0
         self._rtt = 0.0
-        self._dequeued: dict[int, int] = {}  # bytes the application consumed, not yet told
         # QUIC datagrams received, not yet handed to the core (see _hand_over_datagrams).
         self._datagrams: list[bytes] = []
         # Stream actions waiting for the datagrams handed to the stack before them
@@ -114,7 +79,9 @@ class Driver:
         self._datagrams_left = 0  # of those, how many the stack last said had left (never decreases)
         # Application sends wait for a flush while the application keeps sending.
         self._coalescer = SendCoalescer(self._loop, self.transmit)
-        self._flush_soon: asyncio.Handle | None = None  # a transmit() scheduled by _transmit_soon
+        self._flush_soon: asyncio.Handle | None = None  # a transmit() scheduled by transmit_soon
+        #: what the connection's handles talk through (and get the core's events from)
+        self.link = HandleLink(core, self, self._coalescer, side=self.side, middleware=middleware)
 
     @property
     def transport(self) -> QuicTransport:
@@ -181,7 +148,7 @@ class Driver:
         """Flush soon: now, or once the backend finished reading its batch of datagrams."""
         self._transport.transmit()
 
-    def _transmit_soon(self) -> None:
+    def transmit_soon(self) -> None:
         """One :meth:`transmit` at the loop's next turn, however many calls ask for it."""
         if self._flush_soon is None:
             self._flush_soon = self._loop.call_soon(self._transmit_scheduled)
@@ -199,6 +166,11 @@ class Driver:
         self._flush_core()
         self._send_packets()
 
+    def flush_core(self) -> None:
+        """Hand the core's actions to the stack and send what that queued (no full flush)."""
+        if self._flush_core():
+            self._send_packets()
+
     def _send_packets(self) -> None:
         """The stack's flush, plus held stream data whose datagrams have just left."""
         transport = self._transport
@@ -211,11 +183,7 @@ class Driver:
         if self._datagrams:  # the read batch's datagrams, before anything else
             self._hand_over_datagrams()
         core = self.core
-        if self._dequeued:
-            now = self._loop.time()
-            for chanid, nbytes in self._dequeued.items():
-                core.dequeued(chanid, nbytes, now)
-            self._dequeued.clear()
+        self.link.hand_over_dequeued(self._loop.time())
         transport = self._transport
         rtt = transport.smoothed_rtt()
         if rtt is not None and rtt != self._rtt:
@@ -239,7 +207,7 @@ class Driver:
             if batch:
                 self._held.append((self._datagrams_handed, batch))
             self._release_held(everything=closing)
-        self._dispatch_events()
+        self.dispatch_events()
         self._arm_core_timer()
         return bool(actions)
 
@@ -311,56 +279,15 @@ class Driver:
         self.transmit()
 
     # ------------------------------------------------------------ core events
-    def _dispatch_events(self) -> None:
-        next_event = self.core.next_event
-        event = next_event()
-        while event is not None:
-            if isinstance(event, ev.MessageRunReceived):
-                self._message_run_received(event)
-            elif isinstance(event, ev.MessageReceived):
-                self._message_received(event)
-            elif isinstance(event, ev.SendWindowOpened):
-                handle = self._handles.get(event.chanid)
-                if isinstance(handle, Sender):
-                    handle.gate.window_opened()
-            elif isinstance(event, ev.MessagesAcked):
-                pass  # counted by the core; visible through stats()
-            elif isinstance(event, ev.ChannelFinished):
-                handle = self._handles.pop(event.chanid, None)
-                if isinstance(handle, Receiver):
-                    handle.inbox.ended(Finished())
-                elif isinstance(handle, Sender):
-                    handle.gate.finish_confirmed()
-            elif isinstance(event, ev.ChannelCancelled):
-                handle = self._handles.pop(event.chanid, None)
-                if isinstance(handle, Receiver):
-                    handle.inbox.cancelled()
-            elif isinstance(event, ev.ReceiverWasClosed):
-                handle = self._handles.pop(event.chanid, None)
-                if isinstance(handle, Sender):
-                    handle.gate.failed(ReceiverClosed("the receiver closed the channel"))
-            elif isinstance(event, ev.ChannelLost):
-                handle = self._handles.pop(event.chanid, None)
-                lost = LostInTransit(f"channel {event.chanid} was lost in transit")
-                if isinstance(handle, Receiver):
-                    handle.inbox.lost(lost)
-                elif isinstance(handle, Sender):
-                    handle.gate.failed(lost)
-            elif isinstance(event, ev.HandshakeCompleted):
-                self._aqueduct_ready(event.peer_headers)
-            elif isinstance(event, ev.ConnectionTerminated):
-                lost = ConnectionLost(event.reason, event.error_code)
-                if event.error_code == PROTOCOL_VIOLATION and not event.by_peer:
-                    # The peer broke a rule: say so, handles still see ConnectionLost.
-                    lost.__cause__ = RemoteProtocolError(event.reason)
-                self._terminate(lost)
-            event = next_event()
+    def dispatch_events(self) -> None:
+        """Deliver the core's events to the handles, then act on the connection's own."""
+        for event in self.link.deliver_events():
+            if isinstance(event, ev.HandshakeCompleted):
+                self._aqueduct_ready()
+            else:
+                self._terminate(self.link.terminated or connection_lost(event))
 
-    def _aqueduct_ready(self, peer_headers: Headers) -> None:
-        self.peer_headers = peer_headers
-        self.peer_content_type = content_type(peer_headers, CBOR)
-        # The client's entrypoint is a Sender, the server's a Receiver.
-        self._entry = networked_handle(self, ENTRYPOINT, sending=self.side is Side.CLIENT)
+    def _aqueduct_ready(self) -> None:
         if not self.ready.done():
             self.ready.set_result(None)
         if self._on_ready is not None:
@@ -380,72 +307,6 @@ class Driver:
                 raise ConnectionLost(f"no Aqueduct handshake with {where} within {timeout} s") from None
             raise
 
-    def entrypoint(self) -> Sender | Receiver:
-        """The entrypoint handle (Sender on the client, Receiver on the server)."""
-        assert self._entry is not None, "the Aqueduct handshake has not completed"
-        return self._entry
-
-    def _message_received(self, event: ev.MessageReceived) -> None:
-        handles = tuple([self._adopt(a) for a in event.attachments]) if event.attachments else ()
-        receiver = self._handles.get(event.chanid)
-        if not isinstance(receiver, Receiver) or receiver.inbox.closed:
-            # Closed locally meanwhile (its close may still wait for announcements):
-            # the core treats it as closed, and its close ends what this message carried.
-            for handle in handles:
-                handle.dropped_unread()
-            return
-        headers = event.headers
-        if self.middleware:  # (a call per message saved when there is none)
-            headers = run_middleware(self.middleware, "incoming", event.chanid, headers, self.peer_headers)
-        try:
-            value = decode_value(event.payload, headers, handles, self.peer_content_type)
-        except PayloadError as exc:
-            receiver.inbox.undecodable_arrived(exc, event.cost)
-            return
-        receiver.inbox.message_arrived(Message(value, headers, handles), event.cost)
-
-    def _message_run_received(self, event: ev.MessageRunReceived) -> None:
-        """Plain messages in bulk: decoded and queued without an event or Message each."""
-        if self.middleware:  # middleware may add headers: take the general path per message
-            for payload, cost in zip(event.payloads, event.costs, strict=True):
-                self._message_received(ev.MessageReceived(event.chanid, (), (), payload, cost))
-            return
-        receiver = self._handles.get(event.chanid)
-        if not isinstance(receiver, Receiver):
-            return
-        inbox = receiver.inbox
-        decode = plain_decoder(self.peer_content_type)
-        if decode is None:
-            inbox.values_arrived(event.payloads, event.costs)
-            return
-        costs = event.costs
-        try:
-            inbox.values_arrived([decode(payload) for payload in event.payloads], costs)
-            return
-        except PayloadError:
-            pass  # decode again one by one: the messages before the bad one, then its error
-        values: list[Any] = []
-        start = 0
-        for i, payload in enumerate(event.payloads):
-            try:
-                values.append(decode(payload))
-            except PayloadError as exc:  # in order: the messages before it, then the error
-                inbox.values_arrived(values, costs[start:i])
-                inbox.undecodable_arrived(exc, costs[i])
-                values, start = [], i + 1
-        inbox.values_arrived(values, costs[start:])
-
-    def _adopt(self, attachment: ev.Attachment) -> Sender | Receiver:
-        """A handle for a channel the peer attached to a message."""
-        chanid = attachment.chanid
-        return networked_handle(
-            self,
-            chanid,
-            sending=chanid_sender(chanid) == self.side,
-            oneshot=chanid_oneshot(chanid),
-            headers=attachment.headers,
-        )
-
     def _terminate(self, lost: ConnectionLost) -> None:
         if self.terminated is not None:
             return
@@ -453,13 +314,7 @@ class Driver:
         if not self.ready.done():
             self.ready.set_exception(lost)
             self.ready.exception()  # retrieved: connect() reports it, no "never retrieved" noise
-        handles = list(self._handles.values())
-        self._handles.clear()
-        for handle in handles:
-            if isinstance(handle, Receiver):
-                handle.inbox.ended(lost)  # buffered messages stay readable, then ConnectionLost
-            elif isinstance(handle, Sender):
-                handle.gate.failed(lost)
+        self.link.end(lost)
         if self._core_timer is not None:
             self._core_timer.cancel()
             self._core_timer = None
@@ -474,157 +329,12 @@ class Driver:
         for callback in callbacks:
             callback()
 
-    # ------------------------------------------------------------ Link (for handles)
-    def _check_open(self) -> None:
-        if self.terminated is not None:
-            raise self.terminated
-
-    def new_channel(self, sender_is_local: bool, oneshot: bool) -> int:
-        self._check_open()
-        sender_side = self.side if sender_is_local else Side(1 - self.side)
-        return self.core.new_channel(sender_side, oneshot)
-
-    def register(self, chanid: int, handle: Sender | Receiver) -> None:
-        self._handles[chanid] = handle
-
-    def dropped(self, chanid: int) -> None:
-        if self.terminated is None and not self._loop.is_closed():
-            # Garbage collection may run anywhere, even inside the core: defer.
-            self._loop.call_soon_threadsafe(self._release, chanid)
-
-    def _release(self, chanid: int) -> None:
-        core = self.core
-        if self.terminated is not None or chanid not in core.channels:
-            return  # the channel already ended
-        now = self._loop.time()
-        try:
-            if chanid_sender(chanid) == self.side:
-                core.cancel(chanid, now)
-            else:
-                core.close_receiver(chanid, now)
-        except LocalProtocolError:
-            return  # finishing already: nothing to release
-        self._transmit_soon()
-
-    def send_message(
-        self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
-    ) -> bool:
-        self._check_open()
-        if self.middleware:
-            headers = run_middleware(self.middleware, "outgoing", chanid, headers, self.peer_headers)
-        ok = self.core.send_message(
-            chanid,
-            payload,
-            headers,
-            tuple([ev.Attachment(a.chanid, a.headers) for a in attachments]) if attachments else (),
-            self._loop.time(),
-        )
-        return self._handed(chanid, ok, len(payload))
-
-    def send_bytes(self, chanid: int, value: bytes) -> bool:
-        """``send_message`` of raw bytes with no headers and no attachments, in one step.
-
-        The bulk case of ``Sender.send``: it skips the handle's attachment
-        machinery and the general codec, a visible share of a busy sender's
-        time per small message. Anything that needs headers (a content-type
-        header, middleware) or an error (a closed connection) takes
-        ``send_message``.
-        """
-        payload, headers = encode_bytes(value, self.content_type)
-        if headers or self.middleware or self.terminated is not None:
-            return self.send_message(chanid, payload, headers, ())
-        ok = self.core.send_message(chanid, payload, (), (), self._loop.time())
-        return self._handed(chanid, ok, len(payload))
-
-    def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
-        """``send_bytes`` of several values in one step (``Sender.send_many``): how many were taken.
-
-        The core sends what its window admits as one write and queues the
-        next ones until its queue is full (``Connection.send_plain_run``);
-        0 when raw bytes need headers here, middleware runs, the connection
-        ended or the channel is not an open ORDERED one: the caller then
-        sends one by one, which also raises what must be raised.
-        """
-        content_type = self.content_type
-        if self.middleware or self.terminated is not None or encode_bytes(b"", content_type)[1]:
-            return 0
-        payloads = [encode_bytes(value, content_type)[0] for value in values]
-        taken = self.core.send_plain_run(chanid, payloads)
-        if taken:
-            self._coalescer.sent(sum(map(len, payloads[:taken])), taken)
-        return taken
-
-    def _handed(self, chanid: int, ok: bool, nbytes: int) -> bool:
-        """After the core took a message: flush soon; False if the sender must wait for room."""
-        self._coalescer.sent(nbytes)
-        if not ok:
-            self._dispatch_events()  # an evicted message may have lost attached channels
-            return not self.core.send_blocked(chanid)
-        return True
-
-    def send_blocked(self, chanid: int) -> bool:
-        if self.terminated is not None:
-            return False  # the send itself raises ConnectionLost
-        try:
-            return self.core.send_blocked(chanid)
-        except LocalProtocolError:
-            return False  # the channel ended: the send itself raises its outcome
-
-    def set_mode(self, chanid: int, mode: Mode) -> None:
-        self.core.set_mode(chanid, mode)
-
-    def finish(self, chanid: int) -> None:
-        self._check_open()
-        self.core.finish(chanid, self._loop.time())
-        self._transmit_soon()
-
-    def cancel(self, chanid: int) -> None:
-        self._handles.pop(chanid, None)
-        if self.terminated is None:
-            self.core.cancel(chanid, self._loop.time())
-            self._dispatch_events()  # channels attached to dropped messages are lost now
-            self._transmit_soon()
-
-    def close_receiver(self, chanid: int) -> None:
-        self._handles.pop(chanid, None)
-        if self.terminated is None:
-            now = self._loop.time()
-            consumed = self._dequeued.pop(chanid, 0)
-            if consumed:  # read before the close: acked, not nacked by it
-                self.core.dequeued(chanid, consumed, now)
-            self.core.close_receiver(chanid, now)
-            self._transmit_soon()
-
-    def dequeued(self, chanid: int, nbytes: int) -> None:
-        # Summed per channel and handed to the core once per flush: an
-        # application reading a burst of messages costs one core call. The
-        # hand-over is not a full transmit: the core usually has nothing to
-        # send yet (DEQUEUED is batched), and an aioquic flush per burst read
-        # would cost a packet scan and often a lone ACK packet.
-        if self.terminated is None:
-            pending = self._dequeued
-            if not pending:
-                self._loop.call_soon(self._hand_over_dequeued)
-            pending[chanid] = pending.get(chanid, 0) + nbytes
-
-    def _hand_over_dequeued(self) -> None:
-        if self._dequeued and self.terminated is None:  # else a transmit took them already
-            if self._flush_core():
-                self._send_packets()
-
-    def channel_stats(self, chanid: int) -> dict[str, Any]:
-        try:
-            counters = dataclasses.asdict(self.core.channel_stats(chanid))
-        except LocalProtocolError:  # the channel ended: the core dropped its state
-            counters = {}
-        return {"networked": True, "chanid": chanid, **counters}
-
     # ------------------------------------------------------------ closing
     def close_aqueduct(self, reason: str) -> None:
         """Close the connection the Aqueduct way (code 2, application close)."""
         if self.terminated is None:
             self.core.close(self._loop.time(), reason)
-            self._transmit_soon()
+            self.transmit_soon()
 
     async def wait_closed(self) -> None:
         """Wait until the QUIC connection is gone."""

@@ -73,12 +73,12 @@ class Connection:
 
     def __init__(self, driver: Driver) -> None:
         self._driver = driver
-        driver.connection = self
+        driver.link.connection = self
 
     @property
     def peer_headers(self) -> Headers:
         """The CONNECTION_HEADERS the peer sent."""
-        return self._driver.peer_headers
+        return self._driver.link.peer_headers
 
     @property
     def is_closed(self) -> bool:
@@ -127,7 +127,7 @@ class ServerConnection(Connection):
 
     def __init__(self, driver: Driver) -> None:
         super().__init__(driver)
-        entry = driver.entrypoint()
+        entry = driver.link.entrypoint()
         assert isinstance(entry, Receiver)
         self.entrypoint: Receiver = entry
         """Messages the client sends on its entrypoint Sender arrive here."""
@@ -319,7 +319,7 @@ async def connect(
     )  # fmt: skip
     driver = await stack.dial(host, port, client, make_driver)
     connection = Connection(driver)
-    entry = driver.entrypoint()
+    entry = driver.link.entrypoint()
     assert isinstance(entry, Sender)
     give_connection(entry, connection)
     return entry

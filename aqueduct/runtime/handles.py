@@ -60,7 +60,7 @@ class AttachmentOut:
 
 
 class Link(Protocol):
-    """What a networked handle needs from its connection (implemented by the driver)."""
+    """What a networked handle needs from its connection (implemented by :class:`~aqueduct.runtime.handle_link.HandleLink`)."""
 
     content_type: bytes
     """The default content type this side announced (messages of it need no header)."""
