@@ -169,7 +169,7 @@ def test_rooms_import_only_downwards(wing: str) -> None:
             assert level_of[other] < level_of[room], f"{name} ({room}) imports {target} ({other})"
 
 
-SPARK_ROOMS = ("aqueduct.bridge.source", "aqueduct.bridge.app")
+SPARK_ROOMS = tuple(f"aqueduct.bridge.{room}" for room in ("source", "app"))
 
 
 def test_pyspark_only_in_the_spark_rooms() -> None:
