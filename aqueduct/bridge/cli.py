@@ -31,6 +31,10 @@ from aqueduct.console import (
     run,
 )
 
+#: the distribution's name on PyPI (the import name is ``aqueduct``), for install hints
+DISTRIBUTION = "aqueduct-quic"
+#: top-level modules of the ``spark`` extra, which the bridge imports
+SPARK_EXTRA = {"pyspark", "pandas", "py4j"}
 #: the environment variable a cookie may come from (``--cookie-file`` or it: nothing secret in ``ps``)
 COOKIE_ENV = "AQUEDUCT_COOKIE"
 
@@ -355,6 +359,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as exc:
         exc.command = exc.command or args.command
         raise
+    except ModuleNotFoundError as exc:
+        if exc.name not in SPARK_EXTRA:
+            raise
+        raise UsageError(
+            f"needs {exc.name}, which the spark extra brings: pip install '{DISTRIBUTION}[spark]'",
+            args.command,
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
