@@ -16,8 +16,12 @@ listening there.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
+
+#: ``hdfs:/...``, ``s3a://...``, ``file:/...``: a Hadoop filesystem URI, which Spark opens, not this process
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
 
 class PreflightError(ValueError):
@@ -25,7 +29,13 @@ class PreflightError(ValueError):
 
 
 def check_new_directory(path: Path, option: str) -> None:
-    """``path`` is a directory, or can be created as one (its nearest existing parent is a writable directory)."""
+    """``path`` is a directory, or can be created as one (its nearest existing parent is a writable directory).
+
+    A URI (``hdfs:///events``) is Spark's to open, on whatever filesystem it
+    names: it is not checked here.
+    """
+    if _URI.match(str(path)):
+        return
     if path.exists():
         if not path.is_dir():
             raise PreflightError(f"{option} {path}: exists and is not a directory")
