@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -249,6 +250,8 @@ def _check_serve(args: argparse.Namespace) -> None:
             check_backend(args.quic_backend, serve_on=args.quic[0])
         except ValueError as exc:
             raise UsageError(f"--quic-backend: {exc}") from None
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise UsageError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
     try:
         check_new_directory(args.log, "--log")
         if args.pipeline is None and args.sink == "parquet":

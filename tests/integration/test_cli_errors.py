@@ -169,6 +169,14 @@ def test_serve_refuses_bad_files_and_options_before_starting(tmp_path: Path, arg
     nothing_left(tmp_path)
 
 
+def test_serve_without_java_says_so_before_starting(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"} | {"PATH": str(tmp_path / "no-bin")}
+    done = serve(tmp_path, "--tcp", "127.0.0.1:0", env=env)
+    one_line_error(done, "aqueduct-bridge serve: Spark needs Java (17 or newer): no java on PATH and "
+                         "JAVA_HOME is not set")  # fmt: skip
+    nothing_left(tmp_path)
+
+
 # ---------------------------------------------------------------- status, consumers
 
 
