@@ -184,16 +184,17 @@ def _stream_ids(args: argparse.Namespace, instance: str) -> list[tuple[int, str]
 
 
 async def _produce(args: argparse.Namespace, conn: Connector, files: list[BinaryIO]) -> dict:
+    ids = _stream_ids(args, conn.instance)
     summary: dict = {
         "sent": 0, "acked": 0, "resumed": 0, "resume_from": {}, "refused": None, "errors": [],
-        "streams": {str(sid): name for sid, name in _stream_ids(args, conn.instance)},
+        "streams": {str(sid): name for sid, name in ids},
     }  # fmt: skip
     progress = _Progress(args.quiet)
     streams: list[ConnectorStream] = []
     reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
     try:
         async with conn:
-            for sid, name in _stream_ids(args, conn.instance):
+            for sid, name in ids:
                 streams.append(await conn.stream(sid, name, Mode(args.mode)))
             progress.start = {s.stream_id: s.resume_from for s in streams}
             summary["resume_from"] = {str(sid): point for sid, point in progress.start.items()}
