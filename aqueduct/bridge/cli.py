@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -36,6 +37,8 @@ from aqueduct.console import (
 DISTRIBUTION = "aqueduct-quic"
 #: top-level modules of the ``spark`` extra, which the bridge imports
 SPARK_EXTRA = {"pyspark", "pandas", "py4j"}
+#: the master URLs Spark takes (local[N,F] retries failed tasks F times; local-cluster is for tests)
+SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")
 #: the environment variable a cookie may come from (``--cookie-file`` or it: nothing secret in ``ps``)
 COOKIE_ENV = "AQUEDUCT_COOKIE"
 
@@ -250,6 +253,11 @@ def _check_serve(args: argparse.Namespace) -> None:
             check_backend(args.quic_backend, serve_on=args.quic[0])
         except ValueError as exc:
             raise UsageError(f"--quic-backend: {exc}") from None
+    if not SPARK_MASTER.fullmatch(args.master):
+        raise UsageError(
+            f"--master {args.master!r}: not a Spark master URL (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://URL)"
+        )
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         raise UsageError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
     try:

@@ -267,6 +267,8 @@ def _connector(args: argparse.Namespace) -> Connector:
     """The connector the arguments describe; a URL, backend or certificate it cannot use is a :class:`UsageError`."""
     if (args.cert is None) != (args.key is None):
         raise UsageError("--cert and --key go together")
+    if args.cert is not None and args.quic_backend == "picoquic":
+        raise UsageError("--cert: the picoquic backend cannot present a client certificate; use aioquic")
     for option, path in (("--cafile", args.cafile), ("--cert", args.cert), ("--key", args.key)):
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"{option} {path}: no such file")

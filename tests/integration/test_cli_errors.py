@@ -71,6 +71,8 @@ def test_every_command_says_its_version(name: str) -> None:
          "--cookie-file: cannot read MISSING: No such file or directory"),
         (["aqueduct://127.0.0.1:4433", "--cert", "c.pem"], "--cert and --key go together"),
         (["aqueduct://127.0.0.1:4433", "--cafile", "MISSING"], "--cafile MISSING: no such file"),
+        (["aqueduct://127.0.0.1:4433", "--cert", "c.pem", "--key", "c.key", "--quic-backend", "picoquic"],
+         "--cert: the picoquic backend cannot present a client certificate; use aioquic"),
     ],
 )  # fmt: skip
 def test_produce_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], error: str) -> None:
@@ -156,6 +158,9 @@ def test_a_log_that_names_a_file_is_refused(tmp_path: Path) -> None:
          "--client-ca admits only connectors with a certificate, but --tcp/--wallaroo-tcp have no TLS and "
          "would admit anyone: run them on another bridge"),
         (["--quic", "127.0.0.1:0", "--client-ca", "MISSING.pem"], "--client-ca MISSING.pem: no such file"),
+        (["--tcp", "127.0.0.1:0", "--master", "localhost"],
+         "--master 'localhost': not a Spark master URL (local, local[N], local[*], spark://HOST:PORT, yarn, "
+         "k8s://URL)"),
         (["--quic", "no-such-host.invalid:4433"], None),
     ],
 )  # fmt: skip
