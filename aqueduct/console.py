@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 __all__ = [
     "BROKEN_PIPE_STATUS",
+    "COOKIE_ENV",
     "UsageError",
     "add_secret_options",
     "add_version",
@@ -29,6 +30,9 @@ __all__ = [
     "read_secret",
     "run",
 ]
+
+#: the environment variable the cookie may come from, on the bridge and the producer alike
+COOKIE_ENV = "AQUEDUCT_COOKIE"
 
 #: exit status after the reader closed our stdout: what a shell reports for a
 #: process killed by SIGPIPE (128 + 13), like ``cat`` or ``yes`` in a pipe.

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aqueduct.console import (
+    COOKIE_ENV,
     UsageError,
     add_secret_options,
     add_version,
@@ -39,8 +40,6 @@ DISTRIBUTION = "aqueduct-quic"
 SPARK_EXTRA = {"pyspark", "pandas", "py4j"}
 #: the master URLs Spark takes (local[N,F] retries failed tasks F times; local-cluster is for tests)
 SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")
-#: the environment variable a cookie may come from (``--cookie-file`` or it: nothing secret in ``ps``)
-COOKIE_ENV = "AQUEDUCT_COOKIE"
 
 
 def host_port(text: str) -> tuple[str, int]:

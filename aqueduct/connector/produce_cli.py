@@ -33,6 +33,7 @@ from typing import BinaryIO
 from aqueduct.connector.client import Connector, ConnectorRefused, ConnectorStream
 from aqueduct.connector.outbound import Mode
 from aqueduct.console import (
+    COOKIE_ENV,
     UsageError,
     add_secret_options,
     add_version,
@@ -44,8 +45,6 @@ from aqueduct.console import (
 )
 from aqueduct.runtime.endpoints import BACKENDS
 
-#: where the cookie may come from instead of the command line (``--cookie-file`` or it)
-COOKIE_ENV = "AQUEDUCT_COOKIE"
 #: derived stream ids stay below 2**53: exact in JSON numbers (JavaScript) and Spark's long
 STREAM_ID_BITS = 53
 
