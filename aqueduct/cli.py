@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from aqueduct.console import UsageError, add_version, positive_int, run
 from aqueduct.runtime.certs import DEFAULT_HOSTS, generate_certs
 
 
@@ -20,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aqueduct", description="Aqueduct: message channels over QUIC."
     )
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     certs = sub.add_parser(
         "certs",
@@ -37,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated DNS names / IP addresses of the server (default: %(default)s)",
     )
     certs.add_argument(
-        "--days", type=int, default=365, help="validity in days (default: %(default)s)"
+        "--days", type=positive_int, default=365, help="validity in days (default: %(default)s)"
     )
     certs.add_argument("--json", action="store_true", help="print the file paths as JSON")
     certs.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -48,9 +50,10 @@ def _certs(args: argparse.Namespace) -> int:
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     try:
         paths = generate_certs(args.directory, hosts, days=args.days, overwrite=args.force)
-    except (ValueError, FileExistsError) as exc:
-        print(f"aqueduct: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:  # refusing to overwrite; the directory names a file or cannot be written
+        raise UsageError(f"certs: {args.directory}: {exc.strerror}" if exc.strerror else str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps({**paths.as_dict(), "hosts": hosts, "days": args.days}))
     else:
@@ -59,12 +62,16 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``aqueduct`` console script; returns the exit status."""
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "certs":
         return _certs(args)
     raise AssertionError(f"unhandled command {args.command}")  # argparse rejects others
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``aqueduct`` console script; returns the exit status (2 for bad input)."""
+    return run("aqueduct", _main, argv)
 
 
 if __name__ == "__main__":

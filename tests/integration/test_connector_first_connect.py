@@ -138,7 +138,8 @@ async def test_produce_started_before_the_worker_reports_its_retries() -> None:
 
     port = free_port(socket.SOCK_STREAM)
     proc = await produce(
-        f"tcp://127.0.0.1:{port}", "--program", "cli", "--instance", "early", "--count", "30", "--json"
+        f"tcp://127.0.0.1:{port}", "--program", "cli", "--instance", "early", "--count", "30", "--json",
+        "--first-stream-id", "0",
     )
     try:
         await asyncio.sleep(1.5)  # at least one progress line while nobody listens

@@ -15,10 +15,14 @@ from aqueduct.connector.worker_session import WorkerConfig
 TIMEOUT = 60.0
 
 
+#: these tests number their streams from 0 (the default derives ids from program, instance and name)
+FROM_ZERO = ("--first-stream-id", "0")
+
+
 async def produce(*args: str, stdin: bytes | None = None) -> tuple[int, dict | str, str]:
-    """Run the CLI; return (exit code, JSON summary or raw stdout, stderr)."""
+    """Run the CLI with streams numbered from 0; return (exit code, JSON summary or raw stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aqueduct.connector.producer.cli", *args,
+        sys.executable, "-m", "aqueduct.connector.producer.cli", *args, *FROM_ZERO,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -165,7 +169,7 @@ async def test_lines_go_out_as_they_are_read() -> None:
         url = f"tcp://127.0.0.1:{server.port}"
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aqueduct.connector.producer.cli", url, "--program", "p", "--instance", "live",
-            "--quiet", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            "--quiet", *FROM_ZERO, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:
             for i in range(3):

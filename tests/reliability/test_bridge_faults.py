@@ -235,7 +235,7 @@ async def test_bridge_killed_three_times_during_ingest_loses_and_duplicates_noth
             [
                 *console_script("aqueduct-produce"), url,
                 "--program", "killed-producer", "--instance", "kp-0",
-                "--count", str(produce_count), "--streams", str(produce_streams),
+                "--count", str(produce_count), "--streams", str(produce_streams), "--first-stream-id", "0",
                 "--rate", "500", "--json", "--quiet", "--ack-timeout", str(DRAIN_TIMEOUT),
             ],  # fmt: skip
             tmp_path / "produce.log",

@@ -67,7 +67,7 @@ async def test_killed_producer_resumes_exactly_once(
         *console_script("aqueduct-produce"),
         *url,
         "--program", PROGRAM, "--instance", INSTANCE,
-        "--count", str(messages), "--streams", str(STREAMS),
+        "--count", str(messages), "--streams", str(STREAMS), "--first-stream-id", "0",
         "--payload-size", "40", "--rate", str(RATE), "--json", "--quiet",
     ]  # fmt: skip
     child = Child(argv, tmp_path / "produce.log")

@@ -245,3 +245,26 @@ async def test_misuse_is_refused_with_a_clear_error(spark: Any, tmp_path: Path) 
         assert rx.progress().sessions == 0
     finally:
         await asyncio.to_thread(rx.stop)
+
+
+async def test_a_receiver_with_a_client_ca_admits_only_certificate_holders(spark: Any, tmp_path: Path, certs) -> None:
+    rx = Receiver(spark, tmp_path / "log", quic="127.0.0.1:0", certfile=certs.server_cert, keyfile=certs.server_key,
+                  client_cafile=certs.ca)  # fmt: skip
+    await asyncio.to_thread(rx.start)
+    try:
+        url = f"aqueduct://127.0.0.1:{rx.quic_address[1]}"
+        stranger = Connector(url, program="stranger", cafile=str(certs.ca), connect_timeout=2.0)
+        with pytest.raises(ConnectionError, match="no handshake"):
+            await stranger.connect()
+        await stranger.close()
+        async with Connector(url, program="member", cafile=str(certs.ca), certfile=str(certs.client_cert),
+                             keyfile=str(certs.client_key), connect_timeout=TIMEOUT) as conn:  # fmt: skip
+            stream = await conn.stream(1, "orders")
+            await stream.send(b'{"user": "ada", "amount": 1}')
+            for _ in range(int(TIMEOUT / 0.1)):  # durable in the receiver's log
+                if rx.progress().durable_records:
+                    break
+                await asyncio.sleep(0.1)
+        assert rx.progress().durable_records == 1
+    finally:
+        await asyncio.to_thread(rx.stop)

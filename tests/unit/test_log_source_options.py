@@ -107,7 +107,7 @@ def test_bad_batch_reads_are_refused(log: DurableLog, options: dict, message: st
         ({"streams": "1,two"}, "streams must be stream ids separated by commas"),
         ({"streamPattern": "("}, "streamPattern '\\(' is not a regular expression"),
         ({"streams": "1", "streamPattern": "x"}, "streams and streamPattern exclude each other"),
-        ({"subscribe": "1"}, "unknown option"),
+        ({"subscribe": "1"}, r"option subscribe \(Kafka's\) does not apply: streams are chosen by id"),
     ],
 )
 def test_bad_option_values_are_refused_when_the_query_is_defined(
@@ -243,3 +243,51 @@ def test_bad_log_lists_are_refused(tmp_path: Path, logs: str, message: str) -> N
         AqueductDataSource({"log": text})
     with pytest.raises(AqueductOptionError, match='"<log name>/<stream id>"'):
         AqueductDataSource({"log": f"x={tmp_path / 'a' / 'log'},y={tmp_path / 'b' / 'log'}", "startingOffsets": '{"1": 0}'})
+
+
+@pytest.mark.parametrize(
+    ("kafka", "ours", "value"),
+    [
+        ("maxOffsetsPerTrigger", "maxRecordsPerTrigger", "8"),
+        ("minOffsetsPerTrigger", "minRecordsPerTrigger", "8"),
+        ("subscribePattern", "streamPattern", "orders-.*"),
+    ],
+)
+def test_kafkas_names_mean_what_ours_do(log: DurableLog, kafka: str, ours: str, value: str) -> None:
+    """A Kafka user's option gives the reader ours would: same parse, same read limit, same streams."""
+    fill(log, epochs=4)
+    theirs, mine = source(log, **{kafka: value}).parsed, source(log, **{ours: value}).parsed
+    assert theirs == mine
+    a, b = source(log, **{kafka: value}).streamReader(SPARK_STRUCT), source(log, **{ours: value}).streamReader(SPARK_STRUCT)
+    assert a.getDefaultReadLimit() == b.getDefaultReadLimit()
+    assert a.latestOffset(a.initialOffset(), a.getDefaultReadLimit()) == b.latestOffset(
+        b.initialOffset(), b.getDefaultReadLimit()
+    )
+
+
+def test_an_option_given_under_both_names_is_refused(log: DurableLog) -> None:
+    with pytest.raises(AqueductOptionError, match="^aqueduct source: maxRecordsPerTrigger and maxOffsetsPerTrigger "
+                                                  "are the same option; give one$"):  # fmt: skip
+        source(log, maxRecordsPerTrigger="5", maxOffsetsPerTrigger="5")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kafka.bootstrap.servers": "h:9092"}, r"option kafka\.bootstrap\.servers \(Kafka's\) does not apply: the "
+                                                r"aqueduct source reads a log directory: option log$"),
+        ({"kafka.security.protocol": "SSL"}, r"option kafka\.security\.protocol \(a Kafka client setting\) does not "
+                                             r"apply"),
+        ({"startingTimestamp": "1000"}, r"does not apply: not supported: the aqueduct source starts and ends at offsets"),
+        ({"kafka.group.id": "g"}, r"does not apply: a query's place in the log is its named consumer: option consumer$"),
+        ({"includeHeaders": "true"}, r"records have no headers"),
+        ({"maxOffsetPerTrigger": "5"}, r"^aqueduct source: unknown option 'maxOffsetPerTrigger'; did you mean "
+                                       r"'maxOffsetsPerTrigger'\?$"),
+        ({"maxrecordspertriger": "5"}, r"did you mean 'maxRecordsPerTrigger'\?$"),
+        ({"STARTINGOFFSET": "earliest"}, r"did you mean 'startingOffsets'\?$"),
+        ({"zzz": "1"}, r"^aqueduct source: unknown option 'zzz'; known: log, consumer, startingOffsets"),
+    ],
+)  # fmt: skip
+def test_unknown_options_say_what_was_meant(log: DurableLog, options: dict, message: str) -> None:
+    with pytest.raises(AqueductOptionError, match=message):
+        source(log, **options)

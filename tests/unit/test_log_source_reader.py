@@ -133,7 +133,7 @@ def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> N
         ({"log": "/nonexistent/aq"}, "does not exist"),
         ({"maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger must be a positive integer, got '0'"),
         ({"maxRecordsPerTrigger": "ten"}, "positive integer, got 'ten'"),
-        ({"startingOffset": "earliest"}, r"unknown option\(s\) startingOffset; known: "),
+        ({"startingOffset": "earliest"}, r"unknown option 'startingOffset'; did you mean 'startingOffsets'\?$"),
         ({"startingOffsets": "middle"}, "startingOffsets must be 'earliest', 'latest' or a JSON object"),
         ({"startingOffsets": '{"1": -3}'}, "startingOffsets must be"),
         ({"startingOffsets": '{"x": 1}'}, "startingOffsets must be"),

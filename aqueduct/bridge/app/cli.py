@@ -17,9 +17,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from aqueduct.console import (
+    COOKIE_ENV,
+    UsageError,
+    add_secret_options,
+    add_version,
+    positive_float,
+    positive_int,
+    read_secret,
+    run,
+)
+
+#: the distribution's name on PyPI (the import name is ``aqueduct``), for install hints
+DISTRIBUTION = "aqueduct-quic"
+#: top-level modules of the ``spark`` extra, which the bridge imports
+SPARK_EXTRA = {"pyspark", "pandas", "py4j"}
+#: the master URLs Spark takes (local[N,F] retries failed tasks F times; local-cluster is for tests)
+SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -28,20 +48,6 @@ def host_port(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -70,9 +76,14 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="TCP listen address for Wallaroo's released (v3) connectors",
     )
     p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
-    p.add_argument("--cookie", default="", help="shared secret connectors must present")
+    add_secret_options(p, COOKIE_ENV, "the shared secret connectors must present")
     p.add_argument("--cert", type=Path, help="TLS certificate (default: generated into --log)")
     p.add_argument("--key", type=Path, help="TLS private key (default: generated into --log)")
+    p.add_argument(
+        "--client-ca", type=Path, metavar="PEM",
+        help="mutual TLS: admit only connectors presenting a certificate signed by this CA "
+        "(QUIC with the aioquic backend; refused beside --tcp/--wallaroo-tcp, which have no TLS)",
+    )
     p.add_argument("--master", default=d["master"].default, help="Spark master URL (default: %(default)s)")
     p.add_argument(
         "--sink", choices=("parquet", "console", "memory"), default=d["sink"].default,
@@ -203,6 +214,7 @@ def parser() -> argparse.ArgumentParser:
         prog="aqueduct-bridge",
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
+    add_version(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status,consumers}")
     _add_serve(sub)
     _add_status(sub)
@@ -210,26 +222,59 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.app.service import BridgeConfig, run_forever
+def _check_serve(args: argparse.Namespace) -> None:
+    """Everything ``serve`` can check before it creates a file or starts Spark (:class:`UsageError`)."""
+    from aqueduct.bridge.app.preflight import (
+        PreflightError,
+        check_new_directory,
+        check_port_free,
+        check_readable_file,
+    )
 
     if args.quic is None and args.tcp is None and args.wallaroo_tcp is None:
-        print(
-            "aqueduct-bridge serve: give --quic, --tcp and/or --wallaroo-tcp HOST:PORT",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError("give --quic, --tcp and/or --wallaroo-tcp HOST:PORT")
     if (args.cert is None) != (args.key is None):
-        print("aqueduct-bridge serve: --cert and --key go together", file=sys.stderr)
-        return 2
+        raise UsageError("--cert and --key go together")
+    if args.client_ca is not None:
+        if args.quic is None:
+            raise UsageError("--client-ca needs --quic: mutual TLS is QUIC's")
+        if args.tcp is not None or args.wallaroo_tcp is not None:
+            raise UsageError(
+                "--client-ca admits only connectors with a certificate, but --tcp/--wallaroo-tcp "
+                "have no TLS and would admit anyone: run them on another bridge"
+            )
+        if args.quic_backend == "picoquic":
+            raise UsageError("--client-ca: the picoquic backend cannot verify client certificates")
     if args.quic is not None:
         from aqueduct.runtime.endpoints import check_backend
 
         try:
             check_backend(args.quic_backend, serve_on=args.quic[0])
         except ValueError as exc:
-            print(f"aqueduct-bridge serve: --quic-backend: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(f"--quic-backend: {exc}") from None
+    if not SPARK_MASTER.fullmatch(args.master):
+        raise UsageError(
+            f"--master {args.master!r}: not a Spark master URL (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://URL)"
+        )
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise UsageError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
+    try:
+        check_new_directory(args.log, "--log")
+        if args.pipeline is None and args.sink == "parquet":
+            check_new_directory(args.output, "--output")
+        if args.checkpoint is not None:
+            check_new_directory(args.checkpoint, "--checkpoint")
+        for option, path in (("--cert", args.cert), ("--key", args.key), ("--client-ca", args.client_ca)):
+            if path is not None:
+                check_readable_file(path, option)
+        for option, address, udp in (
+            ("--quic", args.quic, True), ("--tcp", args.tcp, False), ("--wallaroo-tcp", args.wallaroo_tcp, False)
+        ):
+            if address is not None:
+                check_port_free(option, *address, udp=udp)
+    except PreflightError as exc:
+        raise UsageError(str(exc)) from None
     if args.pipeline is not None:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
         from aqueduct.bridge.app.pipeline import PipelineError, load_pipeline
@@ -237,16 +282,23 @@ def _serve(args: argparse.Namespace) -> int:
         try:  # fail before Spark takes ten seconds to start
             load_pipeline(args.pipeline)
         except PipelineError as exc:
-            print(f"aqueduct-bridge serve: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aqueduct.bridge.app.service import BridgeConfig, run_forever
+
+    _check_serve(args)
+    cookie = read_secret(args, COOKIE_ENV)
     config = BridgeConfig(
         log_dir=args.log,
         quic=args.quic,
         tcp=args.tcp,
         wallaroo_tcp=args.wallaroo_tcp,
-        cookie=args.cookie.encode(),
+        cookie=cookie,
         certfile=args.cert,
         keyfile=args.key,
+        client_cafile=args.client_ca,
         quic_backend=args.quic_backend,
         master=args.master,
         sink=args.sink,
@@ -275,8 +327,7 @@ def _status(args: argparse.Namespace) -> int:
     try:
         report = read_status(args.log)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"aqueduct-bridge status: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if args.json:
         import json
 
@@ -304,18 +355,32 @@ def _consumers(args: argparse.Namespace) -> int:
             return 0
         rows = consumer_rows(args.log)
     except (NotALog, ConsumerError) as exc:
-        print(f"aqueduct-bridge consumers: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     print(json.dumps(rows, indent=2) if args.json else format_consumers(rows))
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``aqueduct-bridge``; returns the exit status."""
+def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args = parser().parse_args(argv)
     handlers = {"serve": _serve, "status": _status, "consumers": _consumers}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except UsageError as exc:
+        exc.command = exc.command or args.command
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name not in SPARK_EXTRA:
+            raise
+        raise UsageError(
+            f"needs {exc.name}, which the spark extra brings: pip install '{DISTRIBUTION}[spark]'",
+            args.command,
+        ) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``aqueduct-bridge``; returns the exit status (2 for bad input, one line on stderr)."""
+    return run("aqueduct-bridge", _main, argv)
 
 
 if __name__ == "__main__":

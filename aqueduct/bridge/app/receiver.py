@@ -81,7 +81,8 @@ class Receiver:
     receiving (see :class:`~aqueduct.bridge.app.service.BridgeConfig`):
     ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
-    when not given), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    when not given), ``client_cafile`` (mutual TLS: QUIC connectors must
+    present a certificate this CA signed), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
     ``retention``, ``segment_bytes`` and ``max_consumer_lag``.
     """
 
@@ -97,7 +98,7 @@ class Receiver:
         **settings: Any,
     ) -> None:
         allowed = {
-            "certfile", "keyfile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
+            "certfile", "keyfile", "client_cafile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
             "segment_bytes", "max_consumer_lag",
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)

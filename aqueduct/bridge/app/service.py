@@ -74,6 +74,7 @@ class BridgeConfig:
     cookie: bytes = b""
     certfile: Path | None = None
     keyfile: Path | None = None
+    client_cafile: Path | None = None  # mutual TLS: QUIC connectors need a certificate it signed
     quic_backend: str = "aioquic"  # QUIC stack of the quic listener (runtime.endpoints.BACKENDS)
     master: str = "local[*]"
     sink: str = "parquet"
@@ -287,7 +288,7 @@ class Bridge:
             certfile, keyfile = self._tls_files()
             server = await serve_aqueduct(
                 c.quic[0], c.quic[1], self.ingest, worker, certfile=certfile, keyfile=keyfile,
-                backend=c.quic_backend,
+                cafile=c.client_cafile, backend=c.quic_backend,
             )
             self._listeners.append(server)
             self.quic_address = server.address

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from aqueduct.bridge.source.lag import consumer_lag
-from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.acked import read_acked, read_acked_at
 from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.consumers import load_consumers, position
 from aqueduct.bridge.storage.view import load_streams
@@ -93,14 +93,23 @@ def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
     The lag is in records and bytes of complete epochs not committed yet
     (total and the worst stream) and the age of the oldest such record.
     Positions come from each consumer's commit file, which its query
-    writes one micro-batch late, so a running consumer looks up to one
-    batch further behind than it is.
+    writes one micro-batch late: an idle query never writes its last
+    batch there. For a consumer that drives acks, the offsets the bridge
+    acked (``acked.json``, written as each batch commits) are the lower
+    bound the stream table uses too, so an idle bridge shows no lag in
+    either; a consumer that does not drive acks looks up to one batch
+    further behind than it is.
     """
     streams = load_streams(log_dir)
     now = time.time() if now_s is None else now_s
+    acked, acked_at = read_acked_at(log_dir)
     rows = []
     for c in load_consumers(log_dir).values():
         committed = read_committed(log_dir, c.name) or {}
+        if c.acks and c.dropped is None and acked_at is not None and acked_at >= c.registered_at:
+            # Acked offsets are the least every live ack consumer committed, from when they were
+            # written; ones written before this consumer registered say nothing about it.
+            committed = {sid: max(acked.get(sid, 0), committed.get(sid, 0)) for sid in acked.keys() | committed}
         mine = {sid: s for sid, s in streams.items() if c.reads.selects(sid, s.meta.stream_name)}
         positions = {sid: position(c, committed, sid) for sid in mine}
         rows.append(

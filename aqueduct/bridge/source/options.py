@@ -4,11 +4,15 @@ Spark hands a data source its options as a case-insensitive map of
 strings; :meth:`SourceOptions.parse` turns them into typed values once, so
 a typo or a bad value fails when the query is defined (with the option's
 name and rule in the message), never halfway through a stream. The names
-follow Spark's Kafka source where the idea is the same.
+follow Spark's Kafka source where the idea is the same, and the Kafka
+source's own names are taken too where they mean the same thing
+(:data:`KAFKA_ALIASES`); a Kafka option with no meaning here says why
+(:data:`KAFKA_ONLY`), and any other unknown name gets a "did you mean".
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -41,6 +45,33 @@ OPTIONS = (
     "streamPattern",
     "minPartitions",
 )
+
+#: The Kafka source's names for options that mean the same here (offsets are records).
+KAFKA_ALIASES = {
+    "maxOffsetsPerTrigger": "maxRecordsPerTrigger",
+    "minOffsetsPerTrigger": "minRecordsPerTrigger",
+    "subscribePattern": "streamPattern",
+}
+
+_BY_TIMESTAMP = "not supported: the aqueduct source starts and ends at offsets (startingOffsets, endingOffsets)"
+_CONSUMER = "a query's place in the log is its named consumer: option consumer"
+#: Kafka source options that have no meaning for a log directory, and what to use instead.
+KAFKA_ONLY = {
+    "kafka.bootstrap.servers": "the aqueduct source reads a log directory: option log",
+    "subscribe": "streams are chosen by id (option streams) or by name (option streamPattern)",
+    "assign": "streams are chosen by id (option streams) or by name (option streamPattern)",
+    "startingTimestamp": _BY_TIMESTAMP,
+    "startingOffsetsByTimestamp": _BY_TIMESTAMP,
+    "startingOffsetsByTimestampStrategy": _BY_TIMESTAMP,
+    "endingTimestamp": _BY_TIMESTAMP,
+    "endingOffsetsByTimestamp": _BY_TIMESTAMP,
+    "groupIdPrefix": _CONSUMER,
+    "kafka.group.id": _CONSUMER,
+    "includeHeaders": "records have no headers (their key and event_time are columns)",
+    "kafkaConsumer.pollTimeoutMs": "the log is read from local files: there is no polling to tune",
+    "fetchOffset.numRetries": "the log is read from local files: there is no offset fetching to tune",
+    "fetchOffset.retryIntervalMs": "the log is read from local files: there is no offset fetching to tune",
+}
 
 #: Kafka's default maxTriggerDelay: a batch below minRecordsPerTrigger runs after this anyway.
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
@@ -129,13 +160,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's (case-insensitive) option map."""
-        known = {name.lower(): name for name in OPTIONS}
-        unknown = sorted(k for k in options if k.lower() not in known)
-        if unknown:
-            raise AqueductOptionError(
-                f"aqueduct source: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}"
-            )
-        opts = {k.lower(): v for k, v in options.items()}
+        opts = _canonical(options)
         log = opts.get("log")
         if not log:
             raise AqueductOptionError("aqueduct source: option 'log' (the log directory) is required")
@@ -170,6 +195,48 @@ class SourceOptions:
             min_partitions=_positive_int(opts, "minPartitions"),
             given=frozenset(opts),
         )
+
+
+def _canonical(options: Mapping[str, str]) -> dict[str, str]:
+    """The options under their own lower-cased names, Kafka's aliases resolved; unknown names refused.
+
+    An unknown name is refused with the reason when it is a Kafka option
+    that means nothing here, else with the nearest known names (difflib's
+    ratio, which catches typos and case-insensitive near misses).
+    """
+    known = {name.lower(): name for name in OPTIONS}
+    aliases = {alias.lower(): name.lower() for alias, name in KAFKA_ALIASES.items()}
+    kafka_only = {name.lower(): (name, why) for name, why in KAFKA_ONLY.items()}
+    opts: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # canonical lower-case name -> as the user wrote it
+    for given, value in options.items():
+        key = given.lower()
+        if key in kafka_only:
+            name, why = kafka_only[key]
+            raise AqueductOptionError(f"aqueduct source: option {name} (Kafka's) does not apply: {why}")
+        if key.startswith("kafka."):
+            raise AqueductOptionError(
+                f"aqueduct source: option {given} (a Kafka client setting) does not apply: "
+                "the aqueduct source reads a log directory, option log"
+            )
+        canonical = aliases.get(key, key)
+        if canonical not in known:
+            raise AqueductOptionError(f"aqueduct source: unknown option {given!r}{_did_you_mean(key)}")
+        if canonical in spelled:
+            raise AqueductOptionError(
+                f"aqueduct source: {spelled[canonical]} and {given} are the same option; give one"
+            )
+        opts[canonical], spelled[canonical] = value, given
+    return opts
+
+
+def _did_you_mean(key: str) -> str:
+    """``"; did you mean 'X'?"`` with the closest option name (Kafka's aliases included), else the list."""
+    by_lower = {n.lower(): n for n in [*OPTIONS, *KAFKA_ALIASES]}
+    close = difflib.get_close_matches(key, by_lower, n=1, cutoff=0.6)
+    if not close:
+        return f"; known: {', '.join(OPTIONS)}"
+    return f"; did you mean {by_lower[close[0]]!r}?"
 
 
 def _positive_int(opts: Mapping[str, str], name: str) -> int | None:

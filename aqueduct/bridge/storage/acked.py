@@ -26,8 +26,13 @@ def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
 
 def read_acked(log_dir: Path) -> dict[int, int]:
     """Offsets recorded by :func:`write_acked` (empty before the first commit)."""
+    return read_acked_at(log_dir)[0]
+
+
+def read_acked_at(log_dir: Path) -> tuple[dict[int, int], float | None]:
+    """Offsets recorded by :func:`write_acked` and when (``time.time()``; None before the first commit)."""
     try:
-        offsets = json.loads((log_dir / ACKED_FILE).read_bytes())["offsets"]
+        doc = json.loads((log_dir / ACKED_FILE).read_bytes())
     except FileNotFoundError:
-        return {}
-    return {int(sid): int(offset) for sid, offset in offsets.items()}
+        return {}, None
+    return {int(sid): int(offset) for sid, offset in doc["offsets"].items()}, float(doc["acked_at"])

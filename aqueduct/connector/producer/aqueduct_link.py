@@ -47,10 +47,13 @@ class AqueductLink:
         cafile: str | None = None,
         idle_timeout: float = 10.0,
         quic_backend: str = "aioquic",
+        certfile: str | None = None,
+        keyfile: str | None = None,
     ) -> AqueductLink:
         """Connect with keep-alive, so a dead worker is noticed within ``idle_timeout``.
 
-        ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``).
+        ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``);
+        ``certfile``/``keyfile`` present a client certificate (mutual TLS).
 
         A failed attempt (nobody answers, TLS refused) is a ``ConnectionError``
         like a refused TCP connect, so the client retries with backoff.
@@ -60,6 +63,8 @@ class AqueductLink:
                 host,
                 port,
                 cafile=cafile,
+                certfile=certfile,
+                keyfile=keyfile,
                 idle_timeout=idle_timeout,
                 keepalive=True,
                 headers=RAW_CONNECTION_HEADERS,

@@ -8,21 +8,45 @@ are skipped, nothing is sent twice and nothing is missed.
 A worker that is not there yet is retried with jittered backoff (the
 progress lines and the summary's ``retries`` say how often) until it
 answers, or until ``--connect-timeout`` if given.
+
+Stream ids: a stream belongs to the connector (program/instance) that
+first sent on it, so two producers must not share ids. By default each
+stream's id is derived from the program, the instance and the stream's
+name (:func:`derived_stream_id`): a second program, or the same program on
+another host, gets ids of its own without anyone handing them out, and a
+re-run of the same one gets the same ids back, so it resumes.
+``--first-stream-id N`` numbers the streams N, N+1, ... instead, for ids
+chosen by hand (e.g. to match a ``streams`` filter of the Spark source).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import BinaryIO
 
 from aqueduct.connector.outbound import Mode
 from aqueduct.connector.producer.client import Connector, ConnectorRefused, ConnectorStream
-from aqueduct.runtime.endpoints import BACKENDS, check_backend
+from aqueduct.console import (
+    COOKIE_ENV,
+    UsageError,
+    add_secret_options,
+    add_version,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    read_secret,
+    run,
+)
+from aqueduct.runtime.endpoints import BACKENDS
+
+#: derived stream ids stay below 2**53: exact in JSON numbers (JavaScript) and Spark's long
+STREAM_ID_BITS = 53
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,20 +60,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="files to send line by line ('-' = stdin, the default)")
     p.add_argument("--program", default="aqueduct-produce", help="connector program name")
     p.add_argument("--instance", default=None, help="connector instance name (default: host name)")
-    p.add_argument("--cookie", default="", help="shared secret the worker expects")
+    add_secret_options(p, COOKIE_ENV, "the shared secret the worker expects")
     p.add_argument("--cafile", default=None, help="CA certificate to verify an aqueduct:// worker")
+    p.add_argument("--cert", default=None, metavar="PEM", help="client certificate for a worker that requires one (mutual TLS, aqueduct:// with aioquic)")
+    p.add_argument("--key", default=None, metavar="PEM", help="private key of --cert")
     p.add_argument("--quic-backend", choices=BACKENDS, default="aioquic", help="QUIC stack of aqueduct:// connections (default aioquic; picoquic needs the picoquic extra)")
-    p.add_argument("--count", type=int, default=None, help="generate this many messages per stream instead of reading lines")
-    p.add_argument("--rate", type=float, default=None, help="messages per second in total (default: as fast as credits allow)")
-    p.add_argument("--streams", type=int, default=1, help="generated streams, ids 0..N-1 (default 1)")
-    p.add_argument("--payload-size", type=int, default=100, help="bytes per generated payload (default 100)")
-    p.add_argument("--stream-name", default="produce", help="stream name prefix (default 'produce')")
+    p.add_argument("--count", type=non_negative_int, default=None, help="generate this many messages per stream instead of reading lines")
+    p.add_argument("--rate", type=positive_float, default=None, help="messages per second in total (default: as fast as credits allow)")
+    p.add_argument("--streams", type=positive_int, default=1, help="generated streams (default 1)")
+    p.add_argument("--first-stream-id", type=non_negative_int, default=None, metavar="N", help="number the streams N, N+1, ... (default: ids derived from --program, --instance and the stream name, so producers never share one)")
+    p.add_argument("--payload-size", type=non_negative_int, default=100, help="bytes per generated payload (default 100)")
+    p.add_argument("--stream-name", default="produce", help="stream name prefix: streams are PREFIX/0, PREFIX/1, ... (default 'produce')")
     p.add_argument("--mode", choices=[m.value for m in Mode], default="ordered", help="stream delivery mode over Aqueduct")
-    p.add_argument("--connect-timeout", type=float, default=None, help="give up if no connection within this many seconds (default: retry until the worker answers)")
-    p.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the final acks (default 60)")
+    p.add_argument("--connect-timeout", type=positive_float, default=None, help="give up if no connection within this many seconds (default: retry until the worker answers)")
+    p.add_argument("--ack-timeout", type=positive_float, default=60.0, help="seconds to wait for the final acks (default 60)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_version(p)
     return p
+
+
+def derived_stream_id(program: str, instance: str, stream_name: str) -> int:
+    """A stream id of this connector's own: a hash of program, instance and stream name, below 2**53.
+
+    Distinct connectors' ids collide only by chance (about one pair in
+    10**9 among 4,000 streams); the same three names always give the same id,
+    which is what resuming needs.
+    """
+    digest = hashlib.blake2b(f"{program}\0{instance}\0{stream_name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - STREAM_ID_BITS)
 
 
 Records = list[tuple[int, bytes]]
@@ -134,25 +173,28 @@ class _Progress:
             )
 
 
-async def _produce(args: argparse.Namespace, files: list[BinaryIO]) -> dict:
-    summary: dict = {"sent": 0, "acked": 0, "resumed": 0, "resume_from": {}, "errors": []}
+def _stream_ids(args: argparse.Namespace, instance: str) -> list[tuple[int, str]]:
+    """(id, name) of each stream this run sends on (see the module docstring for the ids)."""
+    n = args.streams if args.count is not None else 1
+    names = [f"{args.stream_name}/{i}" for i in range(n)]
+    if args.first_stream_id is not None:
+        return [(args.first_stream_id + i, name) for i, name in enumerate(names)]
+    return [(derived_stream_id(args.program, instance, name), name) for name in names]
+
+
+async def _produce(args: argparse.Namespace, conn: Connector, files: list[BinaryIO]) -> dict:
+    ids = _stream_ids(args, conn.instance)
+    summary: dict = {
+        "sent": 0, "acked": 0, "resumed": 0, "resume_from": {}, "refused": None, "errors": [],
+        "streams": {str(sid): name for sid, name in ids},
+    }  # fmt: skip
     progress = _Progress(args.quiet)
-    conn = Connector(
-        args.url,
-        program=args.program,
-        instance=args.instance,
-        cookie=args.cookie,
-        cafile=args.cafile,
-        connect_timeout=args.connect_timeout,
-        quic_backend=args.quic_backend,
-    )
     streams: list[ConnectorStream] = []
     reporter = asyncio.get_running_loop().create_task(progress.report(conn, streams))
     try:
         async with conn:
-            n = args.streams if args.count is not None else 1
-            for i in range(n):
-                streams.append(await conn.stream(i, f"{args.stream_name}/{i}", Mode(args.mode)))
+            for sid, name in ids:
+                streams.append(await conn.stream(sid, name, Mode(args.mode)))
             progress.start = {s.stream_id: s.resume_from for s in streams}
             summary["resume_from"] = {str(sid): point for sid, point in progress.start.items()}
             sources = [
@@ -169,6 +211,7 @@ async def _produce(args: argparse.Namespace, files: list[BinaryIO]) -> dict:
                     summary["errors"].append(f"not all acked within {args.ack_timeout} s")
             summary["resumed"] = conn.resent
     except ConnectorRefused as exc:
+        summary["refused"] = exc.reason
         summary["errors"].append(f"refused: {exc.reason}")
     except (OSError, TimeoutError) as exc:
         summary["errors"].append(f"connection: {exc}")
@@ -219,22 +262,52 @@ async def _send_batch(stream: ConnectorStream, items: Records) -> None:
         await stream.send(payload, message_id=None if ephemeral else mid)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.url.startswith("aqueduct:"):
-        try:
-            check_backend(args.quic_backend)
-        except ValueError as exc:
-            parser.error(str(exc))
-    names = args.files or ["-"]
-    files: list[BinaryIO] = []
+def _connector(args: argparse.Namespace) -> Connector:
+    """The connector the arguments describe; a URL, backend or certificate it cannot use is a :class:`UsageError`."""
+    if (args.cert is None) != (args.key is None):
+        raise UsageError("--cert and --key go together")
+    if args.cert is not None and args.quic_backend == "picoquic":
+        raise UsageError("--cert: the picoquic backend cannot present a client certificate; use aioquic")
+    for option, path in (("--cafile", args.cafile), ("--cert", args.cert), ("--key", args.key)):
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"{option} {path}: no such file")
     try:
-        if args.count is None:
-            files = [sys.stdin.buffer if n == "-" else open(n, "rb") for n in names]  # noqa: SIM115
-        summary = asyncio.run(_produce(args, files))
-    except KeyboardInterrupt:
-        return 130
+        return Connector(
+            args.url,
+            program=args.program,
+            instance=args.instance,
+            cookie=read_secret(args, COOKIE_ENV),
+            cafile=args.cafile,
+            certfile=args.cert,
+            keyfile=args.key,
+            connect_timeout=args.connect_timeout,
+            quic_backend=args.quic_backend,
+        )
+    except ValueError as exc:  # the URL's scheme, host or port; a backend that is not installed
+        said = str(exc)
+        raise UsageError(said if args.url in said else f"{said} (in {args.url!r})") from None
+
+
+def _open_inputs(names: Sequence[str]) -> list[BinaryIO]:
+    """The input files ('-' is stdin), all opened before anything is sent: a missing one is a :class:`UsageError`."""
+    files: list[BinaryIO] = []
+    for name in names:
+        try:
+            files.append(sys.stdin.buffer if name == "-" else open(name, "rb"))  # noqa: SIM115
+        except OSError as exc:
+            for f in files:
+                if f is not sys.stdin.buffer:
+                    f.close()
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+    return files
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    conn = _connector(args)
+    files = _open_inputs(args.files or ["-"]) if args.count is None else []
+    try:
+        summary = asyncio.run(_produce(args, conn, files))
     finally:
         for f in files:
             if f is not sys.stdin.buffer:
@@ -242,14 +315,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     if not args.quiet:
+        # Refused, what was handed over never reached the log: "sent" would be a claim.
+        done = "refused after handing over" if summary["refused"] is not None else "sent"
         print(
-            f"sent {summary['sent']} acked {summary['acked']} resent {summary['resumed']} "
+            f"{done} {summary['sent']} acked {summary['acked']} resent {summary['resumed']} "
             f"retries {summary['retries']}",
             file=sys.stderr,
         )
     for error in summary["errors"]:
         print(f"aqueduct-produce: {error}", file=sys.stderr)
     return 1 if summary["errors"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``aqueduct-produce``; returns the exit status (2 for bad input, one line on stderr)."""
+    return run("aqueduct-produce", _main, argv)
 
 
 if __name__ == "__main__":

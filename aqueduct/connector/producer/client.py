@@ -213,6 +213,8 @@ class Connector:
         credits_timeout: float | None = None,
         max_buffer: int = DEFAULT_MAX_BUFFER,
         cafile: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
         connect_timeout: float | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
@@ -230,6 +232,8 @@ class Connector:
         listener accepted the connection but never answers it is retried).
         ``quic_backend``: the QUIC stack of aqueduct:// connections,
         ``"aioquic"`` or ``"picoquic"`` (the ``picoquic`` extra); checked here.
+        ``certfile``/``keyfile``: the client certificate an aqueduct:// worker
+        with mutual TLS asks for (aioquic backend; tcp:// has no TLS).
         """
         self.url = url
         self.program = program
@@ -250,7 +254,9 @@ class Connector:
         self._kick = asyncio.Event()  # wakes the writer
         self._runner: asyncio.Task[None] | None = None
         self.idle_timeout = idle_timeout
-        self._open_link = _link_opener(url, cafile, self._mode_of, idle_timeout, quic_backend)
+        self._open_link = _link_opener(
+            url, cafile, self._mode_of, idle_timeout, quic_backend, certfile=certfile, keyfile=keyfile
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -492,7 +498,13 @@ class Connector:
 
 
 def _link_opener(
-    url: str, cafile: str | None, mode_of: Callable[[int], Mode], idle_timeout: float, quic_backend: str
+    url: str,
+    cafile: str | None,
+    mode_of: Callable[[int], Mode],
+    idle_timeout: float,
+    quic_backend: str,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> Callable[[], Awaitable[Link]]:
     parts = urlsplit(url)
     if parts.hostname is None or parts.port is None:
@@ -501,11 +513,15 @@ def _link_opener(
     if parts.scheme == "tcp":
         from aqueduct.connector.producer.tcp_link import TcpLink
 
+        if certfile is not None:
+            raise ValueError(f"a client certificate needs aqueduct:// (tcp:// has no TLS): {url!r}")
         return lambda: TcpLink.open(host, port)
     if parts.scheme == "aqueduct":
         from aqueduct.connector.producer.aqueduct_link import AqueductLink
         from aqueduct.runtime.endpoints import check_backend
 
         check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
-        return lambda: AqueductLink.open(host, port, mode_of, cafile, idle_timeout, quic_backend)
+        return lambda: AqueductLink.open(
+            host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile
+        )
     raise ValueError(f"unsupported connector URL scheme {parts.scheme!r} (tcp:// or aqueduct://)")
