@@ -12,9 +12,13 @@ from typing import Any
 
 _LAZY = {
     "Connector": "client",
+    "ConnectorClosed": "client",
     "ConnectorRefused": "client",
     "ConnectorStream": "client",
     "CreditTimeout": "client",
+    "Delivery": "client",
+    "TlsRefused": "client",
+    "Producer": "blocking",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",
     "UNRELIABLE": "outbound",
