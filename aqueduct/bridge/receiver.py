@@ -82,7 +82,9 @@ class Receiver:
     ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
     when not given), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
-    ``retention``, ``segment_bytes`` and ``max_consumer_lag``.
+    ``retention``, ``segment_bytes`` and ``max_consumer_lag``; and
+    ``metrics="HOST:PORT"`` to serve Prometheus metrics at
+    ``http://HOST:PORT/metrics`` (docs/metrics.md).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class Receiver:
         tcp: str | tuple[str, int] | None = None,
         wallaroo_tcp: str | tuple[str, int] | None = None,
         cookie: str | bytes = b"",
+        metrics: str | tuple[str, int] | None = None,
         **settings: Any,
     ) -> None:
         allowed = {
@@ -115,6 +118,7 @@ class Receiver:
         self.config = BridgeConfig(
             log_dir=Path(log),
             cookie=cookie.encode() if isinstance(cookie, str) else cookie,
+            metrics=_address(metrics, "metrics"),
             **listeners,
             **settings,
         )
@@ -313,6 +317,11 @@ class Receiver:
     @property
     def wallaroo_address(self) -> tuple[str, int] | None:
         return self._bridge.wallaroo_address
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where ``/metrics`` is served (None without ``metrics=``)."""
+        return self._bridge.metrics.address if self._bridge.metrics is not None else None
 
     @property
     def cafile(self) -> Path | None:

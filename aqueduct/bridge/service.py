@@ -33,24 +33,26 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 from aqueduct.bridge.checkpoint import repair_checkpoint
 from aqueduct.bridge.commits import install_commit_listener
 from aqueduct.bridge.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.ingest import Ingest, IngestConfig
 from aqueduct.bridge.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
+from aqueduct.bridge.logs import fields
+from aqueduct.bridge.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.pipeline import PipelineError
 from aqueduct.bridge.positions import ConsumerPositions
 from aqueduct.connector.aqueduct_transport import serve_aqueduct
 from aqueduct.connector.tcp import serve_tcp
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
+from aqueduct.connector.worker_server import WorkerServer
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths, generate_certs
 
@@ -93,6 +95,8 @@ class BridgeConfig:
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
     #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
     spark_start_timeout: float = 600.0
+    metrics: tuple[str, int] | None = None  # serve Prometheus metrics at http://HOST:PORT/metrics
+    spark_ui_port: int | None = None  # turn the Spark UI of a session the bridge creates on, on this port
 
     @property
     def checkpoint(self) -> Path:
@@ -185,6 +189,7 @@ class Bridge:
         self.tcp_address: tuple[str, int] | None = None
         self.wallaroo_address: tuple[str, int] | None = None
         self.cafile: Path | None = None
+        self.metrics: MetricsServer | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -207,6 +212,8 @@ class Bridge:
             ),
         )
         self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
+        if c.metrics is not None:  # before Spark: a busy port fails in a second, not after its start
+            self.metrics = start_metrics(self, asyncio.get_running_loop(), *c.metrics)
         if run_query:
             self.positions.register(DEFAULT_CONSUMER, acks=True)
         self.positions.poll()  # acks and truncation for batches committed before a restart
@@ -258,12 +265,20 @@ class Bridge:
             self.positions.poll()
         if self.ingest is not None:
             await self.ingest.commit()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
+            self.metrics = None
         if self.log is not None:
             await asyncio.to_thread(self.log.close)
             self.log = None
         self.stopped.set()
 
     # ------------------------------------------------------------ connectors
+
+    @property
+    def listeners(self) -> list[WorkerServer]:
+        """The connector listeners running now."""
+        return list(self._listeners)
 
     def _tls_files(self) -> tuple[Path, Path]:
         c = self.config
@@ -338,7 +353,7 @@ class Bridge:
 
         c = self.config
         if self._spark is None:
-            self._spark = local_session(c.master, c.spark_log_level)
+            self._spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
         self.attach_spark(self._spark, loop)
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -435,40 +450,52 @@ class Bridge:
         )
 
 
-async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO = sys.stderr) -> int:
-    """Run a bridge until SIGINT/SIGTERM or query failure; print status lines to ``out``."""
+async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
+    """Run a bridge until SIGINT/SIGTERM or query failure, saying what it does through :mod:`logging`.
+
+    The status line comes every ``status_interval`` seconds while something
+    changed since the last one (an idle bridge stays quiet), with its
+    counters as structured fields (:mod:`aqueduct.bridge.logs`).
+    """
     bridge = Bridge(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
+    logger.info("log %s, starting Spark (%s)", config.log_dir, config.master, extra=fields(event="starting"))
     try:
         await bridge.start()
-    except (LogError, PipelineError, SparkStartTimeout) as exc:  # e.g. another bridge holds the log
-        print(f"aqueduct-bridge: {exc}", file=out, flush=True)
+    except (LogError, PipelineError, SparkStartTimeout, MetricsError) as exc:  # e.g. another bridge holds the log
+        logger.error("%s", exc, extra=fields(event="start_failed"))
         await bridge.stop()
         return 1
     listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
     listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
     if bridge.wallaroo_address:
         listening.append(f"Wallaroo v3 TCP {bridge.wallaroo_address[0]}:{bridge.wallaroo_address[1]}")
-    print(f"aqueduct-bridge: listening on {', '.join(listening)}", file=out, flush=True)
+    logger.info("listening on %s", ", ".join(listening), extra=fields(event="listening", listeners=listening))
     if bridge.cafile is not None:
-        print(f"aqueduct-bridge: connectors verify the server with {bridge.cafile}", file=out, flush=True)
+        logger.info("connectors verify the server with %s", bridge.cafile, extra=fields(event="cafile"))
+    if bridge.metrics is not None:
+        host, port = bridge.metrics.address
+        logger.info("metrics at http://%s:%d/metrics", host, port, extra=fields(event="metrics"))
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
+    last: BridgeProgress | None = None
     try:
         while not (stop.is_set() or bridge.stopped.is_set()):
             await asyncio.wait(waiters, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
-            print(f"aqueduct-bridge: {bridge.progress().line()}", file=out, flush=True)
+            progress = bridge.progress()
+            if progress != last:
+                logger.info(progress.line(), extra=fields(event="status", **asdict(progress)))
+                last = progress
     finally:
         for w in waiters:
             w.cancel()
         started = time.monotonic()
         await bridge.stop()
-        print(f"aqueduct-bridge: stopped in {time.monotonic() - started:.1f}s", file=out, flush=True)
+        logger.info("stopped in %.1fs", time.monotonic() - started, extra=fields(event="stopped"))
     if bridge.failed:
-        print(f"aqueduct-bridge: {bridge.failed}", file=out, flush=True)
+        logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1
     return 0
 
