@@ -21,9 +21,13 @@ class Histogram:
     """Counts of observations per bucket (the last one: above every bound), their sum and number."""
 
     bounds: tuple[float, ...] = COMMIT_BUCKETS
-    counts: list[int] = field(default_factory=lambda: [0] * (len(COMMIT_BUCKETS) + 1))
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
     observations: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
 
     def observe(self, seconds: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1

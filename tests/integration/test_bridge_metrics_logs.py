@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import urllib.request
@@ -23,6 +24,7 @@ from aqueduct.connector.client import Connector, ConnectorRefused, TlsRefused
 from aqueduct.runtime.certs import generate_certs
 
 TIMEOUT = 30.0  # only turns a hang into a failure
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 
 
 @pytest.fixture
@@ -114,6 +116,14 @@ async def test_metrics_answer_while_producers_run(bridge: Bridge) -> None:
     assert after[("aqueduct_consumer_oldest_unread_age_seconds", (("consumer", "reports"),))] == 0
     assert after[("aqueduct_refusals_total", (("reason", "bad_cookie"),))] == 1
     assert after[("aqueduct_refusals_total", (("reason", "stream_owner"),))] == 0
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"aqueduct_[a-z_]+", target["expr"])
+    }
+    assert len(queried) >= 10 and queried <= {name for name, _ in after}  # every series it draws exists
 
 
 async def test_refused_producers_show_in_the_log_with_their_reason(
