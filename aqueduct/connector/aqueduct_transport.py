@@ -93,7 +93,7 @@ class AqueductLink:
             if isinstance(exc, ConnectionLost) and (window := retry_within(exc)) is not None:
                 raise WorkerBusy(str(exc), window) from exc
             if isinstance(exc, ConnectionLost) and exc.code is not None and _is_tls_alert(exc.code):
-                verified = f"cafile {cafile}" if cafile else "the system's CAs (no cafile given)"
+                verified = f"cafile {cafile}" if cafile else "the system's CAs, no cafile given"
                 raise HandshakeFailed(
                     f"TLS handshake with {host}:{port} failed: {_close_reason(exc)} "
                     f"(the server's certificate was verified with {verified})"

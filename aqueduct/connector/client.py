@@ -491,16 +491,10 @@ class Connector:
             while not self._closing:
                 try:
                     link = await self._open_link()
-                except HandshakeFailed as exc:
-                    if not self.retry_permanent_errors:
+                except (OSError, ConnectionError, TimeoutError) as exc:
+                    if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
                         self._give_up(TlsRefused(str(exc)))
                         return
-                    self.stats.errors.append(f"connect: {exc}")
-                    self.stats.retries += 1
-                    failures += 1
-                    await asyncio.sleep(self._delay(failures))
-                    continue
-                except (OSError, ConnectionError, TimeoutError) as exc:
                     self.stats.errors.append(f"connect: {exc or type(exc).__name__}")
                     self.stats.retries += 1
                     failures += 1

@@ -146,7 +146,10 @@ class BoundedQuicServer(QuicServer):
         code = getattr(error, "code", None)
         kind = "tls" if code is not None and 0x100 <= code <= 0x1FF else "other"  # QUIC's CRYPTO_ERROR range
         self.failed_handshakes[kind] += 1
-        logger.warning(
+        # A TLS alert is a misconfigured peer (an operator's business); the rest is mostly
+        # clients that went away mid-handshake, a crowd of them in a reconnect storm.
+        logger.log(
+            logging.WARNING if kind == "tls" else logging.INFO,
             "QUIC handshake from %s:%s failed: %s", addr[0], addr[1], error,
             extra={"fields": {"event": "handshake_failed", "kind": kind, "remote": f"quic {addr[0]}:{addr[1]}",
                               "reason": str(error)}},
