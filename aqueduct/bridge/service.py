@@ -200,6 +200,8 @@ class Bridge:
         Spark is the caller's: only the log and the listeners start here.
         """
         c = self.config
+        if c.metrics is not None:  # first: a busy port fails at once, before Spark or a log directory
+            self.metrics = start_metrics(self, asyncio.get_running_loop(), *c.metrics)
         # Opening recovers every stream (reads, cuts torn writes): off the loop.
         self.log = await asyncio.to_thread(
             DurableLog, c.log_dir, retention_seconds=c.retention or 0.0, segment_bytes=c.segment_bytes
@@ -212,8 +214,6 @@ class Bridge:
             ),
         )
         self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
-        if c.metrics is not None:  # before Spark: a busy port fails in a second, not after its start
-            self.metrics = start_metrics(self, asyncio.get_running_loop(), *c.metrics)
         if run_query:
             self.positions.register(DEFAULT_CONSUMER, acks=True)
         self.positions.poll()  # acks and truncation for batches committed before a restart
