@@ -20,9 +20,13 @@ from typing import Any
 
 _LAZY = {
     "Connector": "producer.client",
+    "ConnectorClosed": "producer.client",
     "ConnectorRefused": "errors",
     "ConnectorStream": "producer.client",
     "CreditTimeout": "errors",
+    "Delivery": "producer.client",
+    "TlsRefused": "producer.client",
+    "Producer": "producer.blocking",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",
     "UNRELIABLE": "outbound",

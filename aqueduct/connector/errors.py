@@ -1,6 +1,9 @@
 """What the connector library raises: one module, so both sides and every transport share it.
 
-:class:`ConnectorRefused` ends a producer for good (retrying would not help);
+:class:`ConnectorRefused` ends a producer for good (retrying would not help;
+:class:`TlsRefused` when its TLS handshake failed, which a link reports as
+:class:`HandshakeFailed`); :class:`ConnectorClosed` is a record's delivery
+error when the connector closed first;
 :class:`WorkerBusy` asks it to come back later; :class:`CreditTimeout` is a
 ``send`` that waited too long for a credit. Keeping them apart from the
 client breaks the import cycle a transport raising ``WorkerBusy`` would make.
@@ -19,6 +22,18 @@ class ConnectorRefused(AqueductError):
         self.reason = reason
 
 
+class TlsRefused(ConnectorRefused):
+    """The TLS handshake failed (e.g. the bridge's certificate does not verify with ``cafile``).
+
+    Retrying with the same certificates cannot help, so the connector gives
+    up at once unless it was told to retry permanent errors.
+    """
+
+
+class ConnectorClosed(ConnectionError):
+    """The connector closed before the worker committed the record (its delivery report's error)."""
+
+
 class CreditTimeout(TimeoutError):
     """``send`` waited longer than ``credits_timeout`` for a credit.
 
@@ -33,3 +48,7 @@ class WorkerBusy(ConnectionError):
     def __init__(self, message: str, retry_within: float) -> None:
         super().__init__(message)
         self.retry_within = retry_within
+
+
+class HandshakeFailed(ConnectionError):
+    """A link could not be opened because the TLS handshake failed (a permanent error)."""

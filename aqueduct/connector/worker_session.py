@@ -179,6 +179,9 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         return frames, None
 
     def _on_hello(self, hello: Hello) -> None:
+        # Named before the checks so a refusal's log line says who was refused;
+        # only HelloAccepted admits the connector.
+        self.program_name, self.instance_name = hello.program_name, hello.instance_name
         if hello.version != PROTOCOL_VERSION:
             raise self._fail(f"unsupported protocol version: {hello.version}")
         expected = self.config.cookie
@@ -187,7 +190,6 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if not hmac.compare_digest(hello.cookie, expected):
             raise self._fail("bad cookie")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
-        self.program_name, self.instance_name = hello.program_name, hello.instance_name
         for durable in self._durable(hello.program_name, hello.instance_name):
             self.streams[durable.stream_id] = InboundStream.from_durable(durable)
         refs = tuple(

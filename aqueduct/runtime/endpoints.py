@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -183,6 +183,11 @@ class Server:
     @property
     def port(self) -> int:
         return self.address[1]
+
+    @property
+    def failed_handshakes(self) -> Mapping[str, int]:
+        """Handshakes that failed, by kind (``tls``: a TLS alert; ``other``); empty where not counted (picoquic)."""
+        return getattr(getattr(self._listener, "server", None), "failed_handshakes", {})
 
     def _ready(self, driver: Driver) -> None:
         conn = ServerConnection(driver)

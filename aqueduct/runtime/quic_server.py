@@ -27,6 +27,8 @@ quadratic.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -40,6 +42,8 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 
 from aqueduct.runtime import aioquic_internals
 from aqueduct.runtime.retry_hint import RetryHint, busy_reason
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
@@ -92,6 +96,8 @@ class BoundedQuicServer(QuicServer):
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
         self.retry_hint = RetryHint(self._loop.time())
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
+        #: handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``
+        self.failed_handshakes: Counter[str] = Counter()
 
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
         assert isinstance(data, bytes)
@@ -121,13 +127,33 @@ class BoundedQuicServer(QuicServer):
                 ready = getattr(protocol, "ready", None)
                 if ready is not None and not ready.done():
                     self._handshaking[protocol] = self._loop.time()
-                    ready.add_done_callback(partial(self._settled, protocol))
+                    ready.add_done_callback(partial(self._settled, protocol, addr))
 
-    def _settled(self, protocol: Any, ready: Any) -> None:
-        """The protocol's Aqueduct handshake completed or failed: its slot is free."""
+    def _settled(self, protocol: Any, addr: NetworkAddress, ready: Any) -> None:
+        """The protocol's Aqueduct handshake completed or failed: its slot is free.
+
+        A failure is logged with the client's address and counted: it is the
+        only trace on the server of a client whose certificate check failed
+        (or that presented no certificate the server's CA signed).
+        """
         self._handshaking.pop(protocol, None)
-        if not ready.cancelled() and ready.exception() is None:
+        if ready.cancelled():
+            return
+        error = ready.exception()
+        if error is None:
             self.retry_hint.completed()
+            return
+        code = getattr(error, "code", None)
+        kind = "tls" if code is not None and 0x100 <= code <= 0x1FF else "other"  # QUIC's CRYPTO_ERROR range
+        self.failed_handshakes[kind] += 1
+        # A TLS alert is a misconfigured peer (an operator's business); the rest is mostly
+        # clients that went away mid-handshake, a crowd of them in a reconnect storm.
+        logger.log(
+            logging.WARNING if kind == "tls" else logging.INFO,
+            "QUIC handshake from %s:%s failed: %s", addr[0], addr[1], error,
+            extra={"fields": {"event": "handshake_failed", "kind": kind, "remote": f"quic {addr[0]}:{addr[1]}",
+                              "reason": str(error)}},
+        )  # fmt: skip
 
     def _full(self) -> bool:
         """All slots are taken, after closing handshakes that held theirs too long.

@@ -93,14 +93,23 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _edges(path: Path) -> set[str]:
-    """Every project module ``path`` imports, at any depth of the file (lazy imports too).
+    """Every project module ``path`` imports at run time, at any depth of the file (lazy imports too).
 
     ``from package import name`` counts as importing the submodule when
     ``name`` is one, else the package itself.
     """
     tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {  # ``if TYPE_CHECKING:`` blocks: annotations, not imports at run time
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     found: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

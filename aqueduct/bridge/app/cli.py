@@ -50,6 +50,12 @@ def host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def port_number(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}")
+    return int(text)
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     from aqueduct.bridge.app.service import BridgeConfig
 
@@ -164,7 +170,22 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--status-interval", type=positive_float, default=5.0, metavar="SECONDS",
-        help="seconds between status lines on stderr (default: %(default)s)",
+        help="seconds between status lines on stderr, written only when something changed "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="stderr lines as text, or one JSON object per line for log shippers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--metrics", type=host_port, metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs the metrics extra; "
+        "see docs/metrics.md)",
+    )
+    p.add_argument(
+        "--spark-ui", type=port_number, metavar="PORT",
+        help="turn the Spark UI on, on this port of the driver (loopback for a local[...] master; "
+        "default: off)",
     )
 
 
@@ -317,7 +338,12 @@ def _serve(args: argparse.Namespace) -> int:
         max_consumer_lag=args.max_consumer_lag,
         spark_log_level=args.spark_log_level,
         spark_start_timeout=args.spark_start_timeout,
+        metrics=args.metrics,
+        spark_ui_port=args.spark_ui,
     )
+    from aqueduct.logs import configure_logging
+
+    configure_logging(args.log_format)
     return run_forever(config, status_interval=args.status_interval)
 
 

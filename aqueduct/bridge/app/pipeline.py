@@ -80,12 +80,20 @@ def start_sink(
     return writer.start()
 
 
-def local_session(master: str, log_level: str, app_name: str = "aqueduct-bridge") -> Any:
-    """A SparkSession for the bridge's own driver (UI off; loopback only for ``local``)."""
+def local_session(
+    master: str, log_level: str, app_name: str = "aqueduct-bridge", ui_port: int | None = None
+) -> Any:
+    """A SparkSession for the bridge's own driver (loopback only for ``local``).
+
+    Spark's UI is off unless ``ui_port`` is given (it then listens there, on
+    the driver's bind address: loopback for a ``local`` master).
+    """
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
     defaults = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if ui_port is not None:
+        defaults |= {"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)}
     if master.startswith("local"):  # an embedded driver needs no network exposure
         defaults |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     for key, value in defaults.items():

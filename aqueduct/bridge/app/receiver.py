@@ -83,7 +83,9 @@ class Receiver:
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
     when not given), ``client_cafile`` (mutual TLS: QUIC connectors must
     present a certificate this CA signed), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
-    ``retention``, ``segment_bytes`` and ``max_consumer_lag``.
+    ``retention``, ``segment_bytes`` and ``max_consumer_lag``; and
+    ``metrics="HOST:PORT"`` to serve Prometheus metrics at
+    ``http://HOST:PORT/metrics`` (docs/metrics.md).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class Receiver:
         tcp: str | tuple[str, int] | None = None,
         wallaroo_tcp: str | tuple[str, int] | None = None,
         cookie: str | bytes = b"",
+        metrics: str | tuple[str, int] | None = None,
         **settings: Any,
     ) -> None:
         allowed = {
@@ -116,6 +119,7 @@ class Receiver:
         self.config = BridgeConfig(
             log_dir=Path(log),
             cookie=cookie.encode() if isinstance(cookie, str) else cookie,
+            metrics=_address(metrics, "metrics"),
             **listeners,
             **settings,
         )
@@ -314,6 +318,11 @@ class Receiver:
     @property
     def wallaroo_address(self) -> tuple[str, int] | None:
         return self._bridge.wallaroo_address
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where ``/metrics`` is served (None without ``metrics=``)."""
+        return self._bridge.metrics.address if self._bridge.metrics is not None else None
 
     @property
     def cafile(self) -> Path | None:

@@ -33,16 +33,16 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
 from aqueduct.bridge.app.commit_listener import install_commit_listener
+from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.app.pipeline import PipelineError
 from aqueduct.bridge.ingest.positions import ConsumerPositions
 from aqueduct.bridge.ingest.service import Ingest, IngestConfig
@@ -50,8 +50,10 @@ from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.storage.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+from aqueduct.connector.worker.server import WorkerServer
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from aqueduct.logs import fields
 from aqueduct.runtime.certs import cert_paths, generate_certs
 
 logger = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class BridgeConfig:
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
     #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
     spark_start_timeout: float = 600.0
+    metrics: tuple[str, int] | None = None  # serve Prometheus metrics at http://HOST:PORT/metrics
+    spark_ui_port: int | None = None  # turn the Spark UI of a session the bridge creates on, on this port
 
     @property
     def checkpoint(self) -> Path:
@@ -186,6 +190,7 @@ class Bridge:
         self.tcp_address: tuple[str, int] | None = None
         self.wallaroo_address: tuple[str, int] | None = None
         self.cafile: Path | None = None
+        self.metrics: MetricsServer | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -196,6 +201,8 @@ class Bridge:
         Spark is the caller's: only the log and the listeners start here.
         """
         c = self.config
+        if c.metrics is not None:  # first: a busy port fails at once, before Spark or a log directory
+            self.metrics = start_metrics(self, asyncio.get_running_loop(), *c.metrics)
         # Opening recovers every stream (reads, cuts torn writes): off the loop.
         self.log = await asyncio.to_thread(
             DurableLog, c.log_dir, retention_seconds=c.retention or 0.0, segment_bytes=c.segment_bytes
@@ -259,12 +266,20 @@ class Bridge:
             self.positions.poll()
         if self.ingest is not None:
             await self.ingest.commit()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
+            self.metrics = None
         if self.log is not None:
             await asyncio.to_thread(self.log.close)
             self.log = None
         self.stopped.set()
 
     # ------------------------------------------------------------ connectors
+
+    @property
+    def listeners(self) -> list[WorkerServer]:
+        """The connector listeners running now."""
+        return list(self._listeners)
 
     def _tls_files(self) -> tuple[Path, Path]:
         c = self.config
@@ -339,7 +354,7 @@ class Bridge:
 
         c = self.config
         if self._spark is None:
-            self._spark = local_session(c.master, c.spark_log_level)
+            self._spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
         self.attach_spark(self._spark, loop)
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -436,40 +451,52 @@ class Bridge:
         )
 
 
-async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO = sys.stderr) -> int:
-    """Run a bridge until SIGINT/SIGTERM or query failure; print status lines to ``out``."""
+async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
+    """Run a bridge until SIGINT/SIGTERM or query failure, saying what it does through :mod:`logging`.
+
+    The status line comes every ``status_interval`` seconds while something
+    changed since the last one (an idle bridge stays quiet), with its
+    counters as structured fields (:mod:`aqueduct.logs`).
+    """
     bridge = Bridge(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
+    logger.info("log %s, starting Spark (%s)", config.log_dir, config.master, extra=fields(event="starting"))
     try:
         await bridge.start()
-    except (LogError, PipelineError, SparkStartTimeout) as exc:  # e.g. another bridge holds the log
-        print(f"aqueduct-bridge: {exc}", file=out, flush=True)
+    except (LogError, PipelineError, SparkStartTimeout, MetricsError) as exc:  # e.g. another bridge holds the log
+        logger.error("%s", exc, extra=fields(event="start_failed"))
         await bridge.stop()
         return 1
     listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
     listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
     if bridge.wallaroo_address:
         listening.append(f"Wallaroo v3 TCP {bridge.wallaroo_address[0]}:{bridge.wallaroo_address[1]}")
-    print(f"aqueduct-bridge: listening on {', '.join(listening)}", file=out, flush=True)
+    logger.info("listening on %s", ", ".join(listening), extra=fields(event="listening", listeners=listening))
     if bridge.cafile is not None:
-        print(f"aqueduct-bridge: connectors verify the server with {bridge.cafile}", file=out, flush=True)
+        logger.info("connectors verify the server with %s", bridge.cafile, extra=fields(event="cafile"))
+    if bridge.metrics is not None:
+        host, port = bridge.metrics.address
+        logger.info("metrics at http://%s:%d/metrics", host, port, extra=fields(event="metrics"))
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
+    last: BridgeProgress | None = None
     try:
         while not (stop.is_set() or bridge.stopped.is_set()):
             await asyncio.wait(waiters, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
-            print(f"aqueduct-bridge: {bridge.progress().line()}", file=out, flush=True)
+            progress = bridge.progress()
+            if progress != last:
+                logger.info(progress.line(), extra=fields(event="status", **asdict(progress)))
+                last = progress
     finally:
         for w in waiters:
             w.cancel()
         started = time.monotonic()
         await bridge.stop()
-        print(f"aqueduct-bridge: stopped in {time.monotonic() - started:.1f}s", file=out, flush=True)
+        logger.info("stopped in %.1fs", time.monotonic() - started, extra=fields(event="stopped"))
     if bridge.failed:
-        print(f"aqueduct-bridge: {bridge.failed}", file=out, flush=True)
+        logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1
     return 0
 

@@ -41,12 +41,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
+from aqueduct.bridge.ingest.latency import Histogram
 from aqueduct.bridge.storage.commits import acks_for
 from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.connector.events import (
@@ -59,6 +62,7 @@ from aqueduct.connector.events import (
 from aqueduct.connector.frames import BOUNDARY, Record, RecordRun
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
+from aqueduct.logs import fields
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,29 @@ def _report_failed_write(done: Future[object]) -> None:
 def connector_name(program_name: str, instance_name: str) -> str:
     """The log's owner name of a connector: streams are resumed per program + instance."""
     return f"{program_name}/{instance_name}"
+
+
+REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error")
+
+
+def refusal_kind(ended: SessionEnded) -> str:
+    """Which of :data:`REFUSAL_KINDS` a session ended by an ERROR is (a label for metrics and logs).
+
+    ``connector_error``: the connector sent ERROR itself; the others are the
+    bridge's refusals, told apart by their reasons' fixed beginnings
+    (docs/connector.md lists them); ``protocol_violation`` is every frame
+    error and rule broken.
+    """
+    reason = ended.reason
+    if ended.origin == "peer":
+        return "connector_error"
+    if reason.startswith("bad cookie"):
+        return "bad_cookie"
+    if reason.startswith("unsupported protocol version"):
+        return "protocol_version"
+    if " belongs to connector " in reason:  # the log's refusal of another connector's stream id
+        return "stream_owner"
+    return "protocol_violation"
 
 
 @dataclass(frozen=True)
@@ -128,12 +155,18 @@ async def _outlast_cancel(job: Future[T]) -> tuple[T, bool]:
 
 @dataclass
 class IngestCounters:
-    """Totals since start, for progress lines and tests."""
+    """Totals since start, for progress lines, the metrics endpoint and tests."""
 
     messages: int = 0  # data records appended (boundaries excluded)
     duplicates: int = 0  # dropped by the log's range set (the session drops others itself)
     withheld_credits: int = 0  # credits currently held back by the backlog bound
     sessions: int = 0  # live sessions
+    sessions_started: int = 0  # handshakes completed
+    #: sessions ended by an ERROR (the bridge's refusals and the connectors' own), by :func:`refusal_kind`
+    refusals: Counter[str] = field(default_factory=Counter)
+    durable_bytes: int = 0  # payload and key bytes of the records group commits made durable
+    credits_granted: int = 0  # credits sent with OK (unless shared) and after group commits
+    commit_seconds: Histogram = field(default_factory=Histogram)  # group commits, writes and fsyncs
 
 
 class Ingest:
@@ -187,11 +220,39 @@ class Ingest:
             self._sessions[peer] = _Session(name)
             self._connector_sessions.setdefault(name, []).append(peer)
             self.counters.sessions = len(self._sessions)
+            self.counters.sessions_started += 1
+            self.counters.credits_granted += event.credits
+            logger.info(
+                "session started: %s from %s, %d stream(s) to resume", name, peer.remote, len(event.refs),
+                extra=fields(event="session_started", connector=name, remote=peer.remote),
+            )  # fmt: skip
             self._ack_committed(peer, name)
             if self._budget is not None and (grant := self._budget.join(peer, event.credits)):
+                self.counters.credits_granted += grant
                 peer.grant_credits(grant)
         elif isinstance(event, SessionEnded):
+            self._log_end(peer, event)
             self._forget(peer)
+
+    def _log_end(self, peer: WorkerPeer, ended: SessionEnded) -> None:
+        """One line per session end; a refusal (ERROR either way) as a warning, counted by kind."""
+        state = self._sessions.get(peer)
+        who = state.connector if state is not None else (
+            connector_name(peer.program_name, peer.instance_name) if peer.program_name else "a connector"
+        )  # fmt: skip
+        info = {"connector": who, "remote": peer.remote, "reason": ended.reason}
+        if ended.origin in ("local", "peer"):
+            kind = refusal_kind(ended)
+            self.counters.refusals[kind] += 1
+            text = "%s from %s ended its session with ERROR: %s" if ended.origin == "peer" else "refused %s from %s: %s"
+            logger.warning(text, who, peer.remote, ended.reason,
+                           extra=fields(event="session_refused", kind=kind, **info))  # fmt: skip
+        elif state is not None:
+            logger.info("session ended: %s from %s: %s", who, peer.remote, ended.reason,
+                        extra=fields(event="session_ended", **info))  # fmt: skip
+        else:
+            logger.info("connection from %s ended before HELLO: %s", peer.remote, ended.reason,
+                        extra=fields(event="connection_ended", **info))  # fmt: skip
 
     def _ack_committed(self, peer: WorkerPeer, connector: str) -> None:
         """Tell a new session what Spark already committed of its connector's streams.
@@ -283,11 +344,10 @@ class Ingest:
 
     def _append(self, sid: int, records: Sequence[Record]) -> None:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
-        if self.config.memory_budget is not None:
-            if type(records) is RecordRun:  # columns: no record objects to build for a sum
-                self._unsynced_bytes += sum(map(len, records.payloads))
-            else:
-                self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
+        if type(records) is RecordRun:  # columns: no record objects to build for a sum
+            self._unsynced_bytes += sum(map(len, records.payloads))
+        else:
+            self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
         if self.log.append_run(records) is not None:  # a busy stream's usual batch: all new data
             self.counters.messages += len(records)
             return
@@ -331,7 +391,10 @@ class Ingest:
             state.unsynced -= n
             state.committing += n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
+        started = time.perf_counter()
         ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        self.counters.commit_seconds.observe(time.perf_counter() - started)
+        self.counters.durable_bytes += group_bytes
         for sid in ends:
             self._move(sid, complete=self.log.complete_offset(sid))
         if self._budget is not None and self.config.memory_budget is not None:
@@ -398,6 +461,7 @@ class Ingest:
             points = points_by_connector.get(state.connector, []) if self._ack_target(state.connector) is peer else []
             if credits or points:
                 state.withheld -= credits
+                self.counters.credits_granted += credits
                 peer.ack(points, credits)
             if state.withheld:
                 self._owed.add(peer)

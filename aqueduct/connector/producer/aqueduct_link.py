@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import aqueduct.runtime as rt
 from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
 from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
-from aqueduct.connector.errors import WorkerBusy
+from aqueduct.connector.errors import HandshakeFailed, WorkerBusy
 from aqueduct.connector.frames import Notify, Record, RecordRun
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
 from aqueduct.runtime.retry_hint import retry_within
@@ -55,8 +55,10 @@ class AqueductLink:
         ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``);
         ``certfile``/``keyfile`` present a client certificate (mutual TLS).
 
-        A failed attempt (nobody answers, TLS refused) is a ``ConnectionError``
-        like a refused TCP connect, so the client retries with backoff.
+        A failed attempt (nobody answers) is a ``ConnectionError`` like a
+        refused TCP connect, so the client retries with backoff; a TLS
+        handshake that failed (a certificate that does not verify) is
+        :class:`HandshakeFailed`, which the client gives up on.
         """
         try:
             entry = await rt.connect(
@@ -73,6 +75,12 @@ class AqueductLink:
         except ChannelOutcome as exc:
             if isinstance(exc, ConnectionLost) and (window := retry_within(exc)) is not None:
                 raise WorkerBusy(str(exc), window) from exc
+            if isinstance(exc, ConnectionLost) and exc.code is not None and _is_tls_alert(exc.code):
+                verified = f"cafile {cafile}" if cafile else "the system's CAs, no cafile given"
+                raise HandshakeFailed(
+                    f"TLS handshake with {host}:{port} failed: {_close_reason(exc)} "
+                    f"(the server's certificate was verified with {verified})"
+                ) from exc
             raise ConnectionError(str(exc)) from exc
         return cls(entry, mode_of)
 
@@ -144,6 +152,18 @@ class AqueductLink:
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self._entry.connection.close()
+
+
+def _is_tls_alert(code: int) -> bool:
+    """QUIC's CRYPTO_ERROR range (RFC 9000 section 20.1): the TLS handshake sent an alert."""
+    return 0x100 <= code <= 0x1FF
+
+
+def _close_reason(exc: ConnectionLost) -> str:
+    """The peer's or the stack's words for the alert (``unable to get local issuer certificate``)."""
+    reason = exc.reason
+    head, sep, tail = reason.partition("): ")
+    return tail if sep else reason
 
 
 def _batches(

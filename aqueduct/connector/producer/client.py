@@ -19,12 +19,20 @@ they do not arrive as one burst. Only ``connect_timeout``, if set, makes
 ``connect`` give up. The caller never re-sends. ``send`` returns once the message is buffered and
 has a credit to go out on; the buffer of unacknowledged messages per stream
 is bounded (``max_buffer``) so memory stays bounded when the worker is slow.
+
+``on_delivery`` is confluent-kafka's delivery report: called once per
+reliable record, with ``None`` when an ACK says the record is committed
+downstream, or with the error when it never will be (the worker refused
+the session, or the connector closed first). ``flush(timeout)`` waits for
+those reports and returns how many records are still waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import random
 import socket
 from collections import deque
@@ -34,8 +42,15 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from aqueduct.connector.connector_session import ConnectorSession, Outgoing
-from aqueduct.connector.errors import ConnectorRefused, CreditTimeout, WorkerBusy
-from aqueduct.connector.events import HandshakeCompleted, SessionEnded
+from aqueduct.connector.errors import (
+    ConnectorClosed,
+    ConnectorRefused,
+    CreditTimeout,
+    HandshakeFailed,
+    TlsRefused,
+    WorkerBusy,
+)
+from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Record
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
@@ -45,17 +60,38 @@ __all__ = [
     "UNORDERED",
     "UNRELIABLE",
     "Connector",
+    "ConnectorClosed",
     "ConnectorRefused",
     "ConnectorStream",
     "CreditTimeout",
+    "Delivery",
+    "DeliveryCallback",
     "Link",
     "Mode",
+    "TlsRefused",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 MAX_ERRORS = 100
 #: default ``max_buffer``: reliable messages a stream keeps until the worker commits them
 DEFAULT_MAX_BUFFER = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One reliable record as its delivery report names it."""
+
+    stream_id: int
+    stream_name: str
+    message_id: int
+    payload: bytes | None  # None for a BOUNDARY or EOS record
+    key: bytes | None
+
+
+DeliveryCallback = Callable[[Exception | None, Delivery], None]
+"""``on_delivery(error, delivery)``: ``error`` is None once the record is committed downstream."""
 
 
 class Link(Protocol):
@@ -220,6 +256,8 @@ class Connector:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         idle_timeout: float = 10.0,
         quic_backend: str = "aioquic",
+        on_delivery: DeliveryCallback | None = None,
+        retry_permanent_errors: bool = False,
     ) -> None:
         """``connect_timeout``: seconds ``connect`` keeps retrying the first connection
         (``None``, the default: until the worker answers or refuses). ``backoff``:
@@ -234,6 +272,13 @@ class Connector:
         ``"aioquic"`` or ``"picoquic"`` (the ``picoquic`` extra); checked here.
         ``certfile``/``keyfile``: the client certificate an aqueduct:// worker
         with mutual TLS asks for (aioquic backend; tcp:// has no TLS).
+        ``on_delivery``: the delivery report of every reliable record (see the
+        module docstring); it runs on the event loop, so it must be quick, and
+        an exception it raises is logged, not propagated.
+        ``retry_permanent_errors``: retry, with the usual backoff, what is
+        otherwise final at once (a refusal by the worker such as a bad cookie, a
+        TLS handshake that failed); for a bridge whose cookie or certificate is
+        about to be fixed.
         """
         self.url = url
         self.program = program
@@ -245,6 +290,8 @@ class Connector:
         self.connect_timeout = connect_timeout
         self.backoff = backoff
         self.max_frame_size = max_frame_size
+        self.on_delivery = on_delivery
+        self.retry_permanent_errors = retry_permanent_errors
         self.stats = Stats()
         self._outbox = Outbox()
         self._session: ConnectorSession | None = None
@@ -253,6 +300,7 @@ class Connector:
         self._progress = asyncio.Event()  # set (and replaced) on every state change
         self._kick = asyncio.Event()  # wakes the writer
         self._runner: asyncio.Task[None] | None = None
+        self._undelivered_reported = False  # records left unacked got their error report
         self.idle_timeout = idle_timeout
         self._open_link = _link_opener(
             url, cafile, self._mode_of, idle_timeout, quic_backend, certfile=certfile, keyfile=keyfile
@@ -310,6 +358,25 @@ class Connector:
         with contextlib.suppress(asyncio.CancelledError):
             await self._runner
         self._runner = None
+        self._report_undelivered(ConnectorClosed("the connector closed before the worker committed it"))
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Wait up to ``timeout`` seconds until every reliable record is committed; return how many are not.
+
+        0 means every record sent so far was committed downstream (and its
+        delivery report made). Unlike :meth:`wait_all_acked`, running out of
+        time is no error: the count says what is left, as confluent-kafka's
+        ``flush`` does. A worker's refusal raises ``ConnectorRefused`` (the
+        records it leaves were reported to ``on_delivery`` with it).
+        """
+        with contextlib.suppress(TimeoutError, ConnectorClosed):
+            await self.wait_all_acked(timeout)
+        return self.unacked
+
+    @property
+    def unacked(self) -> int:
+        """Reliable records sent (or queued) that the worker has not committed yet, over all streams."""
+        return sum(len(s.unacked) for s in self._outbox.streams.values())
 
     # ------------------------------------------------------------ streams
 
@@ -383,7 +450,7 @@ class Connector:
             if predicate():
                 return
             if self._runner is None or self._runner.done():
-                raise ConnectionError("connector is closed")
+                raise ConnectorClosed("connector is closed")
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise error(f"timed out after {timeout} s")
@@ -398,6 +465,9 @@ class Connector:
                 try:
                     link = await self._open_link()
                 except (OSError, ConnectionError, TimeoutError) as exc:
+                    if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
+                        self._give_up(TlsRefused(str(exc)))
+                        return
                     self.stats.errors.append(f"connect: {exc or type(exc).__name__}")
                     self.stats.retries += 1
                     failures += 1
@@ -407,8 +477,8 @@ class Connector:
                     await asyncio.sleep(delay)
                     continue
                 ended, handshaken = await self._serve(link)
-                if ended.origin in ("peer", "local"):
-                    self._fatal = ConnectorRefused(ended.reason)
+                if ended.origin in ("peer", "local") and not self.retry_permanent_errors:
+                    self._give_up(ConnectorRefused(ended.reason))
                     return
                 self.stats.errors.append(ended.reason)
                 if not handshaken:
@@ -421,6 +491,39 @@ class Connector:
         finally:
             self._session = None
             self._changed()
+
+    def _give_up(self, error: ConnectorRefused) -> None:
+        """A permanent error: every waiting call raises it, every unacked record is reported with it."""
+        self._fatal = error
+        self._report_undelivered(error)
+
+    def _report_acked(self, event: Acked) -> None:
+        """Delivery reports for the records an ACK commits (called before the outbox drops them)."""
+        for stream_id, point in event.refs:
+            stream = self._outbox.streams.get(stream_id)
+            if stream is None:
+                continue
+            for record in stream.unacked:  # ids increase along the buffer
+                if record.message_id >= point:  # type: ignore[operator]
+                    break
+                self._report(None, stream, record)
+
+    def _report_undelivered(self, error: Exception) -> None:
+        """Report, once, every record the worker will now never commit."""
+        if self.on_delivery is None or self._undelivered_reported:
+            return
+        self._undelivered_reported = True
+        for stream in self._outbox.streams.values():
+            for record in stream.unacked:
+                self._report(error, stream, record)
+
+    def _report(self, error: Exception | None, stream: OutboundStream, record: Record) -> None:
+        assert self.on_delivery is not None and record.message_id is not None
+        delivery = Delivery(stream.stream_id, stream.stream_name, record.message_id, record.payload, record.key)
+        try:
+            self.on_delivery(error, delivery)
+        except Exception:  # the connection task must outlive a faulty callback
+            logger.exception("on_delivery raised for stream %d id %d", stream.stream_id, record.message_id)
 
     @property
     def resent(self) -> int:
@@ -470,6 +573,8 @@ class Connector:
                         if isinstance(event, HandshakeCompleted):
                             self.stats.connections += 1
                             handshaken = True
+                        elif isinstance(event, Acked) and self.on_delivery is not None:
+                            self._report_acked(event)
                         self._outbox.apply(event)
                 self._kick.set()
                 self._changed()
@@ -521,6 +626,8 @@ def _link_opener(
         from aqueduct.runtime.endpoints import check_backend
 
         check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
+        if cafile is not None and not os.path.isfile(cafile):  # as would a missing CA, at every retry
+            raise FileNotFoundError(f"cafile {cafile!r}: no such file")
         return lambda: AqueductLink.open(
             host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile
         )

@@ -191,6 +191,9 @@ class WallarooSession(SessionMachine[WorkerEvent]):
     # ------------------------------------------------------------ processing
 
     def _on_hello(self, hello: Hello) -> None:
+        # Named before the checks so a refusal's log line says who was refused;
+        # only HelloAccepted admits the connector.
+        self.program_name, self.instance_name = hello.program_name, hello.instance_name
         if hello.version != PROTOCOL_VERSION:
             raise self._fail(
                 f"unsupported protocol version: got {hello.version}, expected {PROTOCOL_VERSION}"
@@ -201,7 +204,6 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         if not hmac.compare_digest(hello.cookie, expected):
             raise self._fail("bad cookie")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
-        self.program_name, self.instance_name = hello.program_name, hello.instance_name
         self._durable_points = {
             s.stream_id: s.point_of_reference
             for s in self._durable(hello.program_name, hello.instance_name)

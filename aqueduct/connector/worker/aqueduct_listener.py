@@ -108,6 +108,7 @@ async def _serve_connection(
         return closing
 
     peer = WorkerPeer(sink, config, send, close_soon)
+    peer.remote = "quic"  # the runtime does not expose the peer's address
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:
@@ -188,5 +189,5 @@ async def serve_aqueduct(
         acceptor.cancel()
         await aq_server.close()
 
-    server = WorkerServer(close_listener, aq_server.address)
+    server = WorkerServer(close_listener, aq_server.address, lambda: aq_server.failed_handshakes)
     return server

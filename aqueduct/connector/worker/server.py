@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from aqueduct.connector.events import SessionEnded, StreamNotified, WorkerEvent
@@ -65,6 +65,8 @@ class WorkerPeer:
         self.abort = abort  # close the transport now (the reader then reports the loss)
         #: why the session ended (the SessionEnded reason), for the transport's close
         self.end_reason: str | None = None
+        #: where the connector is, for log lines (``tcp 10.0.0.7:51234``; set by the transport)
+        self.remote = ""
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
@@ -164,9 +166,16 @@ class WorkerPeer:
 class WorkerServer:
     """A listening worker: ``close()`` stops accepting and ends live sessions."""
 
-    def __init__(self, close_listener: Callable[[], Awaitable[None]], address: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        close_listener: Callable[[], Awaitable[None]],
+        address: tuple[str, int],
+        failed_handshakes: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
         self._close_listener = close_listener
         self.address = address
+        #: transport handshakes that failed before any session, by kind (QUIC: ``tls``, ``other``)
+        self.failed_handshakes = failed_handshakes
         self.peers: set[WorkerPeer] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 

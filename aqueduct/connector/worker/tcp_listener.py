@@ -43,6 +43,8 @@ async def serve_tcp(
             await writer.drain()
 
         peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory)
+        address = writer.get_extra_info("peername")
+        peer.remote = f"tcp {address[0]}:{address[1]}" if address else "tcp"
 
         async def read_loop() -> None:
             while not peer.ended:
