@@ -11,7 +11,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-py$(PYVER)
 
-.PHONY: test lint demo interop interop-backends bench java clean
+.PHONY: test lint mutate demo interop interop-backends bench java clean
 
 # (Re)built when pyproject.toml changes or the interpreter's version does.
 $(STAMP): pyproject.toml
@@ -33,12 +33,18 @@ java:
 # namespace whose only interface is loopback (a picoquic server listens on every
 # interface); where the machine refuses a namespace, they run here and skip, saying why.
 test: $(STAMP) java
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m "not picoquic_server" tests
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -rs -m "not picoquic_server" tests
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m interop.netns --or-run -- \
 	  $(PY) -m pytest -q -p no:cacheprovider -rs -m picoquic_server tests/integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check aqueduct demo interop tests bench examples
+
+# Hand-written mutants of the rule modules (tests/mutants/mutants.toml), each
+# applied to a scratch copy and run against its fast tests: run it before a
+# change to those modules lands (docs/testing.md). ARGS="ID ..." runs some only.
+mutate: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.mutants.run $(ARGS)
 
 demo: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m demo

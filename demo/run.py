@@ -207,7 +207,8 @@ def _print_summary(summary: dict, out: TextIO) -> None:
         f"  in sink   {v['rows']:,} rows in {v['streams']} streams "
         f"(expected {v['expected']:,})",
         f"  checks    duplicates {v['duplicates']}, missing {v['missing']}, "
-        f"unexpected {v['unexpected']}, streams out of order {v['out_of_order_streams']}, "
+        f"unexpected {v['unexpected']}, wrong payloads {v['wrong_payloads']}, "
+        f"streams out of order {v['out_of_order_streams']}, "
         f"epochs split across batches {v['split_epochs']}",
     ]
     lines += [f"  problem   {p}" for p in summary["problems"]]

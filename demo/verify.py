@@ -1,16 +1,18 @@
 """Check a bridge's Parquet output against what the producers sent.
 
 The exactly-once promise, as a user would check it: every message the
-producers sent is in the sink once (count, no duplicates, no gaps), each
-stream's rows appear in message-id order, and no micro-batch holds part of
-an epoch. Only files that Spark's sink metadata log committed count
-(:mod:`demo.sinkfiles`).
+producers sent is in the sink once (count, no duplicates, no gaps) with
+exactly the payload it was sent with, each stream's rows appear in
+message-id order, and no micro-batch holds part of an epoch. Only files
+that Spark's sink metadata log committed count (:mod:`demo.sinkfiles`).
+The expectation names every payload, not just the ids: right ids carrying
+wrong bytes are not exactly once.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,7 @@ class Verification:
     duplicates: int = 0
     missing: int = 0
     unexpected: int = 0
+    wrong_payloads: int = 0  # rows of an expected message whose payload is not the one sent
     out_of_order_streams: int = 0
     split_epochs: int = 0
     examples: dict[str, list] = field(default_factory=dict)
@@ -41,6 +44,7 @@ class Verification:
             and not self.duplicates
             and not self.missing
             and not self.unexpected
+            and not self.wrong_payloads
             and not self.out_of_order_streams
             and not self.split_epochs
         )
@@ -55,21 +59,19 @@ class Verification:
             (self.duplicates, f"{self.duplicates} duplicate messages"),
             (self.missing, f"{self.missing} messages missing"),
             (self.unexpected, f"{self.unexpected} messages nobody sent"),
+            (self.wrong_payloads, f"{self.wrong_payloads} rows with a payload other than the one sent"),
             (self.out_of_order_streams, f"{self.out_of_order_streams} streams out of order"),
             (self.split_epochs, f"{self.split_epochs} epochs split across micro-batches"),
         ]
         return [text for failed, text in checks if failed]
 
 
-def verify_output(output_dir: str | Path, expected: Mapping[int, Iterable[int]]) -> Verification:
-    """Compare the committed rows with ``expected`` (stream id -> message ids sent)."""
-    want = {sid: set(ids) for sid, ids in expected.items()}
+def verify_output(output_dir: str | Path, expected: Mapping[int, Mapping[int, bytes]]) -> Verification:
+    """Compare the committed rows with ``expected`` (stream id -> {message id: payload sent})."""
+    want = {sid: dict(sent) for sid, sent in expected.items()}
     table = read_committed(output_dir)
-    cols = (
-        table.select(["stream_id", "message_id", "epoch", "_batch"]).to_pydict()
-        if table is not None
-        else {"stream_id": [], "message_id": [], "epoch": [], "_batch": []}
-    )
+    names = ["stream_id", "message_id", "payload", "epoch", "_batch"]
+    cols = table.select(names).to_pydict() if table is not None else {name: [] for name in names}
     keys = list(zip(cols["stream_id"], cols["message_id"], strict=True))
     result = Verification(
         expected=sum(len(ids) for ids in want.values()),
@@ -85,6 +87,12 @@ def verify_output(output_dir: str | Path, expected: Mapping[int, Iterable[int]])
     result.unexpected = len(unexpected)
     missing = sorted((sid, mid) for sid, ids in want.items() for mid in ids if (sid, mid) not in counts)
     result.missing = len(missing)
+    wrong = sorted(
+        (sid, mid)
+        for sid, mid, data in zip(cols["stream_id"], cols["message_id"], cols["payload"], strict=True)
+        if mid in want.get(sid, {}) and data != want[sid][mid]
+    )
+    result.wrong_payloads = len(wrong)
 
     last: dict[int, int] = {}
     disordered: set[int] = set()
@@ -106,6 +114,7 @@ def verify_output(output_dir: str | Path, expected: Mapping[int, Iterable[int]])
         ("duplicates", dups),
         ("missing", missing),
         ("unexpected", unexpected),
+        ("wrong_payloads", wrong),
         ("out_of_order_streams", sorted(disordered)),
         ("split_epochs", split),
     ):

@@ -62,10 +62,10 @@ class Workload:
         steps.append(Step(mid, boundary=True, last=True))
         return steps
 
-    def expected(self) -> dict[int, list[int]]:
-        """Stream id -> ids of the data messages the sink must hold (boundaries are not rows)."""
+    def expected(self) -> dict[int, dict[int, bytes]]:
+        """Stream id -> {id: payload} of the data messages the sink must hold (boundaries are not rows)."""
         return {
-            sid: [s.message_id for s in self.steps(i) if not s.boundary]
+            sid: {s.message_id: payload(sid, s.message_id) for s in self.steps(i) if not s.boundary}
             for p in range(self.producers)
             for i, sid in enumerate(self.stream_ids(p))
         }

@@ -2,7 +2,8 @@
 
 40 producers share a budget of 100 credits (each could otherwise hold 64):
 while they all send, the credits the sessions hold together never exceed
-the budget plus one per session, and every message is stored once and acked.
+the budget plus one per session, and every message is stored once, with its
+bytes (read back from the log), and acked.
 A budget in bytes does the same through the size of the records that
 arrive: 4 KiB records under 40 KiB leave about ten credits to share.
 """
@@ -19,6 +20,7 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from tests.stored import stored
 
 TIMEOUT = 60.0
 
@@ -59,8 +61,8 @@ async def _run_fleet(
         await server.close()
         commits.cancel()
         await asyncio.gather(watcher, commits, return_exceptions=True)
-    for i in range(producers):
-        assert (log.durable_end(i), log.durable_reference(i)) == (messages, messages)
+    for i in range(producers):  # read back: every id once, with the bytes its producer sent
+        assert stored(log, i) == [(n, payload(i, n)) for n in range(messages)]
     assert budget.held == {} and budget.free == budget.total  # every session gave its credits back
     return budget
 

@@ -23,6 +23,7 @@ from aqueduct.connector import frames as f
 from aqueduct.connector.producer.client import Connector, ConnectorRefused
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from tests.stored import stored
 from tests.waiting import wait_until
 
 TIMEOUT = 30.0  # generous: only there to turn a hang into a failure
@@ -40,14 +41,9 @@ class Worker:
     def url(self) -> str:
         return f"tcp://127.0.0.1:{self.port}"
 
-    def stored_ids(self, stream_id: int) -> list[int]:
-        """Message ids of the durable data records of a stream, in log order."""
-        view = self.log.snapshot(stream_id)
-        ids: list[int] = []
-        for batch in view.read(view.earliest, view.end):
-            rows = batch.to_pydict()
-            ids += [m for m, b in zip(rows["message_id"], rows["boundary"], strict=True) if not b]
-        return ids
+    def stored(self, stream_id: int) -> list[tuple[int, bytes]]:
+        """(message id, payload) of the durable data records of a stream, in log order."""
+        return stored(self.log, stream_id)
 
     def durable(self, stream_id: int) -> int:
         """Durable records of a stream (0 before its NOTIFY reached the log)."""
@@ -116,9 +112,8 @@ async def test_several_connectors_are_stored_once_in_order_and_acked(tmp_path: P
         finally:
             spark.cancel()
         for sid in (1, 2, 3, 4, 5):
-            ids = worker.stored_ids(sid)
             # boundaries take ids too: after every 50 messages one id is a BOUNDARY
-            assert ids == [i + i // 50 for i in range(300)]
+            assert worker.stored(sid) == [(i + i // 50, b"m%d" % i) for i in range(300)]
         assert worker.ingest.counters.messages == 5 * 300
         assert worker.ingest.buffered == 0
 
@@ -160,7 +155,7 @@ async def test_a_reconnecting_producer_resumes_from_ok_and_duplicates_are_droppe
         assert reply == f.Ok(256, (f.StreamRef(9, "nine", 100),))
         await eventually(lambda: worker.durable(9) == 150, "the rest to be durable")
         writer.close()
-        assert worker.stored_ids(9) == list(range(150))
+        assert worker.stored(9) == [(i, b"p%d" % i) for i in range(150)]
 
 
 async def test_ok_carries_durable_points_after_the_worker_restarts(tmp_path: Path) -> None:
@@ -218,7 +213,7 @@ async def test_a_stream_whose_files_cannot_be_created_yet_is_retried_not_refused
                 assert conn.stats.connections >= 2  # it came back: never refused
         finally:
             spark.cancel()
-        assert worker.stored_ids(7) == list(range(10))
+        assert worker.stored(7) == [(i, b"m%d" % i) for i in range(10)]
 
 
 async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
@@ -258,7 +253,7 @@ async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
             assert worker.ingest.lag <= max_lag + 2 * credits
             await asyncio.sleep(0.01)
         await producer
-        assert worker.stored_ids(1) == list(range(total))
+        assert worker.stored(1) == [(i, struct.pack(">Q", i) * 16) for i in range(total)]
         assert peak_buffered <= credits
 
 

@@ -24,16 +24,21 @@ class SinkDir:
         (root / "_spark_metadata").mkdir(parents=True)
         self.files = 0
 
-    def part(self, rows: list[tuple[int, int, int]]) -> Path:
-        """Write a part file of (stream id, message id, epoch) rows; return its path."""
+    def part(self, rows: list[tuple[int, int, int]], payloads: list[bytes] | None = None) -> Path:
+        """Write a part file of (stream id, message id, epoch) rows; return its path.
+
+        Each row carries the payload :func:`sent` says unless ``payloads`` gives others.
+        """
         self.files += 1
         path = self.root / f"part-{self.files:05d}.snappy.parquet"
         sid, mid, epoch = zip(*rows, strict=True) if rows else ((), (), ())
+        if payloads is None:
+            payloads = [sent(s, m) for s, m, _ in rows]
         table = pa.table(
             {
                 "stream_id": pa.array(sid, pa.int64()),
                 "message_id": pa.array(mid, pa.int64()),
-                "payload": pa.array([b"x"] * len(rows), pa.binary()),
+                "payload": pa.array(payloads, pa.binary()),
                 "epoch": pa.array(epoch, pa.int64()),
             }
         )
@@ -48,7 +53,11 @@ class SinkDir:
         (self.root / "_spark_metadata" / f"{batch_id}{suffix}").write_text("\n".join(["v1", *entries]))
 
 
-EXPECTED = {1: [0, 1, 2, 3], 2: [0, 1]}
+def sent(stream_id: int, message_id: int) -> bytes:
+    return b"stream %d message %d" % (stream_id, message_id)
+
+
+EXPECTED = {sid: {mid: sent(sid, mid) for mid in ids} for sid, ids in {1: [0, 1, 2, 3], 2: [0, 1]}.items()}
 
 
 def good_output(root: Path) -> SinkDir:
@@ -83,6 +92,20 @@ def test_missing_and_unexpected_messages_are_reported(tmp_path: Path) -> None:
     assert (result.missing, result.unexpected) == (1, 1)
     assert result.examples["missing"] == [[1, 2]]
     assert result.examples["unexpected"] == [[2, 7]]
+
+
+def test_right_ids_with_wrong_bytes_are_reported(tmp_path: Path) -> None:
+    sink = SinkDir(tmp_path)
+    rows = [(1, 0, 0), (1, 1, 0), (1, 2, 1), (1, 3, 1), (2, 0, 0), (2, 1, 1)]
+    payloads = [sent(s, m) for s, m, _ in rows]
+    payloads[2] = b"stream 1 message 2 but corrupted"
+    payloads[5] = b""
+    sink.batch(0, sink.part(rows, payloads))
+    result = verify_output(tmp_path, EXPECTED)
+    assert not result.ok
+    assert (result.rows, result.missing, result.duplicates, result.wrong_payloads) == (6, 0, 0, 2)
+    assert result.examples["wrong_payloads"] == [[1, 2], [2, 1]]
+    assert "2 rows with a payload other than the one sent" in result.problems()
 
 
 def test_an_epoch_split_across_micro_batches_is_reported(tmp_path: Path) -> None:

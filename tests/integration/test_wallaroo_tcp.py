@@ -31,6 +31,7 @@ from aqueduct.connector.wallaroo.worker_session import WallarooSession
 from aqueduct.connector.worker.server import WorkerServer
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from tests.stored import stored
 from tests.waiting import wait_until
 from tests.wallaroo_client import WallarooSource, payload
 
@@ -45,14 +46,7 @@ class Worker:
 
     def stored(self, stream_id: int) -> list[tuple[int, bytes]]:
         """(message id, payload) of a stream's durable data records, in log order."""
-        view = self.log.snapshot(stream_id)
-        rows: list[tuple[int, bytes]] = []
-        for batch in view.read(view.earliest, view.end):
-            d = batch.to_pydict()
-            rows += [
-                (m, p) for m, p, b in zip(d["message_id"], d["payload"], d["boundary"], strict=True) if not b
-            ]
-        return rows
+        return stored(self.log, stream_id)
 
 
 @contextlib.asynccontextmanager

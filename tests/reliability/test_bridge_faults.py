@@ -170,7 +170,7 @@ def record(figures: Figures, result: Verification) -> None:
     )
 
 
-async def drain(bridge: BridgeProcess, expected: dict[int, list[int]]) -> float:
+async def drain(bridge: BridgeProcess, expected: dict[int, dict[int, bytes]]) -> float:
     """Wait until Spark's sink holds as many rows as were sent; return the seconds waited.
 
     Producers finishing is not enough: after a reconnection the OK's points
@@ -192,6 +192,11 @@ async def drain(bridge: BridgeProcess, expected: dict[int, list[int]]) -> float:
 def assert_exactly_once(result: Verification, bridge: BridgeProcess) -> None:
     assert result.ok, (result.problems(), result.examples, bridge.child.output()[-3000:])
     assert result.duplicates == 0 and result.missing == 0 and result.rows == result.expected
+
+
+def generated(stream_id: int, count: int, size: int = 100) -> dict[int, bytes]:
+    """What ``aqueduct-produce --count`` sends on a stream: ``b"<stream>:<id> "`` padded with x to ``size``."""
+    return {mid: (b"%d:%d " % (stream_id, mid)).ljust(size, b"x") for mid in range(count)}
 
 
 async def supervise_producer(child: Child, rng: random.Random, kills: int, timeout: float) -> dict:
@@ -223,7 +228,7 @@ async def test_bridge_killed_three_times_during_ingest_loses_and_duplicates_noth
 ) -> None:
     workload = Workload(producers=2, streams=2, events=3000, epoch=50)
     produce_count, produce_streams = 1500, 2  # aqueduct-produce: stream ids 0..1
-    expected = {**workload.expected(), **{s: list(range(produce_count)) for s in range(produce_streams)}}
+    expected = {**workload.expected(), **{s: generated(s, produce_count) for s in range(produce_streams)}}
     crash_after = kill_points(rng, 3, 1.5, 6.0)
     batches_at_kill: list[int] = []
     figures.faults = {"bridge_kill_after_s": crash_after, "spark_batches_committed_at_each_kill": batches_at_kill}
@@ -301,11 +306,15 @@ async def test_bridge_restarts_after_a_crash_cut_its_first_checkpoint_write(
                 await conn.wait_all_acked(DRAIN_TIMEOUT)
 
         await bridge.alive_while(send(), DRAIN_TIMEOUT)
-        await drain(bridge, {1: list(range(count))})
+        await drain(bridge, {1: {i: b"%d" % i for i in range(count)}})
         await bridge.stop()
-    result = verify_output(bridge.output, {1: list(range(count))})
+    result = verify_output(bridge.output, {1: {i: b"%d" % i for i in range(count)}})
     record(figures, result)
     assert_exactly_once(result, bridge)
+
+
+def held_payload(stream_id: int, message_id: int) -> bytes:
+    return b"load %d %d" % (stream_id, message_id)
 
 
 async def hold_connector(url: str, index: int, streams: int, until: float, rate: float) -> dict[int, int]:
@@ -320,7 +329,7 @@ async def hold_connector(url: str, index: int, streams: int, until: float, rate:
         start = loop.time()
         while loop.time() < until and n < 1_000_000:
             stream = handles[n % streams]
-            await stream.send(b"load %d %d" % (stream.stream_id, n // streams), message_id=n // streams)
+            await stream.send(held_payload(stream.stream_id, n // streams), message_id=n // streams)
             n += 1
             delay = start + n / rate - loop.time()
             if delay > 0:
@@ -365,7 +374,7 @@ async def test_exactly_once_under_loss_reordering_and_load_with_bounded_memory(
             stats, parts = results[: lossy_load.producers], results[lossy_load.producers :]
             expected = {**lossy_load.expected()}
             for part in parts:
-                expected.update({sid: list(range(n)) for sid, n in part.items()})
+                expected.update({sid: {m: held_payload(sid, m) for m in range(n)} for sid, n in part.items()})
             drained_s = await drain(bridge, expected)
         finally:
             await bridge_only.stop()

@@ -68,7 +68,7 @@ async def test_a_wallaroo_connector_feeds_spark_exactly_once_across_a_bridge_res
     assert stats.connections >= 2 and len(stats.resumed_from) >= 2
     assert all(point < count for point in stats.resumed_from[-1].values()), stats  # mid-stream
 
-    result = verify_output(tmp_path / "out", {sid: range(count) for sid in streams})
+    result = verify_output(tmp_path / "out", {sid: {m: payload(sid, m) for m in range(count)} for sid in streams})
     assert result.ok, result.problems()
     table = read_committed(tmp_path / "out")
     assert table is not None

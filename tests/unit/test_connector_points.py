@@ -81,3 +81,16 @@ def test_the_session_and_the_log_agree(tmp_path: Path) -> None:
         log.commit()
         assert log.durable_reference(7) == session.streams[7].point_of_reference == 4
     assert by_session == by_log == [0, 1, 5, 3, 9, 2, 12]
+
+
+def test_ids_below_a_raised_point_are_held_though_never_received(tmp_path: Path) -> None:
+    """A NOTIFY's (or the log's durable) point drops every id below it, received here or not."""
+    for mode in (Mode.ORDERED, Mode.UNORDERED):
+        points = StreamPoints(mode)
+        points.receive(0)
+        assert points.start_from(10) == 10
+        assert all(points.holds(m) for m in range(10)) and not points.holds(10)
+        assert not points.receive(5) and points.receive(10)
+    with DurableLog(tmp_path / "log") as log:
+        log.open_stream(1, "s", "c/1", point_of_reference=10).result()
+        assert [m for m in range(12) if log.is_duplicate(1, m)] == list(range(10))
