@@ -66,8 +66,11 @@ def test_cli_json_output_and_days(tmp_path, capsys):
 
 
 def test_cli_rejects_bad_days(tmp_path, capsys):
-    assert main(["certs", str(tmp_path), "--days", "0"]) == 2
-    assert "--days must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error: one line, exit 2
+        main(["certs", str(tmp_path), "--days", "0"])
+    assert exited.value.code == 2
+    assert "argument --days: must be a positive integer, got 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_cli_help_runs_as_a_module():
