@@ -84,19 +84,22 @@ async def test_restarting_the_query_from_its_checkpoint_is_exactly_once(
     workload = Workload(producers=2, streams=2, events=3000, epoch=50)
     # Few credits and a small lag bound pace the producers: the stop is mid-stream.
     cfg = config(tmp_path, port=free_port(), max_lag=500, credits=256)
-    first = Bridge(cfg, spark=spark)
-    await first.start()
-    producers = asyncio.create_task(produce_all(url(first), workload))
-    for _ in range(int(TIMEOUT / 0.1)):
-        if first.progress().batches >= 2:
-            break
-        await asyncio.sleep(0.1)
-    await first.stop()  # stops the query; producers lose their connections
-    assert not producers.done()
-
-    async with running(cfg, spark) as second:  # same log, checkpoint and port: producers reconnect
-        await producers
-        await second.drained(TIMEOUT)
+    producers: asyncio.Task | None = None
+    try:
+        async with running(cfg, spark) as first:
+            producers = asyncio.create_task(produce_all(url(first), workload))
+            for _ in range(int(TIMEOUT / 0.1)):
+                if first.progress().batches >= 2:
+                    break
+                await asyncio.sleep(0.1)
+        # the first bridge stopped its query: producers lost their connections
+        assert not producers.done()
+        async with running(cfg, spark) as second:  # same log, checkpoint and port: producers reconnect
+            await producers
+            await second.drained(TIMEOUT)
+    finally:
+        if producers is not None and not producers.done():
+            producers.cancel()
     result = verify_output(tmp_path / "out", workload.expected())
     assert result.ok, result.problems()
 

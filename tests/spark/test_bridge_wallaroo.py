@@ -45,25 +45,30 @@ async def test_a_wallaroo_connector_feeds_spark_exactly_once_across_a_bridge_res
         credits=64,
         max_lag=400,
     )
-    first = Bridge(cfg, spark=spark)
-    await first.start()
-    assert first.wallaroo_address == cfg.wallaroo_tcp and first.tcp_address is None
+    first, second = Bridge(cfg, spark=spark), Bridge(cfg, spark=spark)  # the second: same log, checkpoint, port
     source = WallarooSource(cfg.wallaroo_tcp[1], streams, count, timeout=TIMEOUT)
-    client = asyncio.create_task(source.run())
-    for _ in range(int(TIMEOUT / 0.1)):
-        if first.progress().batches >= 2:
-            break
-        await asyncio.sleep(0.1)
-    await first.stop()  # the connector loses its connection and retries
-    assert not client.done()
-
-    second = Bridge(cfg, spark=spark)  # same log, checkpoint and port
-    await second.start()
+    client: asyncio.Task | None = None
     try:
-        stats = await asyncio.wait_for(client, TIMEOUT)
-        await second.drained(TIMEOUT)
+        try:
+            await first.start()
+            assert first.wallaroo_address == cfg.wallaroo_tcp and first.tcp_address is None
+            client = asyncio.create_task(source.run())
+            for _ in range(int(TIMEOUT / 0.1)):
+                if first.progress().batches >= 2:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await first.stop()  # the connector loses its connection and retries
+        assert first.failed is None and not client.done()
+        try:
+            await second.start()
+            stats = await asyncio.wait_for(client, TIMEOUT)
+            await second.drained(TIMEOUT)
+        finally:
+            await second.stop()
     finally:
-        await second.stop()
+        if client is not None and not client.done():
+            client.cancel()
     assert second.failed is None
     assert stats.connections >= 2 and len(stats.resumed_from) >= 2
     assert all(point < count for point in stats.resumed_from[-1].values()), stats  # mid-stream
