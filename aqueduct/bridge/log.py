@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -58,17 +59,25 @@ import pyarrow as pa
 
 from aqueduct.bridge.acked import write_acked
 from aqueduct.bridge.changes import CHANGES_FILE, ChangeJournal
+from aqueduct.bridge.corruption import record_corrupt
 from aqueduct.bridge.durability import SyncGroup, fsync_path
 from aqueduct.bridge.index import (
     MAGIC,
     IndexEntry,
     encode_entry,
+    is_current,
     read_entries,
     rewrite_index,
     write_atomically,
 )
 from aqueduct.bridge.schema import MAX_INT64, STORED_SCHEMA
-from aqueduct.bridge.segment import SegmentWriter, segment_bases, segment_name, write_all
+from aqueduct.bridge.segment import (
+    BatchCorrupt,
+    SegmentWriter,
+    segment_bases,
+    segment_name,
+    write_all,
+)
 from aqueduct.bridge.view import (
     FORMAT_FILE,
     FORMAT_TEXT,
@@ -94,6 +103,8 @@ Streams written to recently stay open; the others reopen on their next write.
 """
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _NO_STABLE_REFERENCE = EPHEMERAL | UNSTABLE_REFERENCE
 
@@ -273,8 +284,8 @@ class _StreamWriter:
             received.add_range(0, self.entries[0].reference_before)
         for a, b in self._carried():
             received.add_range(a, b)
-        for m in _stable_ids(self.view()):
-            received.add(m)
+        for a, b in _received_ranges(self.view()):
+            received.add_range(a, b)
         return received
 
     def _carried(self) -> list[tuple[int, int]]:
@@ -413,7 +424,7 @@ class _StreamWriter:
                 self.segment.close()
             self.segment = SegmentWriter(self.directory, sealed.first_offset, None)
         p = sealed.pending
-        position, length = self.segment.append(p.to_batch(sealed.meta))
+        position, length, checksum = self.segment.append(p.to_batch(sealed.meta))
         return IndexEntry(
             segment=self.segment.base,
             position=position,
@@ -428,6 +439,7 @@ class _StreamWriter:
             next_epoch=sealed.next_epoch,
             uses_boundaries=sealed.uses_boundaries,
             written_at_us=sealed.written_at_us,
+            checksum=checksum,
         )
 
     def write_entry(self, entry: IndexEntry, group: SyncGroup) -> None:
@@ -487,9 +499,9 @@ class _StreamWriter:
             if b > floor:
                 carried.add_range(max(a, floor), b)
         dropped = tuple(e for e in self.entries if e.segment in drop)
-        for m in _stable_ids(StreamIndex(self.meta, self.directory, dropped)):
-            if m >= floor:
-                carried.add(m)
+        for a, b in _received_ranges(StreamIndex(self.meta, self.directory, dropped)):
+            if b > floor:
+                carried.add_range(max(a, floor), b)
         write_atomically(self.directory / CARRIED_FILE, json.dumps(list(carried)).encode())
 
     def close(self) -> None:
@@ -502,10 +514,23 @@ class _StreamWriter:
             self._index_fd = -1
 
 
-def _stable_ids(view: StreamIndex) -> Iterator[int]:
-    """Every stable message id among a view's records."""
-    for batch in view.read(view.earliest, view.end):
-        yield from batch.column("message_id").filter(batch.column("stable")).to_pylist()
+def _received_ranges(view: StreamIndex) -> Iterator[tuple[int, int]]:
+    """The stable message ids among a view's records, as ``[a, b)`` ranges.
+
+    Reading them checks every batch's checksum (this is how opening the log
+    verifies what it keeps). A corrupt batch's ids cannot be read: it is
+    reported once, and the ids between the points of reference before and
+    after it count as received, which covers all of them in an ORDERED
+    stream; an unordered stream's ids above that point may be taken again.
+    """
+    corrupt: list[BatchCorrupt] = []
+    for batch in view.read(view.earliest, view.end, on_corrupt=corrupt.append):
+        for m in batch.column("message_id").filter(batch.column("stable")).to_pylist():
+            yield m, m + 1
+    for c in corrupt:
+        record_corrupt(c)
+        logger.error("aqueduct log: %s; the records are lost to readers (see docs/reliability.md)", c)
+        yield c.entry.reference_before, c.entry.reference_after
 
 
 def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
@@ -516,6 +541,8 @@ def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
     size = index_path.stat().st_size if index_path.exists() else 0
     if valid < len(MAGIC):
         write_atomically(index_path, MAGIC)
+    elif not is_current(index_path):  # written before checksums: their batches stay unchecked
+        rewrite_index(index_path, entries)
     elif size > valid:
         with open(index_path, "r+b") as f:
             f.truncate(valid)

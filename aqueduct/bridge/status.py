@@ -17,6 +17,7 @@ from pathlib import Path
 from aqueduct.bridge.acked import read_acked
 from aqueduct.bridge.commits import read_committed
 from aqueduct.bridge.consumers import load_consumers, position
+from aqueduct.bridge.corruption import corrupt_ranges
 from aqueduct.bridge.lag import consumer_lag
 from aqueduct.bridge.view import load_streams
 
@@ -53,6 +54,7 @@ def read_status(log_dir: Path, consumer: str = "default") -> dict:
         "total_records": sum(r["head"] for r in rows),
         "total_lag": sum(r["lag"] for r in rows),
         "consumers": consumer_rows(log_dir),
+        "corrupt": [{"stream_id": sid, "records": [a, b]} for sid, a, b in corrupt_ranges(log_dir)],
     }
 
 
@@ -82,6 +84,9 @@ def format_table(report: dict) -> str:
         f"{len(report['streams'])} streams, {report['total_records']:,} records, "
         f"lag {report['total_lag']:,} (log {report['log']})"
     )
+    for c in report.get("corrupt", ()):
+        a, b = c["records"]
+        lines.append(f"stream {c['stream_id']} records [{a}, {b}): corrupt (failed their checksum when read)")
     if report["consumers"]:
         lines += ["", format_consumers(report["consumers"])]
     return "\n".join(lines)
