@@ -142,7 +142,10 @@ def decode_entries(data: bytes) -> tuple[list[IndexEntry], int]:
     at a short or CRC-failing entry, or at one that does not continue its
     predecessor (a torn or stale tail); the caller decides whether to cut
     the rest off (the writer) or just ignore it (a reader). Either entry
-    format (see the module's docstring) decodes.
+    format (see the module's docstring) decodes. A CRC-failing entry with
+    an intact one after it is no torn tail but changed bytes: that raises
+    :class:`IndexCorrupt`, so nobody cuts acknowledged batches off as if a
+    crash had torn them.
     """
     if len(data) < len(MAGIC):
         return [], 0
@@ -158,12 +161,22 @@ def decode_entries(data: bytes) -> tuple[list[IndexEntry], int]:
     while pos + size <= len(data):
         entry = _decode_entry(data[pos : pos + size], layout)
         if entry is None:
+            if _intact_after(data, pos + size, size, layout):
+                raise IndexCorrupt(
+                    f"index entry {len(entries)} (byte {pos}) fails its CRC but a later entry is "
+                    "intact: the index is corrupt, not torn (a crash tears only the last entry)"
+                )
             break
         if entries and entry.first_offset != entries[-1].end_offset:
             break
         entries.append(entry)
         pos += size
     return entries, pos
+
+
+def _intact_after(data: bytes, pos: int, size: int, layout: struct.Struct) -> bool:
+    """True if some whole entry from ``pos`` on passes its CRC."""
+    return any(_decode_entry(data[p : p + size], layout) is not None for p in range(pos, len(data) - size + 1, size))
 
 
 def is_current(path: Path) -> bool:
@@ -181,7 +194,10 @@ def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    return decode_entries(data)
+    try:
+        return decode_entries(data)
+    except IndexCorrupt as e:
+        raise IndexCorrupt(f"{path}: {e}") from None
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -63,6 +63,7 @@ from aqueduct.bridge.corruption import record_corrupt
 from aqueduct.bridge.durability import SyncGroup, fsync_path
 from aqueduct.bridge.index import (
     MAGIC,
+    IndexCorrupt,
     IndexEntry,
     encode_entry,
     is_current,
@@ -611,7 +612,13 @@ class DurableLog:
         self._by_connector: dict[str, set[int]] = {}
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
-                meta, entries = _recover_stream(d)
+                try:
+                    meta, entries = _recover_stream(d)
+                except IndexCorrupt as e:  # cutting it would drop acknowledged batches: stop here
+                    self._io.shutdown()
+                    self._changes.close()
+                    os.close(self._lock_fd)
+                    raise LogError(f"log {str(self.path)!r} stream {d.name}: {e}; nothing was cut") from None
                 writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries, self._pending)
                 writer.check_files()
                 self._by_connector.setdefault(meta.connector, set()).add(meta.stream_id)

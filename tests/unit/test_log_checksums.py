@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from aqueduct.bridge.corruption import corrupt_ranges
-from aqueduct.bridge.index import ENTRY_SIZE, MAGIC, MAGIC_V1, IndexEntry, read_entries
-from aqueduct.bridge.log import DurableLog
+from aqueduct.bridge.index import (
+    ENTRY_SIZE,
+    MAGIC,
+    MAGIC_V1,
+    IndexCorrupt,
+    IndexEntry,
+    read_entries,
+)
+from aqueduct.bridge.log import DurableLog, LogError
 from aqueduct.bridge.segment import BatchCorrupt, segment_name
 from aqueduct.bridge.source import SPARK_STRUCT, AqueductDataLoss, AqueductDataSource
 from aqueduct.bridge.status import format_table, read_status
@@ -144,3 +151,34 @@ def test_a_log_written_before_checksums_opens_and_its_new_batches_get_them(tmp_p
     entries = read_entries(index)[0]
     assert [e.checksum is not None for e in entries] == [False, False, True]
     assert read_stream(path) == [f"payload-{m:04d}".encode() for m in range(9)]
+
+
+def test_a_flipped_byte_inside_an_index_stops_the_writer_and_readers_instead_of_cutting(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    write_batches(path)
+    index = path / "streams" / "5" / "index"
+    data = bytearray(index.read_bytes())
+    data[len(MAGIC) + ENTRY_SIZE + 20] ^= 0x10  # inside entry 1 of 3
+    index.write_bytes(bytes(data))
+    with pytest.raises(LogError) as caught:
+        DurableLog(path)
+    assert str(caught.value) == (
+        f"log {str(path)!r} stream 5: {index}: index entry 1 (byte {len(MAGIC) + ENTRY_SIZE}) fails its CRC "
+        "but a later entry is intact: the index is corrupt, not torn (a crash tears only the last entry); "
+        "nothing was cut"
+    )
+    assert index.read_bytes() == bytes(data)  # untouched, segments too
+    with pytest.raises(IndexCorrupt, match="index entry 1"):
+        load_streams(path)
+    DurableLog(path.parent / "other").close()  # the failed open released its lock and nothing else
+
+
+def test_a_torn_last_index_entry_is_still_cut_as_a_crash_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    write_batches(path)
+    index = path / "streams" / "5" / "index"
+    data = bytearray(index.read_bytes())
+    data[-5] ^= 0x10  # the last entry, as a torn write leaves it
+    index.write_bytes(bytes(data))
+    with DurableLog(path) as log:
+        assert log.durable_end(5) == 8
