@@ -25,7 +25,10 @@ when producers may send more and what they may forget:
   per-stream log offsets of the last micro-batch Spark committed in its
   sink (the minimum over the queries that drive acks, see
   :mod:`aqueduct.bridge.consumers`). Each connector then gets an ACK with
-  the points of reference covering those offsets. :meth:`Ingest.truncate_below`
+  the points of reference covering those offsets, once ``acked.json``
+  records the offsets durably: a restarted bridge starts from that file,
+  so no connector is ever told a lower point than before (the commit
+  files it also reads trail Spark by a micro-batch). :meth:`Ingest.truncate_below`
   separately lets the log drop segments no registered consumer needs
   (unless retention keeps them).
 
@@ -46,6 +49,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
+from aqueduct.bridge.acked import read_acked
 from aqueduct.bridge.commits import acks_for
 from aqueduct.bridge.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
@@ -148,13 +152,21 @@ class Ingest:
         #: reconnects); its acks go to the newest (:meth:`_ack_target`)
         self._connector_sessions: dict[str, list[WorkerPeer]] = {}
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
+        #: stream -> offset whose point connectors may be told: durable in acked.json
+        self._acked: dict[int, int] = {}
+        #: stream -> point computed for an ACK, sent once acked.json holds its offset
+        self._unsent: dict[int, int] = {}
+        self._ack_writes: set[asyncio.Task[None]] = set()
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
         self._lag = 0  # sum over streams of complete - committed, kept as they move (not summed per commit)
         #: sessions holding earned credits not yet sent (the tap was closed, or nothing went out yet)
         self._owed: set[WorkerPeer] = set()
+        acked = read_acked(self.log.path)
         for sid in self.log.stream_ids():
-            self._move(sid, complete=self.log.complete_offset(sid), committed=self.log.snapshot(sid).earliest)
+            committed = max(self.log.snapshot(sid).earliest, min(acked.get(sid, 0), self.log.durable_end(sid)))
+            self._move(sid, complete=self.log.complete_offset(sid), committed=committed)
+            self._acked[sid] = committed
         self._dirty = asyncio.Event()
         #: mean record size, for turning ``memory_budget`` into credits
         self._record_size = RecordSize()
@@ -203,9 +215,9 @@ class Ingest:
         wait for a commit that already happened.
         """
         points = [
-            (sid, self.log.reference_at(sid, self._committed[sid]))
+            (sid, self.log.reference_at(sid, self._acked[sid]))
             for sid, _, _ in self.log.references_of(connector)
-            if self._committed.get(sid)
+            if self._acked.get(sid)
         ]
         if points:
             peer.ack(points)
@@ -429,13 +441,39 @@ class Ingest:
             for sid, offset in positions.items()
             if sid in self._complete and offset > self._committed[sid]  # a stream of this log
         }
-        points_by_connector: dict[str, list[tuple[int, int]]] = {}
-        for sid, point in acks_for(self.log, advanced).items():
-            points_by_connector.setdefault(self.log.connector_of(sid), []).append((sid, point))
+        self._unsent.update(acks_for(self.log, advanced))
         for sid, offset in advanced.items():
             self._move(sid, committed=offset)
-        if advanced:  # for `aqueduct-bridge status`: how far producers were told
-            self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
+        self._release_credits()  # the backlog shrank: credits need not wait for the file
+        if advanced:
+            written = self.log.write_acked(self._committed)
+            task = asyncio.ensure_future(self._send_acks(written, dict(self._committed), dict(self._unsent)))
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
+
+    async def _send_acks(self, written: Future[None], offsets: dict[int, int], points: dict[int, int]) -> None:
+        """Send ``points`` once ``acked.json`` holds ``offsets`` (those they cover) durably.
+
+        What a connector is told must survive a crash: the restarted bridge
+        answers from that file, never from the commit files that trail it.
+        A failed write (a full disk) sends nothing; the next commit's write
+        carries these points too. Writes finish in order (the log's one I/O
+        thread), so points only move forward.
+        """
+        try:
+            await asyncio.wrap_future(written)
+        except OSError as exc:
+            logger.error("cannot record acked offsets (%s); acks wait for the next commit", exc)
+            return
+        for sid, offset in offsets.items():
+            if offset > self._acked.get(sid, 0):
+                self._acked[sid] = offset
+        for sid, point in points.items():
+            if self._unsent.get(sid) == point:
+                del self._unsent[sid]
+        points_by_connector: dict[str, list[tuple[int, int]]] = {}
+        for sid, point in points.items():
+            points_by_connector.setdefault(self.log.connector_of(sid), []).append((sid, point))
         self._release_credits(points_by_connector)
 
     def truncate_below(self, positions: Mapping[int, int]) -> None:
