@@ -35,7 +35,7 @@ MAX_JOURNAL_BYTES = 1 << 20
 #: A reader rescans every stream at least this often, whatever the journal says.
 RESCAN_SECONDS = 30.0
 
-_ID = struct.Struct("<q")
+_ID = struct.Struct("<Q")  # stream ids use all 64 bits
 
 
 class ChangeJournal:

@@ -256,7 +256,9 @@ class Ingest:
         return sessions[-1] if sessions else None
 
     async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
-        state = self._sessions[peer]
+        state = self._sessions.get(peer)
+        if state is None:
+            return  # a refusal ended the session while this NOTIFY (of the same payload) waited
         try:
             # The stream's files are created on the log's I/O thread; this
             # session waits for them (the loop and other sessions do not).
@@ -270,7 +272,8 @@ class Ingest:
                 )
             )
         except LogError as exc:  # e.g. the stream belongs to another connector: a refusal
-            await peer.fail(str(exc))
+            logger.warning("%s: stream %d refused: %s", state.connector, event.stream_id, exc)
+            await peer.refuse_stream(event.stream_id, str(exc))
             return
         except OSError as exc:  # e.g. out of descriptors: the producer should come back, not give up
             logger.warning("stream %d of %s: cannot create its files (%s); asking it to reconnect",

@@ -71,7 +71,7 @@ from aqueduct.bridge.index import (
     rewrite_index,
     write_atomically,
 )
-from aqueduct.bridge.schema import MAX_INT64, STORED_SCHEMA
+from aqueduct.bridge.schema import MAX_INT64, MAX_UINT64, STORED_SCHEMA, spark_stream_id
 from aqueduct.bridge.segment import (
     BatchCorrupt,
     SegmentWriter,
@@ -125,11 +125,6 @@ class DuplicateMessage(LogError):
     """A stable message id below the point of reference or already received."""
 
 
-def _check_int64(what: str, value: int) -> None:
-    if not 0 <= value <= MAX_INT64:
-        raise _out_of_range(what, value)
-
-
 def _out_of_range(what: str, value: int) -> LogError:
     return LogError(f"{what} {value} is outside 0..2**63-1 (Spark long)")
 
@@ -153,7 +148,7 @@ class _Pending:
         n = len(self.payload)
         f = STORED_SCHEMA.field
         columns = [
-            pa.repeat(pa.scalar(meta.stream_id, pa.int64()), n),
+            pa.repeat(pa.scalar(spark_stream_id(meta.stream_id), pa.int64()), n),
             pa.repeat(pa.scalar(meta.stream_name, pa.string()), n),
             pa.array(self.message_id, f("message_id").type),
             pa.array(self.event_time, f("event_time").type),
@@ -658,7 +653,8 @@ class DurableLog:
         records before it were single-message epochs. ``boundaries=True``
         declares it up front, so that even the first epoch stays whole.
         """
-        _check_int64("stream id", stream_id)
+        if not 0 <= stream_id <= MAX_UINT64:
+            raise LogError(f"stream id {stream_id} is outside 0..2**64-1")
         s = self._streams.get(stream_id)
         meta = StreamMeta(stream_id, stream_name, connector, mode)
         files: Callable[[], None] | None = None
