@@ -17,6 +17,12 @@ when producers may send more and what they may forget:
   released as Spark commits. Records of a still-open epoch do not count:
   Spark cannot read them until the producer sends the BOUNDARY, which needs
   credits, so counting them could deadlock.
+* **A full disk.** A group commit that finds no room (:class:`LogFull`)
+  is held by the log and retried with backoff (:data:`FULL_RETRY`); its
+  credits go back to the sessions' unsynced count, so producers run out of
+  credits and wait, keeping their unacked records, while everything durable
+  stays so. The bridge says so once when it starts and once when it ends
+  (:attr:`Ingest.disk_full`), and goes on by itself when space returns.
 * **Resume.** OK lists, per stream the connector (program + instance) used
   before, the log's *durable* point of reference; the session drops ids
   below it, and the log's own range set drops the rest (ids buffered but
@@ -43,7 +49,9 @@ credits a group earned go out when its commit is done. The transports call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -52,7 +60,7 @@ from typing import TypeVar
 from aqueduct.bridge.acked import read_acked
 from aqueduct.bridge.commits import acks_for
 from aqueduct.bridge.credit_budget import CreditBudget, RecordSize
-from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError
+from aqueduct.bridge.log import DuplicateMessage, DurableLog, LogError, LogFull
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -100,6 +108,9 @@ class IngestConfig:
 
 
 T = TypeVar("T")
+
+#: seconds between retries of a commit the full disk refused: first, factor, most
+FULL_RETRY = (0.05, 2.0, 5.0)
 
 
 @dataclass
@@ -157,6 +168,9 @@ class Ingest:
         #: stream -> point computed for an ACK, sent once acked.json holds its offset
         self._unsent: dict[int, int] = {}
         self._ack_writes: set[asyncio.Task[None]] = set()
+        #: why commits wait for space, and since when (time.monotonic()); None while they succeed
+        self.disk_full: tuple[str, float] | None = None
+        self._acks_unrecorded = False  # acked.json could not be written: said once
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
         self._lag = 0  # sum over streams of complete - committed, kept as they move (not summed per commit)
@@ -324,12 +338,24 @@ class Ingest:
     # ------------------------------------------------------------ group commit
 
     async def run(self) -> None:
-        """Group-commit loop: runs until cancelled (a commit in flight is finished first)."""
+        """Group-commit loop: runs until cancelled (a commit in flight is finished first).
+
+        While the disk is full it commits again after a growing pause,
+        new records or not: the log holds the refused group.
+        """
+        first, factor, most = FULL_RETRY
+        pause = first
         while True:
-            await self._dirty.wait()
-            await asyncio.sleep(self.config.commit_delay)
+            if self.disk_full is None:
+                await self._dirty.wait()
+                await asyncio.sleep(self.config.commit_delay)
+                pause = first
+            else:
+                await asyncio.sleep(pause)
+                pause = min(pause * factor, most)
             self._dirty.clear()
-            await self.commit()
+            with contextlib.suppress(LogFull):
+                await self.commit()
 
     async def commit(self) -> dict[int, int]:
         """Make everything buffered durable, then return the credits it earned.
@@ -346,7 +372,15 @@ class Ingest:
             state.unsynced -= n
             state.committing += n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
-        ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        try:
+            ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        except LogFull as exc:
+            self._refused(earned, group_bytes, exc)
+            raise
+        if self.disk_full is not None:
+            logger.warning("the log's disk has room again: commits go on (%.1f s without)",
+                           time.monotonic() - self.disk_full[1])  # fmt: skip
+            self.disk_full = None
         for sid in ends:
             self._move(sid, complete=self.log.complete_offset(sid))
         if self._budget is not None and self.config.memory_budget is not None:
@@ -363,6 +397,18 @@ class Ingest:
         if cancelled:
             raise asyncio.CancelledError
         return ends
+
+    def _refused(self, earned: Mapping[WorkerPeer, int], group_bytes: int, exc: LogFull) -> None:
+        """A commit found the disk full: its credits wait for the retry that makes it durable."""
+        for peer, n in earned.items():
+            state = self._sessions.get(peer)
+            if state is not None:
+                state.committing -= n
+                state.unsynced += n
+        self._unsynced_bytes += group_bytes
+        if self.disk_full is None:
+            logger.error("%s; no credits are granted until it is durable, retrying", exc)
+            self.disk_full = (str(exc), time.monotonic())
 
     def _move(self, sid: int, *, complete: int | None = None, committed: int | None = None) -> None:
         """Set a stream's complete and/or committed offset, keeping :attr:`lag` current in O(1)."""
@@ -448,7 +494,7 @@ class Ingest:
         for sid, offset in advanced.items():
             self._move(sid, committed=offset)
         self._release_credits()  # the backlog shrank: credits need not wait for the file
-        if advanced:
+        if advanced or (self._unsent and not self._ack_writes):  # new points, or a failed write's
             written = self.log.write_acked(self._committed)
             task = asyncio.ensure_future(self._send_acks(written, dict(self._committed), dict(self._unsent)))
             self._ack_writes.add(task)
@@ -466,8 +512,11 @@ class Ingest:
         try:
             await asyncio.wrap_future(written)
         except OSError as exc:
-            logger.error("cannot record acked offsets (%s); acks wait for the next commit", exc)
+            if not self._acks_unrecorded:
+                logger.error("cannot record acked offsets (%s); acks wait until a write succeeds", exc)
+                self._acks_unrecorded = True
             return
+        self._acks_unrecorded = False
         for sid, offset in offsets.items():
             if offset > self._acked.get(sid, 0):
                 self._acked[sid] = offset

@@ -41,6 +41,7 @@ records, and the end of the last complete epoch.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -62,6 +63,7 @@ from aqueduct.bridge.changes import CHANGES_FILE, ChangeJournal
 from aqueduct.bridge.corruption import record_corrupt
 from aqueduct.bridge.durability import SyncGroup, fsync_path
 from aqueduct.bridge.index import (
+    ENTRY_SIZE,
     MAGIC,
     IndexCorrupt,
     IndexEntry,
@@ -123,6 +125,31 @@ class LogLocked(LogError):
 
 class DuplicateMessage(LogError):
     """A stable message id below the point of reference or already received."""
+
+
+class LogFull(LogError):
+    """A group commit found no room on the log's file system; it is held and retried.
+
+    Nothing of the group is visible or half written: its bytes were cut off
+    again, and the next commit writes it first. Space can come back (a
+    consumer lets the log truncate, an operator frees some), so this is
+    ridden out, not fatal.
+    """
+
+
+class LogFailed(LogError):
+    """A write or sync failed for another reason than space: durability is unknown, the log stops.
+
+    After a failed fsync the kernel may have dropped the dirty pages it could
+    not write and report success on the next try (PostgreSQL's 2018 fsync
+    lesson), so nothing written since the last good sync can be trusted.
+    Every later commit raises this too; reopening the log recovers from
+    what its indexes vouch for.
+    """
+
+
+#: errors a group commit rides out (retrying later) instead of failing the log
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _out_of_range(what: str, value: int) -> LogError:
@@ -500,6 +527,26 @@ class _StreamWriter:
                 carried.add_range(max(a, floor), b)
         write_atomically(self.directory / CARRIED_FILE, json.dumps(list(carried)).encode())
 
+    def roll_back(self) -> None:
+        """Forget the bytes a failed group commit wrote for this stream (I/O thread).
+
+        None of them is indexed yet: the index is cut back to the synced
+        entries, the last segment to its last indexed batch, and a segment
+        the attempt created is removed, which also gives the space back.
+        """
+        self.close()
+        index = self.directory / INDEX_FILE
+        size = len(MAGIC) + len(self.entries) * ENTRY_SIZE
+        if index.stat().st_size > size:
+            os.truncate(index, size)
+        kept = {e.segment for e in self.entries}
+        for base in segment_bases(self.directory):
+            if base not in kept:
+                (self.directory / segment_name(base)).unlink()
+        if self.entries:
+            last = self.entries[-1]
+            os.truncate(self.directory / segment_name(last.segment), last.position + last.length)
+
     def close(self) -> None:
         """Release the stream's files (it reopens them on its next write)."""
         if self.segment is not None:
@@ -605,6 +652,10 @@ class DurableLog:
         self._opened: OrderedDict[int, _StreamWriter] = OrderedDict()
         #: connector -> its stream ids: a HELLO's OK must not scan every stream of the log
         self._by_connector: dict[str, set[int]] = {}
+        #: batches of a group commit that found the disk full, written first by the next (I/O thread)
+        self._held: list[tuple[_StreamWriter, _Sealed]] = []
+        #: why the log stopped writing (a failed sync), or None (I/O thread)
+        self._failed: str | None = None
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
                 try:
@@ -831,7 +882,7 @@ class DurableLog:
         pending = sorted(self._pending, key=lambda s: s.meta.stream_id)
         self._pending.clear()
         sealed = [(s, part) for s in pending if (part := s.seal(now_us)) is not None]
-        if not sealed:
+        if not sealed and not self._held:
             nothing: Future[dict[int, int]] = Future()
             nothing.set_result({})
             return nothing
@@ -843,12 +894,40 @@ class DurableLog:
         Streams are written ``max_open_streams`` at a time, so a group
         commit touching 10,000 streams never holds 10,000 segments and
         indexes open at once (the process's descriptor limit).
+
+        Batches held from a commit that found the disk full go first (a
+        stream's batches stay in order). Out of space again, the rest is
+        held for the next commit and :class:`LogFull` raised; any other
+        failure makes the log :class:`LogFailed` for good.
         """
+        if self._failed is not None:
+            raise LogFailed(self._failed)
+        sealed, self._held = self._held + sealed, []
         ends: dict[int, int] = {}
         step = self.max_open_streams
         for i in range(0, len(sealed), step):
-            ends |= self._write_some(sealed[i : i + step])
+            part = sealed[i : i + step]
+            try:
+                ends |= self._write_some(part)
+            except OSError as exc:
+                self._held = sealed[i:]
+                self._give_up_on(part, exc)
         return ends
+
+    def _give_up_on(self, part: list[tuple[_StreamWriter, _Sealed]], exc: OSError) -> None:
+        """Cut off what the failed step wrote and raise what it means (I/O thread)."""
+        what = f"log {str(self.path)!r}: group commit failed: {exc.strerror or exc}"
+        if exc.errno in NO_ROOM:
+            try:
+                for s in dict.fromkeys(s for s, _ in part):
+                    self._opened.pop(s.meta.stream_id, None)
+                    s.roll_back()
+            except OSError as cut:
+                self._failed = f"{what}; then cutting it off failed: {cut.strerror or cut}"
+                raise LogFailed(self._failed) from None
+            raise LogFull(f"{what}; {sum(len(p.pending.payload) for _, p in self._held)} records held, not durable yet") from None
+        self._failed = f"{what} (errno {exc.errno}): what was written since the last good sync may not be durable"
+        raise LogFailed(self._failed) from None
 
     def _write_some(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
         opened = self._opened
@@ -965,4 +1044,4 @@ class DurableLog:
         self.close()
 
 
-__all__ = ["DurableLog", "DuplicateMessage", "LogError", "LogLocked"]
+__all__ = ["DurableLog", "DuplicateMessage", "LogError", "LogFailed", "LogFull", "LogLocked"]

@@ -112,13 +112,15 @@ class BridgeProgress:
     withheld_credits: int
     batches: int  # micro-batches whose commit advanced the offsets
     duplicates: int
+    disk_full: str | None = None  # why commits wait for space (credits are held meanwhile)
 
     def line(self) -> str:
+        full = f" | LOG DISK FULL, credits held: {self.disk_full}" if self.disk_full else ""
         return (
             f"sessions {self.sessions} | streams {self.streams} | received {self.messages:,} "
             f"| durable {self.durable_records:,} | committed {self.committed_records:,} "
             f"| lag {self.lag:,} | withheld credits {self.withheld_credits:,} "
-            f"| batches {self.batches} | duplicates dropped {self.duplicates:,}"
+            f"| batches {self.batches} | duplicates dropped {self.duplicates:,}{full}"
         )
 
 
@@ -235,7 +237,9 @@ class Bridge:
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         """A background task died (e.g. fsync failed): stop rather than stall producers."""
         if not task.cancelled() and task.exception() is not None:
-            self.failed = f"{task.get_name()} failed: {task.exception()!r}"
+            exc = task.exception()
+            # a LogError says what and where in one line (LogFailed: a sync failed, fail-stop)
+            self.failed = str(exc) if isinstance(exc, LogError) else f"{task.get_name()} failed: {exc!r}"
             logger.error(self.failed)
             self.stopped.set()
 
@@ -257,7 +261,10 @@ class Bridge:
         if self.positions is not None:
             self.positions.poll()
         if self.ingest is not None:
-            await self.ingest.commit()
+            try:
+                await self.ingest.commit()
+            except LogError as exc:  # full or failed: producers still hold what is not durable
+                logger.warning("stopping without the last records durable: %s", exc)
         if self.log is not None:
             await asyncio.to_thread(self.log.close)
             self.log = None
@@ -432,6 +439,7 @@ class Bridge:
             withheld_credits=counters.withheld_credits,
             batches=self._batches,
             duplicates=counters.duplicates,
+            disk_full=self.ingest.disk_full[0] if self.ingest.disk_full else None,
         )
 
 
