@@ -20,11 +20,13 @@ the log may then be truncated below them.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import crc32c
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -34,6 +36,8 @@ from pyspark.sql.streaming.listener import (
 )
 
 COMMITS_DIR = "commits"
+
+logger = logging.getLogger(__name__)
 
 #: How Spark 4.3 describes any Python data source in query progress; it does not
 #: name the source, so offsets that do not parse as ours are skipped too.
@@ -61,13 +65,32 @@ def commit_file(log: Path, consumer: str) -> Path:
     return log / COMMITS_DIR / f"{consumer}.json"
 
 
+def offsets_checksum(offsets: Mapping[str, int]) -> int:
+    """CRC32C of a commit file's offsets, in a canonical form (written with them, checked on read)."""
+    return crc32c.crc32c(json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode())
+
+
 def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int] | None:
-    """Positions last committed by the source for ``consumer``, or None if never."""
+    """Positions last committed by the source for ``consumer``, or None if never.
+
+    A file whose bytes changed (not JSON, or offsets failing the checksum
+    written with them) is reported and read as None: acks and truncation
+    then follow the listener's signal until the next commit rewrites it,
+    rather than offsets nobody committed.
+    """
+    path = commit_file(Path(log), consumer)
     try:
-        doc = json.loads(commit_file(Path(log), consumer).read_bytes())
+        doc = json.loads(path.read_bytes())
+        positions = parse_offsets(doc["offsets"])
+        stored = doc.get("crc32c")  # absent in files written before checksums
+        if stored is not None and stored != offsets_checksum(doc["offsets"]):
+            raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
     except FileNotFoundError:
         return None
-    return parse_offsets(doc["offsets"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        logger.error("commit file %s is corrupt (%s); ignored until the next commit rewrites it", path, exc)
+        return None
+    return positions
 
 
 class PositionLog(Protocol):

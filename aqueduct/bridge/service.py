@@ -182,6 +182,7 @@ class Bridge:
         self._batches = 0
         self.failed: str | None = None
         self._spark_stuck = False  # its start timed out: stopping it could hang too
+        self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self.stopped = asyncio.Event()
         self.quic_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
@@ -257,7 +258,10 @@ class Bridge:
         if self._spark is not None and not self._spark_stuck and (
             self.query is not None or self._listener is not None
         ):
-            await asyncio.to_thread(self._stop_spark)
+            try:
+                await asyncio.to_thread(self._stop_spark)
+            except Exception as exc:  # noqa: BLE001 - the JVM went away meanwhile: nothing left to stop
+                logger.warning("Spark did not stop cleanly (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         if self.positions is not None:
             self.positions.poll()
         if self.ingest is not None:
@@ -341,10 +345,12 @@ class Bridge:
 
     def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create/reuse the session and install the commit listener (py4j's callback server)."""
+        from aqueduct.bridge.jvm import launch_detached_gateway
         from aqueduct.bridge.pipeline import local_session
 
         c = self.config
         if self._spark is None:
+            launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self._spark = local_session(c.master, c.spark_log_level)
         self.attach_spark(self._spark, loop)
 
@@ -396,16 +402,36 @@ class Bridge:
             self.positions.poll()
 
     async def _watchdog(self) -> None:
-        """End the bridge if the query died: acks would stop and producers stall silently."""
+        """End the bridge if the query died: acks would stop and producers stall silently.
+
+        A JVM that is gone (its Py4J calls fail) ends the bridge too: with
+        one line, and as a stop rather than a failure when a stop signal
+        ended it (a service manager signalling every process of the unit).
+        """
         while True:
             await asyncio.sleep(WATCHDOG_INTERVAL)
-            active = await asyncio.to_thread(lambda: self.query.isActive)
+            try:
+                active = await asyncio.to_thread(lambda: self.query.isActive)
+            except Exception:  # noqa: BLE001 - Py4J's errors when the JVM is gone
+                self._on_jvm_gone()
+                return
             if not active:
                 error = await asyncio.to_thread(self.query.exception)
                 self.failed = f"Spark query stopped: {error or 'no error reported'}"
                 logger.error(self.failed)
                 self.stopped.set()
                 return
+
+    def _on_jvm_gone(self) -> None:
+        from aqueduct.bridge.jvm import jvm_exit, stopped_by_signal
+
+        how = jvm_exit() or "no longer answering"
+        self._spark_stuck = True  # nothing to stop there any more
+        self.jvm_ended = f"Spark's JVM {how}"
+        if not stopped_by_signal(how):
+            self.failed = f"{self.jvm_ended} under the running bridge"
+        logger.warning("%s: stopping (everything acked is durable)", self.jvm_ended)
+        self.stopped.set()
 
     async def drained(self, timeout: float) -> None:
         """Wait until Spark committed every complete epoch the log holds.
@@ -448,8 +474,14 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
     bridge = Bridge(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    asked: list[str] = []  # the signal that asked the bridge to stop
+
+    def on_signal(sig: signal.Signals) -> None:
+        asked.append(sig.name)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
     try:
         await bridge.start()
@@ -474,7 +506,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
             w.cancel()
         started = time.monotonic()
         await bridge.stop()
-        print(f"aqueduct-bridge: stopped in {time.monotonic() - started:.1f}s", file=out, flush=True)
+        why = asked[0] if asked else bridge.jvm_ended or "stopped"
+        print(
+            f"aqueduct-bridge: {why}: stopped in {time.monotonic() - started:.1f}s, everything acked is durable",
+            file=out, flush=True,
+        )  # fmt: skip
     if bridge.failed:
         print(f"aqueduct-bridge: {bridge.failed}", file=out, flush=True)
         return 1

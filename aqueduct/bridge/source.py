@@ -53,7 +53,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.admission import Limit, admit
-from aqueduct.bridge.commits import commit_file
+from aqueduct.bridge.commits import commit_file, offsets_checksum
 from aqueduct.bridge.consumers import (
     ALL_STREAMS,
     ConsumerError,
@@ -535,7 +535,9 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         for log, positions in self._per_log(self._parse(end)).items():
             path = commit_file(log, self.options.consumer)
             total = sum(skipped[log].values()) + _skipped_before(path)
-            doc = {"offsets": _offsets(positions), "committed_at": time.time(), "skipped_records": total}
+            offsets = _offsets(positions)
+            doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "committed_at": time.time(),
+                   "skipped_records": total}  # fmt: skip
             try:
                 path.parent.mkdir(exist_ok=True)
                 write_atomically(path, json.dumps(doc).encode())

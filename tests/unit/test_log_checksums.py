@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import struct
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.commits import commit_file, read_committed
 from aqueduct.bridge.corruption import corrupt_ranges
 from aqueduct.bridge.index import (
     ENTRY_SIZE,
@@ -182,3 +184,23 @@ def test_a_torn_last_index_entry_is_still_cut_as_a_crash_leaves_it(tmp_path: Pat
     index.write_bytes(bytes(data))
     with DurableLog(path) as log:
         assert log.durable_end(5) == 8
+
+
+def test_a_commit_file_with_changed_bytes_is_reported_and_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "log"
+    write_batches(path)
+    r = AqueductDataSource({"log": str(path), "consumer": "q"}).streamReader(SPARK_STRUCT)
+    r.commit({"5": 8})
+    assert read_committed(path, "q") == {5: 8}
+    file = commit_file(path, "q")
+    text = file.read_text()
+    file.write_text(text.replace('"5": 8', '"5": 9'))  # a flipped bit in a digit: still JSON
+    with caplog.at_level(logging.ERROR):
+        assert read_committed(path, "q") is None
+    assert f"commit file {file} is corrupt (its offsets fail their CRC32C check" in caplog.text
+    file.write_text(text.replace("{", "[", 1))  # no longer JSON
+    assert read_committed(path, "q") is None
+    file.write_text(json.dumps({"offsets": {"5": 4}, "committed_at": 0}))  # written before checksums
+    assert read_committed(path, "q") == {5: 4}
