@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import crc32c
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -34,6 +33,8 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
     StreamingQueryListener,
 )
+
+from aqueduct.bridge.acked import offsets_checksum
 
 COMMITS_DIR = "commits"
 
@@ -63,11 +64,6 @@ def parse_offsets(offsets: Mapping[str, Any] | str) -> dict[int, int]:
 def commit_file(log: Path, consumer: str) -> Path:
     """Where the source records the offsets a consumer (query) committed."""
     return log / COMMITS_DIR / f"{consumer}.json"
-
-
-def offsets_checksum(offsets: Mapping[str, int]) -> int:
-    """CRC32C of a commit file's offsets, in a canonical form (written with them, checked on read)."""
-    return crc32c.crc32c(json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode())
 
 
 def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int] | None:
