@@ -13,8 +13,13 @@ from the bridge closes, a SIGKILLed bridge included.
 
 from __future__ import annotations
 
+import logging
 import signal
+import subprocess
+import sys
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def launch_detached_gateway() -> None:
@@ -34,19 +39,40 @@ def launch_detached_gateway() -> None:
             SparkContext._jvm = SparkContext._gateway.jvm
 
 
-def jvm_exit() -> str | None:
-    """How the gateway JVM this process started ended ("killed by SIGKILL", "exit status 1"), or None while it runs."""
+def jvm_exit(wait: float = 0.0) -> str | None:
+    """How the gateway JVM this process started ended ("killed by SIGKILL", "exit status 1").
+
+    None if it still runs after ``wait`` seconds, or if this process did not
+    start it (a JVM of ``spark-submit``, a shared session).
+    """
     from pyspark import SparkContext
 
     proc: Any = getattr(SparkContext._gateway, "proc", None)
-    if proc is None or proc.poll() is None:
+    if proc is None:
         return None
-    code = proc.returncode
+    try:
+        code = proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        return None
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     if code > 128 and code - 128 in signal.Signals._value2member_map_:
         return f"ended by {signal.Signals(code - 128).name} (exit status {code})"
     return f"exit status {code}"
+
+
+def quiet_accumulator_server(spark: Any) -> None:
+    """One log line, not a traceback, when pyspark's accumulator server loses its JVM mid-read.
+
+    The server (a ``socketserver`` thread in this process) prints a
+    traceback to stderr when the JVM's connection ends inside an update:
+    exactly what a JVM ending first does. The bridge reports that itself.
+    """
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: logger.warning(
+            "Spark's accumulator connection from %s ended: %r", address, sys.exc_info()[1]
+        )
 
 
 def stopped_by_signal(how: str | None) -> bool:

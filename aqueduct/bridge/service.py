@@ -60,6 +60,7 @@ T = TypeVar("T")
 
 SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
 WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
+JVM_EXIT_WAIT = 5.0  # seconds a stopped query's JVM gets to show whether it is exiting
 TLS_DIR = "tls"  # where generated certificates go inside the log directory
 
 
@@ -345,13 +346,14 @@ class Bridge:
 
     def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create/reuse the session and install the commit listener (py4j's callback server)."""
-        from aqueduct.bridge.jvm import launch_detached_gateway
+        from aqueduct.bridge.jvm import launch_detached_gateway, quiet_accumulator_server
         from aqueduct.bridge.pipeline import local_session
 
         c = self.config
         if self._spark is None:
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self._spark = local_session(c.master, c.spark_log_level)
+            quiet_accumulator_server(self._spark)
         self.attach_spark(self._spark, loop)
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -408,30 +410,29 @@ class Bridge:
         one line, and as a stop rather than a failure when a stop signal
         ended it (a service manager signalling every process of the unit).
         """
+        from aqueduct.bridge.jvm import jvm_exit, stopped_by_signal
+
         while True:
             await asyncio.sleep(WATCHDOG_INTERVAL)
             try:
-                active = await asyncio.to_thread(lambda: self.query.isActive)
-            except Exception:  # noqa: BLE001 - Py4J's errors when the JVM is gone
-                self._on_jvm_gone()
-                return
-            if not active:
+                if await asyncio.to_thread(lambda: self.query.isActive):
+                    continue
                 error = await asyncio.to_thread(self.query.exception)
+            except Exception:  # noqa: BLE001 - Py4J's errors: the JVM is gone or going
+                error = None
+            # A JVM on its way out stops its queries first: give it time to tell how it ended.
+            how = await asyncio.to_thread(jvm_exit, JVM_EXIT_WAIT)
+            if how is not None:
+                self._spark_stuck = True  # nothing left there to stop
+                self.jvm_ended = f"Spark's JVM {how}"
+                if not stopped_by_signal(how):
+                    self.failed = f"{self.jvm_ended} under the running bridge"
+                logger.warning("%s: stopping (everything acked is durable)", self.jvm_ended)
+            else:
                 self.failed = f"Spark query stopped: {error or 'no error reported'}"
                 logger.error(self.failed)
-                self.stopped.set()
-                return
-
-    def _on_jvm_gone(self) -> None:
-        from aqueduct.bridge.jvm import jvm_exit, stopped_by_signal
-
-        how = jvm_exit() or "no longer answering"
-        self._spark_stuck = True  # nothing to stop there any more
-        self.jvm_ended = f"Spark's JVM {how}"
-        if not stopped_by_signal(how):
-            self.failed = f"{self.jvm_ended} under the running bridge"
-        logger.warning("%s: stopping (everything acked is durable)", self.jvm_ended)
-        self.stopped.set()
+            self.stopped.set()
+            return
 
     async def drained(self, timeout: float) -> None:
         """Wait until Spark committed every complete epoch the log holds.
