@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +44,14 @@ class Refused(Exception):
     """The worker sent ERROR (``str()`` is its reason)."""
 
 
+def stream_id_of(name: str) -> int:
+    """The released client's ``MultiSourceConnector.get_id``: 64 bits of the name's SHA-256.
+
+    About half of all names give ids of 2^63 or more.
+    """
+    return int(hashlib.sha256(name.encode()).hexdigest()[:16], 16)
+
+
 EVENT_TIME_BASE = 1_700_000_000_000_000  # microseconds since the Unix epoch
 
 
@@ -65,6 +74,9 @@ class ClientStats:
     drops: int = 0  # connections lost without RESTART
     resumed_from: list[dict[int, int]] = field(default_factory=list)  # NOTIFY_ACK points per connection
     sent: int = 0  # MESSAGE frames sent, resends included
+    #: ACK points lower than one received before for the stream (the released client
+    #: logs "got an ack for older point of reference" and rewinds)
+    older_acks: int = 0
 
 
 class _Reconnect(Exception):
@@ -182,6 +194,8 @@ class WallarooSource:
                     for sid, point in frame.refs:
                         if sid in self.acked and (self.acked[sid] == NO_POINT or point > self.acked[sid]):
                             self.acked[sid] = point
+                        elif sid in self.acked and point < self.acked[sid]:
+                            self.stats.older_acks += 1
                     self._grant(frame.credits)
                 elif isinstance(frame, (Restart, Error)):
                     self.stats.restarts += isinstance(frame, Restart)

@@ -148,6 +148,13 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         """Send an ACK carrying only credits."""
         self.ack((), credits)
 
+    def stream_opened(self, stream_id: int) -> None:
+        """The sink opened a NOTIFYed stream: nothing to send (this protocol has no NOTIFY answer)."""
+
+    def refuse_stream(self, stream_id: int, reason: str) -> list[WorkerEvent]:
+        """The sink refuses a NOTIFYed stream: this protocol can only end the session (ERROR)."""
+        return self.fail(reason)
+
     def restart(self) -> list[WorkerEvent]:
         """Send RESTART: every stream terminates, the connector reconnects and resumes."""
         if self.state is not C.STREAMING:

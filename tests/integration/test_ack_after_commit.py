@@ -268,8 +268,11 @@ async def test_a_wallaroo_client_is_acked_only_after_the_commit_also_after_a_res
                 await client
 
 
-def test_truncation_never_passes_what_was_acked(tmp_path: Path) -> None:
-    """A consumer that does not drive acks may be ahead; the log keeps what producers were not told."""
+async def test_truncation_never_passes_what_was_acked(tmp_path: Path) -> None:
+    """A consumer that does not drive acks may be ahead; the log keeps what producers were not told.
+
+    (On the bridge's loop, as in the bridge: ``on_committed`` sends its ACKs from a task.)
+    """
     with DurableLog(tmp_path / "log", segment_bytes=1) as log:  # a segment per group commit
         log.open_stream(DATA, "data", "t/acks").result()
         ids = iter(range(100))

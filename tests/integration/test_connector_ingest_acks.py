@@ -7,6 +7,7 @@ import contextlib
 from pathlib import Path
 
 from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.tcp_listener import serve_tcp
@@ -49,3 +50,43 @@ async def test_commit_while_the_connector_was_away_is_acked_on_reconnect(tmp_pat
         with contextlib.suppress(asyncio.CancelledError):
             await commits
         log.close()
+
+
+async def test_acks_are_durable_before_they_are_sent_and_a_restart_never_goes_below_them(tmp_path: Path) -> None:
+    """An ACK is sent only once ``acked.json`` holds its offset; a restarted ingest starts there.
+
+    The commit files a restarted bridge also reads trail Spark by a
+    micro-batch: answering from them sent a reconnecting connector a lower
+    point than it had been told before the crash (Wallaroo's client rewinds
+    on that).
+    """
+    log = DurableLog(tmp_path / "log")
+    ingest = Ingest(log)
+    commits = asyncio.create_task(ingest.run())
+    server = await serve_tcp("127.0.0.1", 0, ingest)
+    seen_in_file: list[dict[int, int]] = []
+    try:
+        async with Connector(f"tcp://127.0.0.1:{server.port}", program="t", instance="told") as conn:
+            stream = await conn.stream(1, "s")
+            for i in range(10):
+                await stream.send(b"m%d" % i)
+            await stream.send(None, boundary=True)
+            for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
+                if 1 in log.stream_ids() and log.complete_offset(1) == 11:
+                    break
+                await asyncio.sleep(0.01)
+            ingest.on_committed({1: 11})
+            for _ in range(int(TIMEOUT / 0.001)):  # what the file says the moment the ACK is in
+                if stream.acked == 11:
+                    seen_in_file.append(read_acked(log.path))
+                    break
+                await asyncio.sleep(0.001)
+    finally:
+        await server.close()
+        commits.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await commits
+        log.close()
+    assert seen_in_file == [{1: 11}]
+    with DurableLog(tmp_path / "log") as reopened:  # no commit file: only acked.json knows
+        assert Ingest(reopened).committed_offsets() == {1: 11}

@@ -33,7 +33,7 @@ from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from tests.stored import stored
 from tests.waiting import wait_until
-from tests.wallaroo_client import WallarooSource, payload
+from tests.wallaroo_client import WallarooSource, payload, stream_id_of
 
 TIMEOUT = 30.0  # only there to turn a hang into a failure
 
@@ -102,6 +102,31 @@ async def test_a_restarted_connector_resumes_after_notify_acks_point_exactly_onc
     assert source.acked == {1: count - 1, 2: count - 1}
 
 
+async def test_stream_ids_above_2_63_from_the_released_clients_id_function_stream_and_are_acked(
+    tmp_path: Path,
+) -> None:
+    """Wallaroo's client names streams by 64 bits of SHA-256: half the ids are >= 2^63.
+
+    Each is accepted, acked with the producer's own id, and stored under
+    the two's complement mapping to Spark's signed long.
+    """
+    names = [f"sensor-{i}" for i in range(40)]
+    high = [n for n in names if stream_id_of(n) >= 2**63][:2]
+    low = [n for n in names if stream_id_of(n) < 2**63][:1]
+    streams = {stream_id_of(n): n for n in high + low}
+    count = 50
+    async with wallaroo_worker(tmp_path / "log") as worker:
+        source = WallarooSource(worker.server.port, streams, count, timeout=TIMEOUT)
+        stats = await asyncio.wait_for(source.run(), TIMEOUT)
+        for sid in streams:
+            assert worker.stored(sid) == expected(sid, count)
+            view = worker.log.snapshot(sid)
+            columns = {v for b in view.read(view.earliest, view.end) for v in b.column("stream_id").to_pylist()}
+            assert columns == {sid - 2**64 if sid >= 2**63 else sid}
+    assert source.acked == dict.fromkeys(streams, count - 1)  # acks named the producer's own ids
+    assert stats.connections == 1 and stats.older_acks == 0
+
+
 async def raw(port: int, data: bytes) -> list:
     """Send raw bytes, read until the worker closes; return the frames it sent."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -109,6 +134,21 @@ async def raw(port: int, data: bytes) -> list:
         writer.write(data)
         await writer.drain()
         return FrameSplitter().feed(await asyncio.wait_for(reader.read(), TIMEOUT))
+    finally:
+        writer.close()
+
+
+async def exchange(port: int, data: bytes, answers: int) -> list:
+    """Send raw bytes, read until the worker sent ``answers`` NOTIFY_ACKs (the connection stays open)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    splitter, frames = FrameSplitter(), []
+    try:
+        writer.write(data)
+        while sum(isinstance(f, NotifyAck) for f in frames) < answers:
+            chunk = await asyncio.wait_for(reader.read(65536), TIMEOUT)
+            assert chunk, f"the worker closed after {frames}"
+            frames += splitter.feed(chunk)
+        return frames
     finally:
         writer.close()
 
@@ -140,15 +180,15 @@ async def test_bad_input_gets_its_error_and_leaves_other_sessions_and_acked_data
         for data, reason in BAD:
             frames = await raw(worker.server.port, data)
             assert frames[-1] == Error(reason)
-        # Another connector's stream: the ingest refuses it with an ERROR naming the owner,
-        # right after the session's NOTIFY_ACK; nothing reaches the stream.
-        frames = await raw(worker.server.port, HELLO + encode(Notify(7, "good", NO_POINT)))
-        assert frames == [
-            Ok(16),
-            NotifyAck(True, 7, NO_POINT),
-            Ack(1),
-            Error("stream 7 belongs to connector 'wallaroo-test/i0', not 'raw/r'"),
-        ]
+        # Another connector's stream: refused alone with NOTIFY_ACK success 0 (v3's per-stream
+        # refusal); the connection goes on with its other streams, nothing reaches stream 7.
+        frames = await exchange(
+            worker.server.port, HELLO + encode(Notify(7, "good", NO_POINT)) + encode(Notify(8, "mine", NO_POINT)), 2
+        )
+        assert frames[0] == Ok(16)
+        assert [f for f in frames if isinstance(f, NotifyAck)] == [NotifyAck(False, 7, NO_POINT), NotifyAck(True, 8, NO_POINT)]
+        assert sum(f.credits for f in frames if isinstance(f, Ack)) == 2  # both NOTIFYs' credits back
+        assert not any(isinstance(f, Error) for f in frames)
         stats = await asyncio.wait_for(client, TIMEOUT)
         assert stats.connections == 1  # never disturbed
         assert worker.stored(7) == expected(7, count)

@@ -34,7 +34,12 @@ def make(durable: tuple[DurableStream, ...] = (), credits: int = 8, cookie: byte
 
 
 def feed(session: WallarooSession, *frames: object) -> list:
-    return session.receive_data(b"".join(f if isinstance(f, bytes) else encode(f) for f in frames))
+    """Feed frames; the sink opens every NOTIFYed stream, as the bridge's ingest does."""
+    events = session.receive_data(b"".join(f if isinstance(f, bytes) else encode(f) for f in frames))
+    for e in events:
+        if isinstance(e, StreamNotified):
+            session.stream_opened(e.stream_id)
+    return events
 
 
 def replies(session: WallarooSession) -> list:
@@ -62,13 +67,30 @@ def test_hello_is_answered_with_ok_carrying_only_credits() -> None:
 def test_notify_of_a_new_stream_acks_nothing_held() -> None:
     session = streaming()
     assert feed(session, Notify(1, "s", NO_POINT)) == [StreamNotified(1, "s", 0)]
-    assert replies(session) == [NotifyAck(True, 1, NO_POINT), Ack(1)]  # NOTIFY's credit back at once
+    assert replies(session) == [Ack(1), NotifyAck(True, 1, NO_POINT)]  # NOTIFY's credit back at once
+
+
+def test_notify_ack_waits_for_the_sink_and_a_refusal_ends_only_that_stream() -> None:
+    session = streaming()
+    events = session.receive_data(encode(Notify(1, "s", NO_POINT)) + encode(Notify(2, "t", NO_POINT)))
+    assert events == [StreamNotified(1, "s", 0), StreamNotified(2, "t", 0)]
+    assert replies(session) == [Ack(2)]  # no answer before the sink's
+    assert session.refuse_stream(1, "stream 1 belongs to connector 'a/1', not 'prog/inst'") == []
+    session.stream_opened(1)  # too late: refused
+    session.stream_opened(2)
+    assert replies(session) == [NotifyAck(False, 1, NO_POINT), NotifyAck(True, 2, NO_POINT)]
+    assert feed(session, Message(2, 0, payload=b"x")) == [RecordsAccepted(2, (Record(0, 2, 0, None, None, b"x"),))]
+    assert not session.ended
+    feed(session, Message(1, 0, payload=b"y"))  # the refused stream may not be sent on
+    assert replies(session)[-1] == Error(
+        "MESSAGE for stream 1, which is not open (NOTIFY it and wait for NOTIFY_ACK first)"
+    )
 
 
 def test_notify_ack_carries_the_durable_point_and_older_ids_are_dropped() -> None:
     session = streaming((DurableStream(1, "s", 42),))
     assert feed(session, Notify(1, "s", NO_POINT)) == [StreamNotified(1, "s", 42)]
-    assert replies(session)[0] == NotifyAck(True, 1, 41)  # the last id held, inclusive
+    assert replies(session)[-1] == NotifyAck(True, 1, 41)  # the last id held, inclusive
     events = feed(session, Message(1, 40), Message(1, 41), Message(1, 42, payload=b"x"))
     assert events == [RecordsAccepted(1, (Record(0, 1, 42, None, None, b"x"),))]
     assert replies(session) == [Ack(2)]  # the two duplicates' credits
@@ -77,7 +99,7 @@ def test_notify_ack_carries_the_durable_point_and_older_ids_are_dropped() -> Non
 def test_a_connector_point_above_the_workers_wins() -> None:
     session = streaming((DurableStream(1, "s", 10),))
     assert feed(session, Notify(1, "s", 99)) == [StreamNotified(1, "s", 100)]
-    assert replies(session)[0] == NotifyAck(True, 1, 99)
+    assert replies(session)[-1] == NotifyAck(True, 1, 99)
 
 
 def test_messages_become_records_and_eos_a_boundary_that_costs_nothing() -> None:

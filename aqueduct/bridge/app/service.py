@@ -62,6 +62,7 @@ T = TypeVar("T")
 
 SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
 WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
+JVM_EXIT_WAIT = 5.0  # seconds a stopped query's JVM gets to show whether it is exiting
 TLS_DIR = "tls"  # where generated certificates go inside the log directory
 
 
@@ -117,13 +118,15 @@ class BridgeProgress:
     withheld_credits: int
     batches: int  # micro-batches whose commit advanced the offsets
     duplicates: int
+    disk_full: str | None = None  # why commits wait for space (credits are held meanwhile)
 
     def line(self) -> str:
+        full = f" | LOG DISK FULL, credits held: {self.disk_full}" if self.disk_full else ""
         return (
             f"sessions {self.sessions} | streams {self.streams} | received {self.messages:,} "
             f"| durable {self.durable_records:,} | committed {self.committed_records:,} "
             f"| lag {self.lag:,} | withheld credits {self.withheld_credits:,} "
-            f"| batches {self.batches} | duplicates dropped {self.duplicates:,}"
+            f"| batches {self.batches} | duplicates dropped {self.duplicates:,}{full}"
         )
 
 
@@ -185,6 +188,7 @@ class Bridge:
         self._batches = 0
         self.failed: str | None = None
         self._spark_stuck = False  # its start timed out: stopping it could hang too
+        self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self.stopped = asyncio.Event()
         self.quic_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
@@ -243,7 +247,9 @@ class Bridge:
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         """A background task died (e.g. fsync failed): stop rather than stall producers."""
         if not task.cancelled() and task.exception() is not None:
-            self.failed = f"{task.get_name()} failed: {task.exception()!r}"
+            exc = task.exception()
+            # a LogError says what and where in one line (LogFailed: a sync failed, fail-stop)
+            self.failed = str(exc) if isinstance(exc, LogError) else f"{task.get_name()} failed: {exc!r}"
             logger.error(self.failed)
             self.stopped.set()
 
@@ -261,11 +267,17 @@ class Bridge:
         if self._spark is not None and not self._spark_stuck and (
             self.query is not None or self._listener is not None
         ):
-            await asyncio.to_thread(self._stop_spark)
+            try:
+                await asyncio.to_thread(self._stop_spark)
+            except Exception as exc:  # noqa: BLE001 - the JVM went away meanwhile: nothing left to stop
+                logger.warning("Spark did not stop cleanly (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         if self.positions is not None:
             self.positions.poll()
         if self.ingest is not None:
-            await self.ingest.commit()
+            try:
+                await self.ingest.commit()
+            except LogError as exc:  # full or failed: producers still hold what is not durable
+                logger.warning("stopping without the last records durable: %s", exc)
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
             self.metrics = None
@@ -350,11 +362,14 @@ class Bridge:
 
     def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create/reuse the session and install the commit listener (py4j's callback server)."""
+        from aqueduct.bridge.app.jvm import launch_detached_gateway, quiet_accumulator_server
         from aqueduct.bridge.app.pipeline import local_session
 
         c = self.config
         if self._spark is None:
+            launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self._spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
+            quiet_accumulator_server(self._spark)
         self.attach_spark(self._spark, loop)
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -405,16 +420,35 @@ class Bridge:
             self.positions.poll()
 
     async def _watchdog(self) -> None:
-        """End the bridge if the query died: acks would stop and producers stall silently."""
+        """End the bridge if the query died: acks would stop and producers stall silently.
+
+        A JVM that is gone (its Py4J calls fail) ends the bridge too: with
+        one line, and as a stop rather than a failure when a stop signal
+        ended it (a service manager signalling every process of the unit).
+        """
+        from aqueduct.bridge.app.jvm import jvm_exit, stopped_by_signal
+
         while True:
             await asyncio.sleep(WATCHDOG_INTERVAL)
-            active = await asyncio.to_thread(lambda: self.query.isActive)
-            if not active:
+            try:
+                if await asyncio.to_thread(lambda: self.query.isActive):
+                    continue
                 error = await asyncio.to_thread(self.query.exception)
+            except Exception:  # noqa: BLE001 - Py4J's errors: the JVM is gone or going
+                error = None
+            # A JVM on its way out stops its queries first: give it time to tell how it ended.
+            how = await asyncio.to_thread(jvm_exit, JVM_EXIT_WAIT)
+            if how is not None:
+                self._spark_stuck = True  # nothing left there to stop
+                self.jvm_ended = f"Spark's JVM {how}"
+                if not stopped_by_signal(how):
+                    self.failed = f"{self.jvm_ended} under the running bridge"
+                logger.warning("%s: stopping (everything acked is durable)", self.jvm_ended)
+            else:
                 self.failed = f"Spark query stopped: {error or 'no error reported'}"
                 logger.error(self.failed)
-                self.stopped.set()
-                return
+            self.stopped.set()
+            return
 
     async def drained(self, timeout: float) -> None:
         """Wait until Spark committed every complete epoch the log holds.
@@ -448,6 +482,7 @@ class Bridge:
             withheld_credits=counters.withheld_credits,
             batches=self._batches,
             duplicates=counters.duplicates,
+            disk_full=self.ingest.disk_full[0] if self.ingest.disk_full else None,
         )
 
 
@@ -461,8 +496,14 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     bridge = Bridge(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    asked: list[str] = []  # the signal that asked the bridge to stop
+
+    def on_signal(sig: signal.Signals) -> None:
+        asked.append(sig.name)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     logger.info("log %s, starting Spark (%s)", config.log_dir, config.master, extra=fields(event="starting"))
     try:
         await bridge.start()
@@ -494,7 +535,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
             w.cancel()
         started = time.monotonic()
         await bridge.stop()
-        logger.info("stopped in %.1fs", time.monotonic() - started, extra=fields(event="stopped"))
+        why = asked[0] if asked else bridge.jvm_ended or "stopped"
+        logger.info(
+            "%s: stopped in %.1fs, everything acked is durable", why, time.monotonic() - started,
+            extra=fields(event="stopped"),
+        )  # fmt: skip
     if bridge.failed:
         logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1

@@ -11,6 +11,7 @@ the one the bridge sends for that offset.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from aqueduct.bridge.source.lag import consumer_lag
 from aqueduct.bridge.storage.acked import read_acked, read_acked_at
 from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.consumers import load_consumers, position
+from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.view import load_streams
 
 
@@ -53,7 +55,24 @@ def read_status(log_dir: Path, consumer: str = "default") -> dict:
         "total_records": sum(r["head"] for r in rows),
         "total_lag": sum(r["lag"] for r in rows),
         "consumers": consumer_rows(log_dir),
+        "corrupt": [{"stream_id": sid, "records": [a, b]} for sid, a, b in corrupt_ranges(log_dir)],
+        "disk": disk_space(log_dir),
     }
+
+
+#: below this much free space `status` warns that the log's disk is (nearly) full
+LOW_DISK_BYTES = 16 * 1024 * 1024
+
+
+def disk_space(log_dir: Path) -> dict:
+    """Free and total bytes of the log's file system (statvfs: no write, works on a full disk).
+
+    A full log disk does not stop the bridge: it holds producers' credits
+    and retries its commit until space returns (see docs/reliability.md).
+    """
+    st = os.statvfs(log_dir)
+    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    return {"free_bytes": free, "total_bytes": total, "low": free < min(LOW_DISK_BYTES, total // 20 or 1)}
 
 
 _COLUMNS = (
@@ -82,6 +101,15 @@ def format_table(report: dict) -> str:
         f"{len(report['streams'])} streams, {report['total_records']:,} records, "
         f"lag {report['total_lag']:,} (log {report['log']})"
     )
+    disk = report.get("disk")
+    if disk and disk["low"]:
+        lines.append(
+            f"log disk (nearly) full: {disk['free_bytes']:,} of {disk['total_bytes']:,} bytes free; the bridge "
+            "holds producers' credits while a commit finds no room, and goes on once space returns"
+        )
+    for c in report.get("corrupt", ()):
+        a, b = c["records"]
+        lines.append(f"stream {c['stream_id']} records [{a}, {b}): corrupt (failed their checksum when read)")
     if report["consumers"]:
         lines += ["", format_consumers(report["consumers"])]
     return "\n".join(lines)

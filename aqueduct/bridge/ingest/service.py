@@ -17,6 +17,12 @@ when producers may send more and what they may forget:
   released as Spark commits. Records of a still-open epoch do not count:
   Spark cannot read them until the producer sends the BOUNDARY, which needs
   credits, so counting them could deadlock.
+* **A full disk.** A group commit that finds no room (:class:`LogFull`)
+  is held by the log and retried with backoff (:data:`FULL_RETRY`); its
+  credits go back to the sessions' unsynced count, so producers run out of
+  credits and wait, keeping their unacked records, while everything durable
+  stays so. The bridge says so once when it starts and once when it ends
+  (:attr:`Ingest.disk_full`), and goes on by itself when space returns.
 * **Resume.** OK lists, per stream the connector (program + instance) used
   before, the log's *durable* point of reference; the session drops ids
   below it, and the log's own range set drops the rest (ids buffered but
@@ -25,7 +31,10 @@ when producers may send more and what they may forget:
   per-stream log offsets of the last micro-batch Spark committed in its
   sink (the minimum over the queries that drive acks, see
   :mod:`aqueduct.bridge.storage.consumers`). Each connector then gets an ACK with
-  the points of reference covering those offsets. :meth:`Ingest.truncate_below`
+  the points of reference covering those offsets, once ``acked.json``
+  records the offsets durably: a restarted bridge starts from that file,
+  so no connector is ever told a lower point than before (the commit
+  files it also reads trail Spark by a micro-batch). :meth:`Ingest.truncate_below`
   separately lets the log drop segments no registered consumer needs
   (unless retention keeps them).
 
@@ -40,6 +49,7 @@ credits a group earned go out when its commit is done. The transports call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -50,8 +60,9 @@ from typing import TypeVar
 
 from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.latency import Histogram
+from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.commits import acks_for
-from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError
+from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError, LogFull
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -124,6 +135,9 @@ class IngestConfig:
 
 T = TypeVar("T")
 
+#: seconds between retries of a commit the full disk refused: first, factor, most
+FULL_RETRY = (0.05, 2.0, 5.0)
+
 
 @dataclass
 class _Session:
@@ -181,13 +195,24 @@ class Ingest:
         #: reconnects); its acks go to the newest (:meth:`_ack_target`)
         self._connector_sessions: dict[str, list[WorkerPeer]] = {}
         self._committed: dict[int, int] = {}  # stream -> offset Spark committed
+        #: stream -> offset whose point connectors may be told: durable in acked.json
+        self._acked: dict[int, int] = {}
+        #: stream -> point computed for an ACK, sent once acked.json holds its offset
+        self._unsent: dict[int, int] = {}
+        self._ack_writes: set[asyncio.Task[None]] = set()
+        #: why commits wait for space, and since when (time.monotonic()); None while they succeed
+        self.disk_full: tuple[str, float] | None = None
+        self._acks_unrecorded = False  # acked.json could not be written: said once
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
         self._lag = 0  # sum over streams of complete - committed, kept as they move (not summed per commit)
         #: sessions holding earned credits not yet sent (the tap was closed, or nothing went out yet)
         self._owed: set[WorkerPeer] = set()
+        acked = read_acked(self.log.path)
         for sid in self.log.stream_ids():
-            self._move(sid, complete=self.log.complete_offset(sid), committed=self.log.snapshot(sid).earliest)
+            committed = max(self.log.snapshot(sid).earliest, min(acked.get(sid, 0), self.log.durable_end(sid)))
+            self._move(sid, complete=self.log.complete_offset(sid), committed=committed)
+            self._acked[sid] = committed
         self._dirty = asyncio.Event()
         #: mean record size, for turning ``memory_budget`` into credits
         self._record_size = RecordSize()
@@ -264,9 +289,9 @@ class Ingest:
         wait for a commit that already happened.
         """
         points = [
-            (sid, self.log.reference_at(sid, self._committed[sid]))
+            (sid, self.log.reference_at(sid, self._acked[sid]))
             for sid, _, _ in self.log.references_of(connector)
-            if self._committed.get(sid)
+            if self._acked.get(sid)
         ]
         if points:
             peer.ack(points)
@@ -305,7 +330,9 @@ class Ingest:
         return sessions[-1] if sessions else None
 
     async def _on_notified(self, peer: WorkerPeer, event: StreamNotified) -> None:
-        state = self._sessions[peer]
+        state = self._sessions.get(peer)
+        if state is None:
+            return  # a refusal ended the session while this NOTIFY (of the same payload) waited
         try:
             # The stream's files are created on the log's I/O thread; this
             # session waits for them (the loop and other sessions do not).
@@ -319,7 +346,8 @@ class Ingest:
                 )
             )
         except LogError as exc:  # e.g. the stream belongs to another connector: a refusal
-            await peer.fail(str(exc))
+            logger.warning("%s: stream %d refused: %s", state.connector, event.stream_id, exc)
+            await peer.refuse_stream(event.stream_id, str(exc))
             return
         except OSError as exc:  # e.g. out of descriptors: the producer should come back, not give up
             logger.warning("stream %d of %s: cannot create its files (%s); asking it to reconnect",
@@ -369,12 +397,24 @@ class Ingest:
     # ------------------------------------------------------------ group commit
 
     async def run(self) -> None:
-        """Group-commit loop: runs until cancelled (a commit in flight is finished first)."""
+        """Group-commit loop: runs until cancelled (a commit in flight is finished first).
+
+        While the disk is full it commits again after a growing pause,
+        new records or not: the log holds the refused group.
+        """
+        first, factor, most = FULL_RETRY
+        pause = first
         while True:
-            await self._dirty.wait()
-            await asyncio.sleep(self.config.commit_delay)
+            if self.disk_full is None:
+                await self._dirty.wait()
+                await asyncio.sleep(self.config.commit_delay)
+                pause = first
+            else:
+                await asyncio.sleep(pause)
+                pause = min(pause * factor, most)
             self._dirty.clear()
-            await self.commit()
+            with contextlib.suppress(LogFull):
+                await self.commit()
 
     async def commit(self) -> dict[int, int]:
         """Make everything buffered durable, then return the credits it earned.
@@ -392,9 +432,17 @@ class Ingest:
             state.committing += n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
         started = time.perf_counter()
-        ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        try:
+            ends, cancelled = await _outlast_cancel(self.log.start_commit())
+        except LogFull as exc:
+            self._refused(earned, group_bytes, exc)
+            raise
         self.counters.commit_seconds.observe(time.perf_counter() - started)
         self.counters.durable_bytes += group_bytes
+        if self.disk_full is not None:
+            logger.warning("the log's disk has room again: commits go on (%.1f s without)",
+                           time.monotonic() - self.disk_full[1])  # fmt: skip
+            self.disk_full = None
         for sid in ends:
             self._move(sid, complete=self.log.complete_offset(sid))
         if self._budget is not None and self.config.memory_budget is not None:
@@ -411,6 +459,18 @@ class Ingest:
         if cancelled:
             raise asyncio.CancelledError
         return ends
+
+    def _refused(self, earned: Mapping[WorkerPeer, int], group_bytes: int, exc: LogFull) -> None:
+        """A commit found the disk full: its credits wait for the retry that makes it durable."""
+        for peer, n in earned.items():
+            state = self._sessions.get(peer)
+            if state is not None:
+                state.committing -= n
+                state.unsynced += n
+        self._unsynced_bytes += group_bytes
+        if self.disk_full is None:
+            logger.error("%s; no credits are granted until it is durable, retrying", exc)
+            self.disk_full = (str(exc), time.monotonic())
 
     def _move(self, sid: int, *, complete: int | None = None, committed: int | None = None) -> None:
         """Set a stream's complete and/or committed offset, keeping :attr:`lag` current in O(1)."""
@@ -493,13 +553,46 @@ class Ingest:
             for sid, offset in positions.items()
             if sid in self._complete and offset > self._committed[sid]  # a stream of this log
         }
-        points_by_connector: dict[str, list[tuple[int, int]]] = {}
-        for sid, point in acks_for(self.log, advanced).items():
-            points_by_connector.setdefault(self.log.connector_of(sid), []).append((sid, point))
+        beyond = {sid: offset for sid, offset in advanced.items() if offset > self._complete[sid]}
+        if beyond:  # Spark reads complete epochs only: such a position is no commit of it
+            logger.error("ignoring committed positions beyond the log's complete epochs: %s", beyond)
+            advanced = {sid: offset for sid, offset in advanced.items() if sid not in beyond}
+        self._unsent.update(acks_for(self.log, advanced))
         for sid, offset in advanced.items():
             self._move(sid, committed=offset)
-        if advanced:  # for `aqueduct-bridge status`: how far producers were told
-            self.log.write_acked(self._committed).add_done_callback(_report_failed_write)
+        self._release_credits()  # the backlog shrank: credits need not wait for the file
+        if advanced or (self._unsent and not self._ack_writes):  # new points, or a failed write's
+            written = self.log.write_acked(self._committed)
+            task = asyncio.ensure_future(self._send_acks(written, dict(self._committed), dict(self._unsent)))
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
+
+    async def _send_acks(self, written: Future[None], offsets: dict[int, int], points: dict[int, int]) -> None:
+        """Send ``points`` once ``acked.json`` holds ``offsets`` (those they cover) durably.
+
+        What a connector is told must survive a crash: the restarted bridge
+        answers from that file, never from the commit files that trail it.
+        A failed write (a full disk) sends nothing; the next commit's write
+        carries these points too. Writes finish in order (the log's one I/O
+        thread), so points only move forward.
+        """
+        try:
+            await asyncio.wrap_future(written)
+        except OSError as exc:
+            if not self._acks_unrecorded:
+                logger.error("cannot record acked offsets (%s); acks wait until a write succeeds", exc)
+                self._acks_unrecorded = True
+            return
+        self._acks_unrecorded = False
+        for sid, offset in offsets.items():
+            if offset > self._acked.get(sid, 0):
+                self._acked[sid] = offset
+        for sid, point in points.items():
+            if self._unsent.get(sid) == point:
+                del self._unsent[sid]
+        points_by_connector: dict[str, list[tuple[int, int]]] = {}
+        for sid, point in points.items():
+            points_by_connector.setdefault(self.log.connector_of(sid), []).append((sid, point))
         self._release_credits(points_by_connector)
 
     def truncate_below(self, positions: Mapping[int, int]) -> None:

@@ -64,16 +64,17 @@ from aqueduct.bridge.source.options import (
     parse_key,
 )
 from aqueduct.bridge.source.planning import Slice, plan_slices
-from aqueduct.bridge.storage.commits import commit_file
+from aqueduct.bridge.storage.commits import commit_file, offsets_checksum
 from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     ConsumerError,
     check_not_dropped,
     register_consumer,
 )
+from aqueduct.bridge.storage.corruption import record_corrupt
 from aqueduct.bridge.storage.index import write_atomically
 from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
-from aqueduct.bridge.storage.segment import read_batches
+from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
 from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex
 
 __all__ = [
@@ -101,7 +102,7 @@ STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxByte
 
 
 class AqueductDataLoss(RuntimeError):
-    """Records the query has not read yet were truncated from the log."""
+    """Records the query has not read yet were truncated from the log, or their stored bytes are corrupt."""
 
 
 def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:
@@ -190,13 +191,16 @@ class AqueductPartition(InputPartition):
         self.slices = slices
 
 
-def read_partition(partition: AqueductPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: AqueductPartition, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the partition's records, BOUNDARY markers left out.
 
     A slice of a query over several logs gets the ``log`` column (its log's name).
+    A stored batch failing its checksum is data loss; ``skip_corrupt``
+    (``failOnDataLoss=false``) skips it with a warning and records it in the
+    log's ``corrupt/`` register instead.
     """
     for x in partition.slices:
-        for batch in read_batches(Path(x.directory), x.entries, x.start, x.end):
+        for batch in read_batches(Path(x.directory), x.entries, x.start, x.end, _skipped_corrupt if skip_corrupt else _lost):
             rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
             if not rows.num_rows:
                 continue
@@ -206,6 +210,16 @@ def read_partition(partition: AqueductPartition) -> Iterator[pa.RecordBatch]:
                     [*rows.columns, name], schema=rows.schema.append(pa.field("log", pa.string(), False))
                 )
             yield rows
+
+
+def _lost(found: BatchCorrupt) -> None:
+    record_corrupt(found)
+    raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
+
+
+def _skipped_corrupt(found: BatchCorrupt) -> None:
+    record_corrupt(found)
+    logger.warning("aqueduct source: skipping %s (failOnDataLoss=false)", found)
 
 
 def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mapping[StreamKey, int]) -> None:
@@ -506,7 +520,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return self._plan(streams, starts, moved)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(partition)
+        return read_partition(partition, skip_corrupt=not self.options.fail_on_data_loss)
 
     def commit(self, end: dict[str, int]) -> None:
         """Record Spark's committed offsets in each log directory (the safety-net signal).
@@ -521,9 +535,14 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         for log, positions in self._per_log(self._parse(end)).items():
             path = commit_file(log, self.options.consumer)
             total = sum(skipped[log].values()) + _skipped_before(path)
-            doc = {"offsets": _offsets(positions), "committed_at": time.time(), "skipped_records": total}
-            path.parent.mkdir(exist_ok=True)
-            write_atomically(path, json.dumps(doc).encode())
+            offsets = _offsets(positions)
+            doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "committed_at": time.time(),
+                   "skipped_records": total}  # fmt: skip
+            try:
+                path.parent.mkdir(exist_ok=True)
+                write_atomically(path, json.dumps(doc).encode())
+            except OSError as e:  # a full log disk: the listener still signals, the next commit rewrites it
+                logger.warning("aqueduct source: cannot write %s (%s); the next commit writes it", path, e)
 
 
 def _skipped_before(path: Path) -> int:

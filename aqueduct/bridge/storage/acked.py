@@ -9,18 +9,33 @@ can show how far producers were told their data is safe.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+import crc32c
 
 from aqueduct.bridge.storage.index import write_atomically
 
 ACKED_FILE = "acked.json"
 
+logger = logging.getLogger(__name__)
+
+
+def offsets_checksum(offsets: Mapping[str, int]) -> int:
+    """CRC32C of an offsets document (``acked.json``, a commit file) in a canonical form.
+
+    Written with the offsets and checked on read: a flipped digit would
+    otherwise ack or truncate what nobody committed.
+    """
+    return crc32c.crc32c(json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode())
+
 
 def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
-    """Record the offsets whose points of reference the bridge acked (atomically)."""
-    doc = {"offsets": {str(s): positions[s] for s in sorted(positions)}, "acked_at": time.time()}
+    """Record the offsets whose points of reference the bridge acked (atomically, durably)."""
+    offsets = {str(s): positions[s] for s in sorted(positions)}
+    doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "acked_at": time.time()}
     write_atomically(log_dir / ACKED_FILE, json.dumps(doc).encode())
 
 
@@ -30,9 +45,24 @@ def read_acked(log_dir: Path) -> dict[int, int]:
 
 
 def read_acked_at(log_dir: Path) -> tuple[dict[int, int], float | None]:
-    """Offsets recorded by :func:`write_acked` and when (``time.time()``; None before the first commit)."""
+    """Offsets recorded by :func:`write_acked` and when (``time.time()``; None before the first commit).
+
+    A restarted bridge starts its acks from these, so a file whose bytes
+    changed (not JSON, or failing the checksum written with its offsets)
+    is reported and read as empty: acks then restart from the commit files,
+    never from offsets nobody committed.
+    """
+    path = log_dir / ACKED_FILE
     try:
-        doc = json.loads((log_dir / ACKED_FILE).read_bytes())
+        doc = json.loads(path.read_bytes())
+        offsets = {int(sid): int(offset) for sid, offset in doc["offsets"].items()}
+        stored = doc.get("crc32c")  # absent in files written before checksums
+        if stored is not None and stored != offsets_checksum(doc["offsets"]):
+            raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
+        acked_at = float(doc["acked_at"])
     except FileNotFoundError:
         return {}, None
-    return {int(sid): int(offset) for sid, offset in doc["offsets"].items()}, float(doc["acked_at"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        logger.error("%s is corrupt (%s); ignored", path, exc)
+        return {}, None
+    return offsets, acked_at

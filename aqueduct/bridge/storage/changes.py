@@ -35,7 +35,7 @@ MAX_JOURNAL_BYTES = 1 << 20
 #: A reader rescans every stream at least this often, whatever the journal says.
 RESCAN_SECONDS = 30.0
 
-_ID = struct.Struct("<q")
+_ID = struct.Struct("<Q")  # stream ids use all 64 bits
 
 
 class ChangeJournal:
@@ -46,27 +46,46 @@ class ChangeJournal:
         self.max_bytes = max_bytes
         self._fd = -1
         self._size = 0
+        self._stale = False  # a note may be missing or torn: start a fresh journal
         self._start_fresh()
 
     def _start_fresh(self) -> None:
         """Replace the journal with an empty one of a new generation (readers notice and rescan)."""
         tmp = self.path.with_name(self.path.name + ".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, _ID.pack(time.time_ns()))
-        os.replace(tmp, self.path)
+        try:
+            if os.write(fd, _ID.pack(time.time_ns())) != _ID.size:
+                raise OSError(f"{tmp}: short write")
+            os.replace(tmp, self.path)
+        except OSError:
+            os.close(fd)
+            raise
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._size = fd, _ID.size
 
     def record(self, stream_ids: Iterable[int]) -> None:
-        """Note that these streams changed (call after the change is durable)."""
+        """Note that these streams changed (call after the change is durable).
+
+        Never raises: the change it reports is on disk already, and a failed
+        note (a full disk) must not fail it. A journal that may have lost or
+        torn a note is replaced by a fresh one at the next note that can be
+        written, so readers rescan (they also do every :data:`RESCAN_SECONDS`).
+        """
         data = b"".join(_ID.pack(sid) for sid in stream_ids)
         if not data:
             return
-        if self._size + len(data) > self.max_bytes:
-            self._start_fresh()
-        os.write(self._fd, data)
-        self._size += len(data)
+        try:
+            if self._stale or self._size + len(data) > self.max_bytes:
+                self._start_fresh()
+                self._stale = False
+            written = os.write(self._fd, data)
+        except OSError:
+            self._stale = True
+            return
+        self._size += written
+        if written < len(data):  # a torn note: the ids after it would be misread
+            self._stale = True
 
     def close(self) -> None:
         if self._fd >= 0:

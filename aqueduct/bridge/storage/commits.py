@@ -17,11 +17,16 @@ truncated below them.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from aqueduct.bridge.storage.acked import offsets_checksum
+
 COMMITS_DIR = "commits"
+
+logger = logging.getLogger(__name__)
 
 
 def parse_offsets(offsets: Mapping[str, Any] | str) -> dict[int, int]:
@@ -46,12 +51,26 @@ def commit_file(log: Path, consumer: str) -> Path:
 
 
 def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int] | None:
-    """Positions last committed by the source for ``consumer``, or None if never."""
+    """Positions last committed by the source for ``consumer``, or None if never.
+
+    A file whose bytes changed (not JSON, or offsets failing the checksum
+    written with them) is reported and read as None: acks and truncation
+    then follow the listener's signal until the next commit rewrites it,
+    rather than offsets nobody committed.
+    """
+    path = commit_file(Path(log), consumer)
     try:
-        doc = json.loads(commit_file(Path(log), consumer).read_bytes())
+        doc = json.loads(path.read_bytes())
+        positions = parse_offsets(doc["offsets"])
+        stored = doc.get("crc32c")  # absent in files written before checksums
+        if stored is not None and stored != offsets_checksum(doc["offsets"]):
+            raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
     except FileNotFoundError:
         return None
-    return parse_offsets(doc["offsets"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        logger.error("commit file %s is corrupt (%s); ignored until the next commit rewrites it", path, exc)
+        return None
+    return positions
 
 
 class PositionLog(Protocol):

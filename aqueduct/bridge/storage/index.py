@@ -14,7 +14,17 @@ fsynced, and fsyncs the index. So:
 
 An entry also carries the stream's state after its batch (point of
 reference, end of the last complete epoch, epoch counter), so reopening
-the log and answering position questions needs no scan of the data.
+the log and answering position questions needs no scan of the data, and
+the CRC32C of the batch's bytes, which every read checks
+(:func:`aqueduct.bridge.storage.segment.read_batches`): a flipped bit on disk is
+reported, never returned.
+
+The magic says the entry format: version 1 entries (written before
+batches had checksums) have no checksum field; version 2 entries have
+one and a flag saying whether it is set. The writer rewrites a version 1
+index as version 2 when it opens the log (:func:`upgrade`), with the old
+entries flagged unchecked, so every batch written from then on has a
+checksum and old logs keep opening.
 """
 
 from __future__ import annotations
@@ -27,16 +37,21 @@ from pathlib import Path
 
 from aqueduct.bridge.storage.durability import fsync_path
 
-MAGIC = b"AQIDX\x00\x00\x01"
+MAGIC_V1 = b"AQIDX\x00\x00\x01"
+MAGIC = b"AQIDX\x00\x00\x02"
 
 # segment, position, length, first_offset, count, reference_before,
 # reference_after, complete_after, first_epoch, last_epoch, next_epoch,
-# flags, written_at_us; then a CRC32 of all of these.
-_BODY = struct.Struct("<QQIQIQQQQQQBQ")
+# flags, written_at_us, (version 2:) the batch's CRC32C; then a CRC32 of
+# all of these.
+_BODY_V1 = struct.Struct("<QQIQIQQQQQQBQ")
+_BODY = struct.Struct("<QQIQIQQQQQQBQI")
 _CRC = struct.Struct("<I")
 ENTRY_SIZE = _BODY.size + _CRC.size
+ENTRY_SIZE_V1 = _BODY_V1.size + _CRC.size
 
 FLAG_USES_BOUNDARIES = 1
+FLAG_CHECKSUMMED = 2
 
 
 class IndexCorrupt(Exception):
@@ -64,6 +79,8 @@ class IndexEntry:
     next_epoch: int
     uses_boundaries: bool
     written_at_us: int
+    #: CRC32C of the batch's stored bytes; None for a batch written before checksums
+    checksum: int | None = None
 
     @property
     def end_offset(self) -> int:
@@ -85,18 +102,21 @@ def encode_entry(e: IndexEntry) -> bytes:
         e.first_epoch,
         e.last_epoch,
         e.next_epoch,
-        FLAG_USES_BOUNDARIES if e.uses_boundaries else 0,
+        (FLAG_USES_BOUNDARIES if e.uses_boundaries else 0)
+        | (FLAG_CHECKSUMMED if e.checksum is not None else 0),
         e.written_at_us,
+        e.checksum or 0,
     )
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def _decode_entry(raw: bytes) -> IndexEntry | None:
-    body = raw[: _BODY.size]
-    (crc,) = _CRC.unpack_from(raw, _BODY.size)
+def _decode_entry(raw: bytes, layout: struct.Struct) -> IndexEntry | None:
+    body = raw[: layout.size]
+    (crc,) = _CRC.unpack_from(raw, layout.size)
     if zlib.crc32(body) != crc:
         return None
-    f = _BODY.unpack(body)
+    f = layout.unpack(body)
+    checked = len(f) > 13 and f[11] & FLAG_CHECKSUMMED
     return IndexEntry(
         segment=f[0],
         position=f[1],
@@ -111,6 +131,7 @@ def _decode_entry(raw: bytes) -> IndexEntry | None:
         next_epoch=f[10],
         uses_boundaries=bool(f[11] & FLAG_USES_BOUNDARIES),
         written_at_us=f[12],
+        checksum=f[13] if checked else None,
     )
 
 
@@ -120,23 +141,51 @@ def decode_entries(data: bytes) -> tuple[list[IndexEntry], int]:
     Returns the entries and the number of bytes they span. Decoding stops
     at a short or CRC-failing entry, or at one that does not continue its
     predecessor (a torn or stale tail); the caller decides whether to cut
-    the rest off (the writer) or just ignore it (a reader).
+    the rest off (the writer) or just ignore it (a reader). Either entry
+    format (see the module's docstring) decodes. A CRC-failing entry with
+    an intact one after it is no torn tail but changed bytes: that raises
+    :class:`IndexCorrupt`, so nobody cuts acknowledged batches off as if a
+    crash had torn them.
     """
     if len(data) < len(MAGIC):
         return [], 0
-    if data[: len(MAGIC)] != MAGIC:
+    magic = data[: len(MAGIC)]
+    if magic == MAGIC:
+        layout, size = _BODY, ENTRY_SIZE
+    elif magic == MAGIC_V1:
+        layout, size = _BODY_V1, ENTRY_SIZE_V1
+    else:
         raise IndexCorrupt("index file does not start with the aqueduct index magic")
     entries: list[IndexEntry] = []
     pos = len(MAGIC)
-    while pos + ENTRY_SIZE <= len(data):
-        entry = _decode_entry(data[pos : pos + ENTRY_SIZE])
+    while pos + size <= len(data):
+        entry = _decode_entry(data[pos : pos + size], layout)
         if entry is None:
+            if _intact_after(data, pos + size, size, layout):
+                raise IndexCorrupt(
+                    f"index entry {len(entries)} (byte {pos}) fails its CRC but a later entry is "
+                    "intact: the index is corrupt, not torn (a crash tears only the last entry)"
+                )
             break
         if entries and entry.first_offset != entries[-1].end_offset:
             break
         entries.append(entry)
-        pos += ENTRY_SIZE
+        pos += size
     return entries, pos
+
+
+def _intact_after(data: bytes, pos: int, size: int, layout: struct.Struct) -> bool:
+    """True if some whole entry from ``pos`` on passes its CRC."""
+    return any(_decode_entry(data[p : p + size], layout) is not None for p in range(pos, len(data) - size + 1, size))
+
+
+def is_current(path: Path) -> bool:
+    """True unless ``path`` is an index in the entry format before checksums (or absent)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) != MAGIC_V1
+    except FileNotFoundError:
+        return True
 
 
 def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
@@ -145,7 +194,10 @@ def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    return decode_entries(data)
+    try:
+        return decode_entries(data)
+    except IndexCorrupt as e:
+        raise IndexCorrupt(f"{path}: {e}") from None
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -41,8 +41,10 @@ records, and the end of the last complete epoch.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -58,17 +60,27 @@ import pyarrow as pa
 
 from aqueduct.bridge.storage.acked import write_acked
 from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeJournal
+from aqueduct.bridge.storage.corruption import record_corrupt
 from aqueduct.bridge.storage.durability import SyncGroup, fsync_path
 from aqueduct.bridge.storage.index import (
+    ENTRY_SIZE,
     MAGIC,
+    IndexCorrupt,
     IndexEntry,
     encode_entry,
+    is_current,
     read_entries,
     rewrite_index,
     write_atomically,
 )
-from aqueduct.bridge.storage.schema import MAX_INT64, STORED_SCHEMA
-from aqueduct.bridge.storage.segment import SegmentWriter, segment_bases, segment_name, write_all
+from aqueduct.bridge.storage.schema import MAX_INT64, MAX_UINT64, STORED_SCHEMA, spark_stream_id
+from aqueduct.bridge.storage.segment import (
+    BatchCorrupt,
+    SegmentWriter,
+    segment_bases,
+    segment_name,
+    write_all,
+)
 from aqueduct.bridge.storage.view import (
     FORMAT_FILE,
     FORMAT_TEXT,
@@ -95,6 +107,8 @@ Streams written to recently stay open; the others reopen on their next write.
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 _NO_STABLE_REFERENCE = EPHEMERAL | UNSTABLE_REFERENCE
 
 #: Received-id ranges carried over from truncated segments (unordered streams).
@@ -113,9 +127,29 @@ class DuplicateMessage(LogError):
     """A stable message id below the point of reference or already received."""
 
 
-def _check_int64(what: str, value: int) -> None:
-    if not 0 <= value <= MAX_INT64:
-        raise _out_of_range(what, value)
+class LogFull(LogError):
+    """A group commit found no room on the log's file system; it is held and retried.
+
+    Nothing of the group is visible or half written: its bytes were cut off
+    again, and the next commit writes it first. Space can come back (a
+    consumer lets the log truncate, an operator frees some), so this is
+    ridden out, not fatal.
+    """
+
+
+class LogFailed(LogError):
+    """A write or sync failed for another reason than space: durability is unknown, the log stops.
+
+    After a failed fsync the kernel may have dropped the dirty pages it could
+    not write and report success on the next try (PostgreSQL's 2018 fsync
+    lesson), so nothing written since the last good sync can be trusted.
+    Every later commit raises this too; reopening the log recovers from
+    what its indexes vouch for.
+    """
+
+
+#: errors a group commit rides out (retrying later) instead of failing the log
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _out_of_range(what: str, value: int) -> LogError:
@@ -141,7 +175,7 @@ class _Pending:
         n = len(self.payload)
         f = STORED_SCHEMA.field
         columns = [
-            pa.repeat(pa.scalar(meta.stream_id, pa.int64()), n),
+            pa.repeat(pa.scalar(spark_stream_id(meta.stream_id), pa.int64()), n),
             pa.repeat(pa.scalar(meta.stream_name, pa.string()), n),
             pa.array(self.message_id, f("message_id").type),
             pa.array(self.event_time, f("event_time").type),
@@ -273,8 +307,8 @@ class _StreamWriter:
             received.add_range(0, self.entries[0].reference_before)
         for a, b in self._carried():
             received.add_range(a, b)
-        for m in _stable_ids(self.view()):
-            received.add(m)
+        for a, b in _received_ranges(self.view()):
+            received.add_range(a, b)
         return received
 
     def _carried(self) -> list[tuple[int, int]]:
@@ -413,7 +447,7 @@ class _StreamWriter:
                 self.segment.close()
             self.segment = SegmentWriter(self.directory, sealed.first_offset, None)
         p = sealed.pending
-        position, length = self.segment.append(p.to_batch(sealed.meta))
+        position, length, checksum = self.segment.append(p.to_batch(sealed.meta))
         return IndexEntry(
             segment=self.segment.base,
             position=position,
@@ -428,6 +462,7 @@ class _StreamWriter:
             next_epoch=sealed.next_epoch,
             uses_boundaries=sealed.uses_boundaries,
             written_at_us=sealed.written_at_us,
+            checksum=checksum,
         )
 
     def write_entry(self, entry: IndexEntry, group: SyncGroup) -> None:
@@ -487,10 +522,30 @@ class _StreamWriter:
             if b > floor:
                 carried.add_range(max(a, floor), b)
         dropped = tuple(e for e in self.entries if e.segment in drop)
-        for m in _stable_ids(StreamIndex(self.meta, self.directory, dropped)):
-            if m >= floor:
-                carried.add(m)
+        for a, b in _received_ranges(StreamIndex(self.meta, self.directory, dropped)):
+            if b > floor:
+                carried.add_range(max(a, floor), b)
         write_atomically(self.directory / CARRIED_FILE, json.dumps(list(carried)).encode())
+
+    def roll_back(self) -> None:
+        """Forget the bytes a failed group commit wrote for this stream (I/O thread).
+
+        None of them is indexed yet: the index is cut back to the synced
+        entries, the last segment to its last indexed batch, and a segment
+        the attempt created is removed, which also gives the space back.
+        """
+        self.close()
+        index = self.directory / INDEX_FILE
+        size = len(MAGIC) + len(self.entries) * ENTRY_SIZE
+        if index.stat().st_size > size:
+            os.truncate(index, size)
+        kept = {e.segment for e in self.entries}
+        for base in segment_bases(self.directory):
+            if base not in kept:
+                (self.directory / segment_name(base)).unlink()
+        if self.entries:
+            last = self.entries[-1]
+            os.truncate(self.directory / segment_name(last.segment), last.position + last.length)
 
     def close(self) -> None:
         """Release the stream's files (it reopens them on its next write)."""
@@ -502,10 +557,23 @@ class _StreamWriter:
             self._index_fd = -1
 
 
-def _stable_ids(view: StreamIndex) -> Iterator[int]:
-    """Every stable message id among a view's records."""
-    for batch in view.read(view.earliest, view.end):
-        yield from batch.column("message_id").filter(batch.column("stable")).to_pylist()
+def _received_ranges(view: StreamIndex) -> Iterator[tuple[int, int]]:
+    """The stable message ids among a view's records, as ``[a, b)`` ranges.
+
+    Reading them checks every batch's checksum (this is how opening the log
+    verifies what it keeps). A corrupt batch's ids cannot be read: it is
+    reported once, and the ids between the points of reference before and
+    after it count as received, which covers all of them in an ORDERED
+    stream; an unordered stream's ids above that point may be taken again.
+    """
+    corrupt: list[BatchCorrupt] = []
+    for batch in view.read(view.earliest, view.end, on_corrupt=corrupt.append):
+        for m in batch.column("message_id").filter(batch.column("stable")).to_pylist():
+            yield m, m + 1
+    for c in corrupt:
+        record_corrupt(c)
+        logger.error("aqueduct log: %s; the records are lost to readers (see docs/reliability.md)", c)
+        yield c.entry.reference_before, c.entry.reference_after
 
 
 def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
@@ -516,6 +584,8 @@ def _recover_stream(directory: Path) -> tuple[StreamMeta, list[IndexEntry]]:
     size = index_path.stat().st_size if index_path.exists() else 0
     if valid < len(MAGIC):
         write_atomically(index_path, MAGIC)
+    elif not is_current(index_path):  # written before checksums: their batches stay unchecked
+        rewrite_index(index_path, entries)
     elif size > valid:
         with open(index_path, "r+b") as f:
             f.truncate(valid)
@@ -582,9 +652,19 @@ class DurableLog:
         self._opened: OrderedDict[int, _StreamWriter] = OrderedDict()
         #: connector -> its stream ids: a HELLO's OK must not scan every stream of the log
         self._by_connector: dict[str, set[int]] = {}
+        #: batches of a group commit that found the disk full, written first by the next (I/O thread)
+        self._held: list[tuple[_StreamWriter, _Sealed]] = []
+        #: why the log stopped writing (a failed sync), or None (I/O thread)
+        self._failed: str | None = None
         for d in sorted((self.path / STREAMS_DIR).iterdir()):
             if d.is_dir() and d.name.isdigit() and (d / META_FILE).exists():
-                meta, entries = _recover_stream(d)
+                try:
+                    meta, entries = _recover_stream(d)
+                except IndexCorrupt as e:  # cutting it would drop acknowledged batches: stop here
+                    self._io.shutdown()
+                    self._changes.close()
+                    os.close(self._lock_fd)
+                    raise LogError(f"log {str(self.path)!r} stream {d.name}: {e}; nothing was cut") from None
                 writer = self._streams[meta.stream_id] = _StreamWriter(d, meta, entries, self._pending)
                 writer.check_files()
                 self._by_connector.setdefault(meta.connector, set()).add(meta.stream_id)
@@ -624,7 +704,8 @@ class DurableLog:
         records before it were single-message epochs. ``boundaries=True``
         declares it up front, so that even the first epoch stays whole.
         """
-        _check_int64("stream id", stream_id)
+        if not 0 <= stream_id <= MAX_UINT64:
+            raise LogError(f"stream id {stream_id} is outside 0..2**64-1")
         s = self._streams.get(stream_id)
         meta = StreamMeta(stream_id, stream_name, connector, mode)
         files: Callable[[], None] | None = None
@@ -801,7 +882,7 @@ class DurableLog:
         pending = sorted(self._pending, key=lambda s: s.meta.stream_id)
         self._pending.clear()
         sealed = [(s, part) for s in pending if (part := s.seal(now_us)) is not None]
-        if not sealed:
+        if not sealed and not self._held:
             nothing: Future[dict[int, int]] = Future()
             nothing.set_result({})
             return nothing
@@ -813,12 +894,40 @@ class DurableLog:
         Streams are written ``max_open_streams`` at a time, so a group
         commit touching 10,000 streams never holds 10,000 segments and
         indexes open at once (the process's descriptor limit).
+
+        Batches held from a commit that found the disk full go first (a
+        stream's batches stay in order). Out of space again, the rest is
+        held for the next commit and :class:`LogFull` raised; any other
+        failure makes the log :class:`LogFailed` for good.
         """
+        if self._failed is not None:
+            raise LogFailed(self._failed)
+        sealed, self._held = self._held + sealed, []
         ends: dict[int, int] = {}
         step = self.max_open_streams
         for i in range(0, len(sealed), step):
-            ends |= self._write_some(sealed[i : i + step])
+            part = sealed[i : i + step]
+            try:
+                ends |= self._write_some(part)
+            except OSError as exc:
+                self._held = sealed[i:]
+                self._give_up_on(part, exc)
         return ends
+
+    def _give_up_on(self, part: list[tuple[_StreamWriter, _Sealed]], exc: OSError) -> None:
+        """Cut off what the failed step wrote and raise what it means (I/O thread)."""
+        what = f"log {str(self.path)!r}: group commit failed: {exc.strerror or exc}"
+        if exc.errno in NO_ROOM:
+            try:
+                for s in dict.fromkeys(s for s, _ in part):
+                    self._opened.pop(s.meta.stream_id, None)
+                    s.roll_back()
+            except OSError as cut:
+                self._failed = f"{what}; then cutting it off failed: {cut.strerror or cut}"
+                raise LogFailed(self._failed) from None
+            raise LogFull(f"{what}; {sum(len(p.pending.payload) for _, p in self._held)} records held, not durable yet") from None
+        self._failed = f"{what} (errno {exc.errno}): what was written since the last good sync may not be durable"
+        raise LogFailed(self._failed) from None
 
     def _write_some(self, sealed: list[tuple[_StreamWriter, _Sealed]]) -> dict[int, int]:
         opened = self._opened
@@ -935,4 +1044,4 @@ class DurableLog:
         self.close()
 
 
-__all__ = ["DurableLog", "DuplicateMessage", "LogError", "LogLocked"]
+__all__ = ["DurableLog", "DuplicateMessage", "LogError", "LogFailed", "LogFull", "LogLocked"]

@@ -50,5 +50,21 @@ STORED_SCHEMA: pa.Schema = pa.schema(
     ]
 )
 
-#: Largest id/time the log accepts: Spark's ``long`` is signed 64-bit.
+#: Largest message id/event time the log accepts: Spark's ``long`` is signed 64-bit.
 MAX_INT64 = (1 << 63) - 1
+
+#: Largest stream id the log accepts: the whole unsigned 64-bit range of the wire.
+MAX_UINT64 = (1 << 64) - 1
+
+
+def spark_stream_id(stream_id: int) -> int:
+    """The ``stream_id`` column's value for a stream id: its 64 bits read as a signed long.
+
+    Stream ids are unsigned 64-bit numbers on the wire (Wallaroo's released
+    client takes them from a name's SHA-256, so half are 2^63 or more);
+    Spark has only a signed long. Two's complement keeps every id distinct
+    and reversible: ids below 2^63 are themselves, the others come out
+    negative (``id - 2**64``); ``stream_id + 2**64`` (or ``& 0xFFFF_FFFF_FFFF_FFFF``
+    on the 64 bits) gives the wire id back.
+    """
+    return stream_id - (1 << 64) if stream_id > MAX_INT64 else stream_id

@@ -6,14 +6,23 @@ is a valid Arrow IPC stream (without the optional end-of-stream marker),
 so ordinary Arrow tools can open it; but the log never scans it: the
 index says where each batch starts and how long it is, so a reader
 memory-maps the file and decodes exactly the indexed bytes, zero-copy.
+
+Each batch's CRC32C (the checksum Kafka stores per record batch) is taken
+when it is written and kept in its index entry; every read checks it
+before decoding, so a byte changed on disk is reported as
+:class:`BatchCorrupt`, naming where, and never returned. CRC32C and not
+``zlib.crc32``: the ``crc32c`` package uses the CPU's CRC instruction
+(about 22 GB/s here against zlib's 2.3 GB/s; ``bench/checksum_cost.py``
+measures what it adds to ingest and reads).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import crc32c
 import pyarrow as pa
 
 from aqueduct.bridge.storage.durability import SyncGroup
@@ -39,6 +48,31 @@ def segment_bases(directory: Path) -> list[int]:
         if stem.isdigit():
             bases.append(int(stem))
     return sorted(bases)
+
+
+class BatchCorrupt(Exception):
+    """A stored batch's bytes do not match the checksum written with them."""
+
+    def __init__(self, directory: Path, entry: IndexEntry, found: int) -> None:
+        self.directory = directory
+        self.entry = entry
+        log = directory.parent.parent
+        super().__init__(
+            f"log {str(log)!r} stream {directory.name} records [{entry.first_offset}, "
+            f"{entry.end_offset}) are corrupt: the batch at byte {entry.position} of segment "
+            f"{segment_name(entry.segment)} fails its CRC32C check (stored {entry.checksum:#010x}, "
+            f"read {found:#010x})"
+        )
+
+    @property
+    def records(self) -> tuple[int, int]:
+        """The offset range ``[first, end)`` of the records lost with the batch."""
+        return self.entry.first_offset, self.entry.end_offset
+
+
+def checksum(data: bytes | memoryview | pa.Buffer) -> int:
+    """The CRC32C a batch's index entry carries."""
+    return crc32c.crc32c(data)
 
 
 def write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
@@ -79,13 +113,13 @@ class SegmentWriter:
             self.size = valid_length
         os.lseek(self._fd, self.size, os.SEEK_SET)
 
-    def append(self, batch: pa.RecordBatch) -> tuple[int, int]:
-        """Write a batch (not yet durable); return its (position, length)."""
+    def append(self, batch: pa.RecordBatch) -> tuple[int, int, int]:
+        """Write a batch (not yet durable); return its (position, length, checksum)."""
         message = batch.serialize()
         position = self.size
         write_all(self._fd, message)
         self.size += message.size
-        return position, message.size
+        return position, message.size, checksum(message)
 
     def sync(self) -> None:
         """Make every appended batch durable (and the file itself, if just created)."""
@@ -111,12 +145,18 @@ class SegmentWriter:
 
 
 def read_batches(
-    directory: Path, entries: Sequence[IndexEntry], start: int, end: int
+    directory: Path,
+    entries: Sequence[IndexEntry],
+    start: int,
+    end: int,
+    on_corrupt: Callable[[BatchCorrupt], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the stored records with offsets in ``[start, end)``, in order.
 
     ``entries`` are the index entries covering that range. Each segment is
-    memory-mapped once; batches are sliced, never copied.
+    memory-mapped once; batches are sliced, never copied. A batch whose
+    checksum fails raises :class:`BatchCorrupt`, or, given ``on_corrupt``,
+    is passed to it and skipped (the caller counts the loss).
     """
     mapped: tuple[int, pa.Buffer] | None = None
     for e in entries:
@@ -127,5 +167,12 @@ def read_batches(
             # The buffer keeps the mapping alive after the file object is closed.
             with pa.memory_map(str(directory / segment_name(e.segment))) as mm:
                 mapped = (e.segment, mm.read_buffer())
-        batch = pa.ipc.read_record_batch(mapped[1].slice(e.position, e.length), STORED_SCHEMA)
+        stored = mapped[1].slice(e.position, e.length)
+        if e.checksum is not None and (found := checksum(stored)) != e.checksum:
+            corrupt = BatchCorrupt(directory, e, found)
+            if on_corrupt is None:
+                raise corrupt
+            on_corrupt(corrupt)
+            continue
+        batch = pa.ipc.read_record_batch(stored, STORED_SCHEMA)
         yield batch.slice(lo - e.first_offset, hi - lo)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeReader
 from aqueduct.bridge.storage.index import IndexEntry, read_entries
-from aqueduct.bridge.storage.segment import read_batches
+from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
 from aqueduct.wire.modes import Mode
 
 FORMAT_FILE = "FORMAT"
@@ -128,9 +128,15 @@ class StreamIndex:
         hi = self._entry_index(end - 1)
         return list(self.entries[lo : hi + 1])
 
-    def read(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        """Stored-schema batches of the records with offsets in ``[start, end)``."""
-        return read_batches(self.directory, self.entries_between(start, end), start, end)
+    def read(
+        self, start: int, end: int, on_corrupt: Callable[[BatchCorrupt], None] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Stored-schema batches of the records with offsets in ``[start, end)``.
+
+        A batch failing its checksum raises :class:`BatchCorrupt` (or goes
+        to ``on_corrupt``, see :func:`read_batches`).
+        """
+        return read_batches(self.directory, self.entries_between(start, end), start, end, on_corrupt)
 
     def _column_at(self, name: str, offset: int) -> int:
         e = self.entries[self._entry_index(offset)]
@@ -142,11 +148,18 @@ class StreamIndex:
 
         An ACK carrying it tells the producer that all it sent below that
         point is safe, which is exactly true once Spark committed every
-        record below ``offset``.
+        record below ``offset``. At a batch's end the index answers; inside
+        a corrupt batch, the point before it (never more than is safe).
         """
         if offset == self.earliest:
             return self.entries[0].reference_before if self.entries else 0
-        return self._column_at("reference", offset - 1)
+        e = self.entries[self._entry_index(offset - 1)]
+        if offset == e.end_offset:
+            return e.reference_after
+        try:
+            return self._column_at("reference", offset - 1)
+        except BatchCorrupt:
+            return e.reference_before
 
     def epoch_at(self, offset: int) -> int:
         """Epoch number of the record at ``offset``."""

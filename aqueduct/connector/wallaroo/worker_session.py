@@ -14,7 +14,11 @@ seed protocol is settled here, at the edge:
   every point crossing this module, and nothing else sees a v3 point.
 * **NOTIFY_ACK.** OK carries no points; each NOTIFY is answered with the
   higher of the worker's durable point (looked up at HELLO) and the
-  connector's own, which is also where the ingest resumes the stream.
+  connector's own, which is also where the ingest resumes the stream. The
+  answer waits for the sink: :meth:`WallarooSession.stream_opened` sends
+  success 1, :meth:`WallarooSession.refuse_stream` success 0 (say, a stream
+  another connector owns), and the connection goes on with its other
+  streams, as v3 allows.
 * **Records.** :func:`_record` is the one place a v3 MESSAGE becomes the
   ingest's record type; EOS_MESSAGE becomes an EOS BOUNDARY record.
 * **Credits.** EOS_MESSAGE costs the connector nothing, but the ingest
@@ -149,6 +153,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._owed = 0  # credits the ingest will return for EOS records, which cost none
         self._run: _Run | None = None  # records of one stream received back to back
+        self._unanswered: dict[int, int] = {}  # NOTIFYs the sink has not opened yet: stream -> point
 
     # ------------------------------------------------------------ inputs
 
@@ -231,7 +236,25 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         self._unpersisted += 1
         self._flush()  # records of other streams before it come first
         self._events.append(StreamNotified(sid, notify.stream_name, point))
-        self._out += encode(NotifyAck(True, sid, to_v3(point)))
+        self._unanswered[sid] = point
+
+    def stream_opened(self, stream_id: int) -> None:
+        """The sink opened a NOTIFYed stream: answer NOTIFY_ACK success 1 with its point."""
+        point = self._unanswered.pop(stream_id, None)
+        if point is not None and not self.ended:
+            self._out += encode(NotifyAck(True, stream_id, to_v3(point)))
+
+    def refuse_stream(self, stream_id: int, reason: str) -> list[WorkerEvent]:
+        """The sink refuses a NOTIFYed stream: NOTIFY_ACK success 0; the other streams go on.
+
+        v3 refuses one stream this way (the connector must not send on
+        it); ``reason`` has no place in the frame, the sink logs it.
+        """
+        self._unanswered.pop(stream_id, None)
+        if not self.ended:
+            self.streams.pop(stream_id, None)  # its MESSAGEs are refused as for a stream never opened
+            self._out += encode(NotifyAck(False, stream_id, NO_POINT))
+        return []
 
     def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
         stream = self.streams.get(frame.stream_id)

@@ -101,6 +101,10 @@ class WorkerPeer:
         """End the session with ERROR ``reason``."""
         await self._deliver(self.session.fail(reason))
 
+    async def refuse_stream(self, stream_id: int, reason: str) -> None:
+        """Refuse one NOTIFYed stream: per stream where the protocol can (Wallaroo v3), else ERROR."""
+        await self._deliver(self.session.refuse_stream(stream_id, reason))
+
     # ------------------------------------------------------------ transport -> session
 
     async def receive_data(self, data: bytes) -> None:
@@ -139,6 +143,8 @@ class WorkerPeer:
             if isinstance(event, SessionEnded) and self.end_reason is None:
                 self.end_reason = event.reason
             await self.sink.handle(self, event)
+            if isinstance(event, StreamNotified):
+                self.session.stream_opened(event.stream_id)  # unless the sink refused it meanwhile
         self._wake.set()
 
     async def _write_loop(self) -> None:

@@ -1,0 +1,72 @@
+"""The test's side of ``small_disk_bridge.py``: start it, ask it things, stop it (by its own pid)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+TIMEOUT = 60.0  # only turns a hang into a failure
+
+
+def namespace_refusal(directory: Path) -> str | None:
+    """Why this machine cannot mount a private tmpfs at ``directory`` (None if it can)."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    probe = subprocess.run(
+        ["unshare", "-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(directory)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip() or probe.returncode}"
+    return None
+
+
+class IngestChild:
+    """``small_disk_bridge.py`` in a subprocess, spoken to over stdin/stdout; its log lines in a file."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, ports: list[int]) -> None:
+        self.proc, self.ports = proc, ports
+
+    @classmethod
+    async def start(cls, args: Sequence[str], stderr: Path, prefix: Sequence[str] = ()) -> IngestChild:
+        argv = [*prefix, sys.executable, "-m", "tests.reliability.small_disk_bridge", *args]
+        with stderr.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err
+            )
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
+        assert line.startswith("PORT "), line + stderr.read_text()[-2000:]
+        return cls(proc, [int(p) for p in line.split()[1:]])
+
+    async def ask(self, command: str) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command.encode() + b"\n")
+        await self.proc.stdin.drain()
+        return json.loads(await asyncio.wait_for(self.proc.stdout.readline(), TIMEOUT))
+
+    async def until(self, what: str, check: Callable[[dict], object]) -> dict:
+        """Poll ``report`` (bounded) until ``check(report)`` holds."""
+        report: dict = {}
+        for _ in range(int(TIMEOUT / 0.05)):
+            report = await self.ask("report")
+            if check(report):
+                return report
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"timed out waiting for {what}: {report}")
+
+    async def stop(self) -> list[tuple[int, int]]:
+        """Stop it; every stored (stream, message id) of data records."""
+        final = await self.ask("stop")
+        assert await asyncio.wait_for(self.proc.wait(), TIMEOUT) == 0
+        return [(s, m) for s, m in final["stored"]]
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()

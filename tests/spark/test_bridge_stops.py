@@ -1,0 +1,78 @@
+"""Clean stops: SIGTERM to the bridge's whole process group, or its Spark JVM ending first.
+
+A service manager (systemd, a container runtime) stops a service by
+signalling its process group, or every process of the unit. The bridge
+must then exit 0 with one line saying what happened and no traceback,
+everything it acked durable, and leave no process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from demo.producer import produce
+from demo.verify import verify_output
+from demo.workload import Workload
+from tests.spark.test_bridge_kill import TIMEOUT, _bridge_command, _free_port, _until
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+async def _serve_and_deliver(tmp: Path) -> tuple[asyncio.subprocess.Process, list[psutil.Process]]:
+    """A bridge leading its own process group (as under systemd), with a workload delivered and acked."""
+    port = _free_port()
+    with open(tmp / "bridge.log", "wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            *_bridge_command(port, tmp), stdout=log, stderr=log, start_new_session=True
+        )
+    workload = Workload(producers=1, streams=2, events=200, epoch=20)
+    for _ in range(int(TIMEOUT / 0.2)):  # listening (Spark may still be starting)
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            break
+        assert proc.returncode is None, (tmp / "bridge.log").read_text()[-3000:]
+        await asyncio.sleep(0.2)
+    await produce(f"tcp://127.0.0.1:{port}", workload, 0, timeout=TIMEOUT)  # every message acked
+    await _until(lambda: verify_output(tmp / "out", workload.expected()).ok, "every row in the sink")
+    return proc, psutil.Process(proc.pid).children(recursive=True)
+
+
+async def _ends_cleanly(proc: asyncio.subprocess.Process, tree: list[psutil.Process], log: Path) -> str:
+    try:
+        assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
+        _, alive = await asyncio.to_thread(psutil.wait_procs, tree, timeout=30)
+        assert not alive, f"processes outlived the bridge: {alive}"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    return text
+
+
+async def test_sigterm_to_the_process_group_stops_the_bridge_cleanly(tmp_path: Path) -> None:
+    proc, tree = await _serve_and_deliver(tmp_path)
+    assert any("java" in p.name() for p in tree)  # its JVM: in a session of its own, untouched by the signal
+    os.killpg(proc.pid, signal.SIGTERM)
+    text = await _ends_cleanly(proc, tree, tmp_path / "bridge.log")
+    assert "aqueduct-bridge: SIGTERM: stopped in " in text and ", everything acked is durable" in text
+
+
+async def test_the_jvm_ending_first_from_a_stop_signal_stops_the_bridge_cleanly(tmp_path: Path) -> None:
+    proc, tree = await _serve_and_deliver(tmp_path)
+    (jvm,) = [p for p in tree if "java" in p.name()]
+    jvm.send_signal(signal.SIGTERM)  # a unit stop that signals every process, the JVM first
+    text = await _ends_cleanly(proc, tree, tmp_path / "bridge.log")
+    assert "aqueduct-bridge: Spark's JVM ended by SIGTERM (exit status 143): stopped in " in text
