@@ -49,7 +49,7 @@ def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
 
     with DurableLog(path) as log:
         log.open_stream(1, "bench", "overhead/1")
-        per_tick, next_id, tick = max(1, rate // 10), 0, time.monotonic()
+        per_tick, next_id, tick = rate // 10, 0, time.monotonic()
         while not stop.is_set():
             for _ in range(per_tick):
                 log.append(Record.build(1, b"x" * 100, message_id=next_id))
@@ -65,8 +65,8 @@ def _fill_files(path: Path, rate: int, stop: threading.Event) -> None:
     import pyarrow.parquet as pq
 
     path.mkdir(parents=True, exist_ok=True)
-    per_tick, next_id, tick, n = max(1, rate // 10), 0, time.monotonic(), 0
-    while not stop.is_set():
+    per_tick, next_id, tick, n = rate // 10, 0, time.monotonic(), 0
+    while per_tick and not stop.is_set():
         ids = pa.array(range(next_id, next_id + per_tick), pa.int64())
         table = pa.table({
             "stream_id": pa.repeat(pa.scalar(1, pa.int64()), per_tick),
@@ -94,7 +94,10 @@ def _stop_between_triggers(query: Any, wait: float = 5.0) -> None:
     query.stop()
 
 
-def measure(spark: Any, source: str, rate: int, warmup: float, seconds: float) -> dict[str, Any]:
+def measure(
+    spark: Any, source: str, rate: int, warmup: float, seconds: float, trigger: str = "1 second",
+    idle_wait: str = "0",
+) -> dict[str, Any]:
     """One query: cores used and median addBatch over ``seconds`` after ``warmup``."""
     stop = threading.Event()
     with tempfile.TemporaryDirectory(prefix="aqueduct-spark-overhead-") as tmp:
@@ -112,12 +115,15 @@ def measure(spark: Any, source: str, rate: int, warmup: float, seconds: float) -
             filler.start()
             while not (work / "log" / "streams").exists():
                 time.sleep(0.05)
-            frame = spark.readStream.format("aqueduct").option("log", str(work / "log")).load()
+            frame = (
+                spark.readStream.format("aqueduct").option("log", str(work / "log"))
+                .option("idleWait", idle_wait).load()
+            )  # fmt: skip
         query = (
             frame.writeStream.format("parquet")
             .option("path", str(work / "out"))
             .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(processingTime="1 second")
+            .trigger(processingTime=trigger)
             .start()
         )
         try:
@@ -149,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="10,20000", help="records per second to try (default: %(default)s)")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds before measuring (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured (default: %(default)s)")
+    parser.add_argument("--trigger", default="1 second", help="processingTime of every query (default: %(default)s)")
+    parser.add_argument("--idle-wait", default="0", help="the aqueduct source's idleWait (default: %(default)s)")
     parser.add_argument("--sources", default=",".join(SOURCES), help="sources to measure (default: %(default)s)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
@@ -166,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'source':<10} {'rec/s':>7} {'batches':>7} {'rows':>9} {'cores':>6} {'CPU us/rec':>10} {'addBatch p50 ms':>16}")
         for rate in rates:
             for source in args.sources.split(","):
+                if rate == 0 and source == "rate":
+                    continue  # the rate source needs rows; idle, the file source is Spark's own
                 print(f"measuring {source} source at {rate} rec/s ...", file=sys.stderr, flush=True)
-                r = measure(spark, source, rate, args.warmup, args.seconds)
+                r = measure(spark, source, rate, args.warmup, args.seconds, args.trigger, args.idle_wait)
                 results.append(r)
                 print(
                     f"{r['source']:<10} {r['rate']:>7} {r['batches']:>7} {r['rows']:>9} "

@@ -63,9 +63,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
-WATCHDOG_INTERVAL = 2.0
+WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
 COMMIT_LOG_POLL = 0.005  # seconds between looks at Spark's commit log while records wait for a commit
-COMMIT_LOG_IDLE = 0.05  # seconds between looks at whether records wait at all  # seconds between checks that the Spark query is alive
+COMMIT_LOG_IDLE = 0.05  # seconds between looks at whether records wait at all
 TLS_DIR = "tls"  # where generated certificates go inside the log directory
 
 
@@ -417,9 +417,9 @@ class Bridge:
         """Ack from Spark's commit log the moment a batch committed (the earliest signal).
 
         Looks every :data:`COMMIT_LOG_POLL` seconds while records wait for
-        a commit (one ``stat``), not at all while nothing does. The
-        listener stays installed: whichever signal comes first acks, the
-        other finds nothing left to advance.
+        a commit (one ``stat``), not at all while nothing does. Such a
+        query has no listener (see :meth:`_start_query`); the commit
+        files' safety net still runs.
         """
         assert self.ingest is not None
         while True:
