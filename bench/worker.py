@@ -48,6 +48,7 @@ ROLES: dict[str, str] = {
     "connector.tcp": "bench.connector_ingest",
     "bridge.e2e": "bench.bridge_bench",
     "bridge.memory": "bench.bridge_bench",
+    "latency.bridge": "bench.latency",
 }
 
 

@@ -126,3 +126,21 @@ def test_unknown_benchmark_name_is_refused_with_the_known_names(tmp_path):
     proc = run_module("bench.run", "--only", "nope")
     assert proc.returncode == 2
     assert "unknown benchmark(s): nope" in proc.stderr and "ordered_small" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_latency_benchmark_quick_mode_reports_ours_beside_sparks_floor(tmp_path):
+    out = tmp_path / "latency.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.latency", "--quick", "--rates", "200", "--seconds", "0.5",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    [row] = doc["rates"]
+    assert row["rate"] == 200 and row["ours"]["acked"] == row["ours"]["sent"] > 0
+    assert row["ours"]["p50_ms"] > 0 and row["floor"]["batches"] > 0 and row["p50_ratio"] > 0
+    assert doc["first_ack_s"] > 0 and row["budget"]["records"] > 0
+    assert "Spark rate-source micro-batch" in proc.stdout and "waiting for a trigger" in proc.stdout

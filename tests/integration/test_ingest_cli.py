@@ -27,7 +27,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     [
         ((), ["serve", "status", "consumers"]),
         (("serve",), ["--quic", "--tcp", "--wallaroo-tcp", "--log", "--cookie", "--cert", "--master", "--sink",
-                      "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval",
+                      "--output", "--checkpoint", "--max-records-per-trigger", "--trigger-interval", "--idle-wait",
                       "--max-lag", "--credit-budget", "--pipeline", "--query-name", "--segment-bytes",
                       "--max-consumer-lag", "--spark-start-timeout"]),
         (("status",), ["--log", "--json"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,7 @@ def test_bad_batch_reads_are_refused(log: DurableLog, options: dict, message: st
         ({"minRecordsPerTrigger": "5", "maxTriggerDelay": "soon"}, "maxTriggerDelay must be a duration"),
         ({"maxTriggerDelay": "5s"}, "maxTriggerDelay only applies with minRecordsPerTrigger"),
         ({"minPartitions": "0"}, "minPartitions must be a positive integer, got '0'"),
+        ({"idleWait": "a while"}, "idleWait must be a duration such as '500ms'"),
         ({"streams": "1,two"}, "streams must be stream ids separated by commas"),
         ({"streamPattern": "("}, "streamPattern '\\(' is not a regular expression"),
         ({"streams": "1", "streamPattern": "x"}, "streams and streamPattern exclude each other"),
@@ -152,6 +154,32 @@ def test_min_records_waits_for_more_until_the_delay_passes(log: DurableLog) -> N
     assert sum(r.latestOffset(end, ReadAllAvailable()).values()) == 36  # ...but not past the delay
     r.prepareForTriggerAvailableNow()  # AvailableNow never waits: it would stop short
     assert r.latestOffset(start, ReadAllAvailable()) != start
+
+
+def test_idle_wait_answers_as_soon_as_a_group_commit_lands_and_gives_up_after_the_wait(
+    log: DurableLog,
+) -> None:
+    fill(log, epochs=1)
+    r = stream_reader(log, idleWait="5s")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert sum(end.values()) == 12  # data waiting: no wait at all
+    timer = threading.Timer(0.2, fill, args=(log,), kwargs={"epochs": 1, "after": 1})
+    timer.start()
+    began = time.monotonic()
+    later = r.latestOffset(end, ReadAllAvailable())
+    timer.join()
+    assert sum(later.values()) == 24 and time.monotonic() - began < 4  # woke on the commit
+    r = stream_reader(log, idleWait="300ms")
+    start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    began = time.monotonic()
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # nothing came: same offsets
+    assert time.monotonic() - began >= 0.3
+
+
+def test_idle_wait_is_a_streaming_option(log: DurableLog) -> None:
+    with pytest.raises(AqueductOptionError, match="idleWait only apply to streaming queries"):
+        source(log, idleWait="1s").reader(SPARK_STRUCT)
 
 
 def test_a_stream_filter_reads_and_registers_only_what_it_selects(log: DurableLog) -> None:

@@ -56,6 +56,13 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     from aqueduct.bridge.app.service import BridgeConfig
 
@@ -119,8 +126,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="cap on records per micro-batch, spent in whole epochs (default: no cap)",
     )
     p.add_argument(
-        "--trigger-interval", type=positive_float, metavar="SECONDS",
-        default=d["trigger_interval"].default, help="micro-batch interval (default: %(default)s)",
+        "--trigger-interval", type=non_negative_float, metavar="SECONDS",
+        default=d["trigger_interval"].default,
+        help="micro-batch interval; 0 starts the next one as soon as data is durable and the "
+        "previous one committed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--idle-wait", type=non_negative_float, metavar="SECONDS", default=d["idle_wait"].default,
+        help="how long a trigger that finds no new data waits for some before it ends; the idle "
+        "query then plans only this often (default: %(default)s)",
     )
     p.add_argument(
         "--credits", type=positive_int, default=d["credits"].default, metavar="N",
@@ -329,6 +343,7 @@ def _serve(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint or args.output / "_checkpoint",
         max_records_per_trigger=args.max_records_per_trigger,
         trigger_interval=args.trigger_interval,
+        idle_wait=args.idle_wait,
         credits=args.credits,
         credit_budget=args.credit_budget,
         memory_budget=args.memory_budget,

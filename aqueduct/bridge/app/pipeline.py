@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class PipelineError(RuntimeError):
@@ -37,9 +37,14 @@ def load_pipeline(spec: str) -> Callable[[Any], Any]:
     return function
 
 
-def start_pipeline(
-    spec: str, df: Any, *, query_name: str, checkpoint: Path
-) -> Any:
+class StartedPipeline(NamedTuple):
+    """The pipeline's running query, and the checkpoint the bridge gave it (None: its own)."""
+
+    query: Any
+    checkpoint: Path | None
+
+
+def start_pipeline(spec: str, df: Any, *, query_name: str, checkpoint: Path) -> StartedPipeline:
     """Run the user's ``build(df)`` and return the started ``StreamingQuery``."""
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -49,11 +54,11 @@ def start_pipeline(
     except Exception as exc:  # noqa: BLE001 - reported with the pipeline's name
         raise PipelineError(f"--pipeline {spec} raised {exc!r}") from exc
     if isinstance(result, StreamingQuery):
-        return result
+        return StartedPipeline(result, None)
     if isinstance(result, DataStreamWriter):
         writer = result.queryName(query_name).option("checkpointLocation", str(checkpoint))
         try:
-            return writer.start()
+            return StartedPipeline(writer.start(), checkpoint)
         except Exception as exc:  # noqa: BLE001 - e.g. a sink option Spark rejects
             raise PipelineError(f"--pipeline {spec}: starting its query failed: {exc}") from exc
     raise PipelineError(
@@ -69,7 +74,7 @@ def start_sink(
     writer = (
         df.writeStream.queryName(query_name)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{trigger_interval} seconds")
+        .trigger(processingTime=trigger_option(trigger_interval))
     )
     if sink == "parquet":
         writer = writer.format("parquet").option("path", str(output_dir))
@@ -78,6 +83,11 @@ def start_sink(
     else:
         writer = writer.format("memory")
     return writer.start()
+
+
+def trigger_option(interval: float) -> str:
+    """Spark's ``processingTime`` for a trigger interval in seconds."""
+    return f"{interval:g} seconds"
 
 
 def local_session(

@@ -17,8 +17,11 @@
    :class:`~aqueduct.bridge.ingest.positions.ConsumerPositions`, which has the
    ingest ACK producers (once every ack consumer committed) and truncate
    the log (below what every registered consumer needs). The prompt signal
-   is a ``StreamingQueryListener`` in this (driver) process; its callback
-   runs on a py4j thread, so it only hops onto the event loop. The safety
+   for the query the bridge starts is Spark's commit log in its checkpoint
+   (:mod:`aqueduct.bridge.app.commit_log`), polled on the loop; for queries
+   started elsewhere it is a ``StreamingQueryListener`` in this (driver)
+   process, whose callback runs on a py4j thread and only hops onto the
+   event loop. The safety
    net is each consumer's commit file, polled: it covers batches committed
    while no listener was watching (before a restart, or in another Spark
    application) and lost callbacks.
@@ -42,6 +45,7 @@ from typing import Any, TypeVar
 
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
 from aqueduct.bridge.app.commit_listener import install_commit_listener
+from aqueduct.bridge.app.commit_log import CheckpointCommits
 from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.app.pipeline import PipelineError
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -63,6 +67,8 @@ T = TypeVar("T")
 SAFETY_NET_INTERVAL = 2.0  # seconds between reads of the consumers' commit files
 WATCHDOG_INTERVAL = 2.0  # seconds between checks that the Spark query is alive
 JVM_EXIT_WAIT = 5.0  # seconds a stopped query's JVM gets to show whether it is exiting
+COMMIT_LOG_POLL = 0.005  # seconds between looks at Spark's commit log while records wait for a commit
+COMMIT_LOG_IDLE = 0.05  # seconds between looks at whether records wait at all
 TLS_DIR = "tls"  # where generated certificates go inside the log directory
 
 
@@ -85,7 +91,10 @@ class BridgeConfig:
     output_dir: Path = Path("aqueduct-output")
     checkpoint_dir: Path | None = None
     max_records_per_trigger: int | None = None
-    trigger_interval: float = 1.0
+    #: seconds between micro-batch starts; 0: the next starts once data is durable and the last committed
+    trigger_interval: float = 0.0
+    #: seconds a trigger finding no new data waits for some (the source's ``idleWait``)
+    idle_wait: float = 0.25
     credits: int = WorkerConfig().initial_credits
     max_lag: int = IngestConfig().max_lag
     credit_budget: int | None = None  # credits all sessions together may hold (None: credits each)
@@ -195,6 +204,8 @@ class Bridge:
         self.wallaroo_address: tuple[str, int] | None = None
         self.cafile: Path | None = None
         self.metrics: MetricsServer | None = None
+        self.query_started_at: float | None = None  # wall time the bridge asked Spark to start its query
+        self._commit_log: CheckpointCommits | None = None  # the query's commit log, when the bridge set it
 
     # ------------------------------------------------------------ lifecycle
 
@@ -237,6 +248,8 @@ class Bridge:
             await self._start_listeners()
             await self._spark_step(self._start_query, deadline)
             self._spawn(self._watchdog(), "query-watchdog")
+            if self._commit_log is not None:
+                self._spawn(self._follow_commit_log(self._commit_log), "commit-log")
         self._spawn(self._safety_net(), "commit-file")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -361,15 +374,22 @@ class Bridge:
             ) from None
 
     def _prepare_spark(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Create/reuse the session and install the commit listener (py4j's callback server)."""
+        """Create/reuse the session, warm it up, install the commit listener (py4j's callback server)."""
         from aqueduct.bridge.app.jvm import launch_detached_gateway, quiet_accumulator_server
         from aqueduct.bridge.app.pipeline import local_session
+        from aqueduct.bridge.app.warmup import warm_up
+        from aqueduct.bridge.source import register
 
         c = self.config
         if self._spark is None:
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self._spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self._spark)
+        register(self._spark)
+        # Before the listener exists (it would be handed the warm-up query's progress too).
+        took = warm_up(self._spark)
+        if took is not None:
+            logger.info("Spark warmed up for the first micro-batch in %.1f s", took)
         self.attach_spark(self._spark, loop)
 
     def _start_query(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -382,18 +402,27 @@ class Bridge:
             self._spark.readStream.format("aqueduct")
             .option("log", str(c.log_dir))
             .option("consumer", DEFAULT_CONSUMER)
+            .option("idleWait", f"{c.idle_wait}s")
         )
         if c.max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
         df = reader.load()
+        self.query_started_at = time.time()
         if c.pipeline is not None:
-            self.query = start_pipeline(c.pipeline, df, query_name=c.query_name, checkpoint=c.checkpoint)
+            self.query, checkpoint = start_pipeline(c.pipeline, df, query_name=c.query_name, checkpoint=c.checkpoint)
         else:
-            self.query = start_sink(
+            self.query, checkpoint = start_sink(
                 df, c.sink, query_name=c.query_name, checkpoint=c.checkpoint,
                 output_dir=c.output_dir, trigger_interval=c.trigger_interval,
-            )  # fmt: skip
-        self.watch(self.query, DEFAULT_CONSUMER)
+            ), c.checkpoint  # fmt: skip
+        if checkpoint is None:
+            self.watch(self.query, DEFAULT_CONSUMER)
+        else:
+            # Spark's commit log is the earlier signal; the listener would only cost: pyspark
+            # converts every progress event field by field over py4j, on this process's core.
+            self._commit_log = CheckpointCommits(checkpoint)
+            self._spark.streams.removeListener(self._listener)
+            self._listener = None
 
     def _stop_spark(self) -> None:
         spark = self._spark
@@ -408,10 +437,27 @@ class Bridge:
 
     def _on_spark_commit(self, consumer: str, positions: dict[int, int]) -> None:
         if self.positions is not None and self.log is not None:
-            self._batches += 1
+            known = self.positions.committed.get(consumer, {})
+            if any(pos > known.get(sid, 0) for sid, pos in positions.items()):
+                self._batches += 1  # counted once, by whichever signal (commit log, listener) came first
             # Acks, trims the log and records the acked offsets for `status`
             # (the reader's commit file trails by a batch; acked.json does not).
             self.positions.on_committed(consumer, positions)
+
+    async def _follow_commit_log(self, commits: CheckpointCommits) -> None:
+        """Ack from Spark's commit log the moment a batch committed (the earliest signal).
+
+        Looks every :data:`COMMIT_LOG_POLL` seconds while records wait for
+        a commit (one ``stat``), not at all while nothing does. Such a
+        query has no listener (see :meth:`_start_query`); the commit
+        files' safety net still runs.
+        """
+        assert self.ingest is not None
+        while True:
+            waiting = self.ingest.lag > 0
+            await asyncio.sleep(COMMIT_LOG_POLL if waiting else COMMIT_LOG_IDLE)
+            if waiting and (positions := commits.poll()):
+                self._on_spark_commit(DEFAULT_CONSUMER, positions)
 
     async def _safety_net(self) -> None:
         while True:

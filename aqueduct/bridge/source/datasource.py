@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -64,6 +65,7 @@ from aqueduct.bridge.source.options import (
     parse_key,
 )
 from aqueduct.bridge.source.planning import Slice, plan_slices
+from aqueduct.bridge.storage.changes import CHANGES_FILE
 from aqueduct.bridge.storage.commits import commit_file, offsets_checksum
 from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
@@ -98,7 +100,10 @@ SPARK_STRUCT = StructType(
 
 #: Options that shape micro-batches, meaningless for a batch read.
 STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxBytesPerTrigger",
-                  "minRecordsPerTrigger", "maxTriggerDelay")  # fmt: skip
+                  "minRecordsPerTrigger", "maxTriggerDelay", "idleWait")  # fmt: skip
+
+#: Seconds between looks at the change journal while ``idleWait`` waits for new data.
+IDLE_POLL = 0.005
 
 
 class AqueductDataLoss(RuntimeError):
@@ -426,7 +431,44 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         Caught up and without limits (the common trigger), only the streams
         the log changed since the last call are looked at: the rest keep
         the positions this reader returned last time.
+
+        With ``idleWait``, a trigger that finds nothing new waits up to that
+        long for the writer's change journal to move, and answers as soon as
+        it does: under a trigger that runs back to back, a batch starts the
+        moment data is durable, and an idle query plans a few times a
+        second instead of a hundred.
         """
+        end = self._latest(start, limit)
+        wait = self.options.idle_wait
+        if wait <= 0 or end != start or self._target is not None:
+            return end
+        deadline = time.monotonic() + wait
+        while self._journals_moved(deadline):
+            end = self._latest(start, limit)
+            if end != start:
+                break
+        return end
+
+    def _journals_moved(self, deadline: float) -> bool:
+        """Wait until a log's change journal changed (True) or ``deadline`` passed (False)."""
+        def keys() -> list[tuple[int, int] | None]:
+            out = []
+            for _, path in self.options.logs:
+                try:
+                    st = os.stat(Path(path) / CHANGES_FILE)
+                    out.append((st.st_ino, st.st_size))
+                except FileNotFoundError:
+                    out.append(None)
+            return out
+
+        before = keys()
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(IDLE_POLL, left))
+            if keys() != before:
+                return True
+        return False
+
+    def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         try:
             for _, path in self.options.logs:
                 check_not_dropped(Path(path), self.options.consumer)

@@ -44,6 +44,7 @@ OPTIONS = (
     "streams",
     "streamPattern",
     "minPartitions",
+    "idleWait",
 )
 
 #: The Kafka source's names for options that mean the same here (offsets are records).
@@ -145,6 +146,7 @@ class SourceOptions:
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY  # seconds
     reads: StreamSelection = ALL_STREAMS
     min_partitions: int | None = None
+    idle_wait: float = 0.0  # seconds latestOffset may wait for new data when there is none
     given: frozenset[str] = frozenset()  # the option names the user set, lower-cased
 
     @property
@@ -193,6 +195,7 @@ class SourceOptions:
             max_trigger_delay=_duration(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
             reads=reads,
             min_partitions=_positive_int(opts, "minPartitions"),
+            idle_wait=_duration(opts, "idleWait", 0.0),
             given=frozenset(opts),
         )
 
