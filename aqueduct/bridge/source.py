@@ -18,15 +18,18 @@ pickled into a Python worker that the driver JVM spawns for planning
 reader again into executor workers for :meth:`AqueductStreamReader.read`.
 So nothing here opens a file or socket before it is used, and every
 method re-reads the log's index (the only thing a reader trusts).
+
+Where the log is (``log``: its directory; ``bridge``: a bridge's Flight
+server, for executors that cannot see the bridge's disk) is one
+:class:`~aqueduct.bridge.log_access.LogAccess` per log; the planning here
+is the same for both.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,18 +56,12 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.admission import Limit, admit
-from aqueduct.bridge.commits import commit_file
-from aqueduct.bridge.consumers import (
-    ALL_STREAMS,
-    ConsumerError,
-    check_not_dropped,
-    register_consumer,
-)
-from aqueduct.bridge.index import write_atomically
+from aqueduct.bridge.consumers import ALL_STREAMS, ConsumerError
+from aqueduct.bridge.flight_client import BridgeCredentialError, open_bridges
 from aqueduct.bridge.lag import stored_bytes
+from aqueduct.bridge.log_access import LocalLog, LogAccess, Snapshots
 from aqueduct.bridge.planning import Slice, plan_slices
 from aqueduct.bridge.schema import SPARK_COLUMNS, SPARK_FIELDS
-from aqueduct.bridge.segment import read_batches
 from aqueduct.bridge.source_options import (
     EARLIEST,
     LATEST,
@@ -74,7 +71,7 @@ from aqueduct.bridge.source_options import (
     key_text,
     parse_key,
 )
-from aqueduct.bridge.view import LogSnapshots, StreamIndex
+from aqueduct.bridge.view import StreamIndex
 
 __all__ = [
     "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductOptionError",
@@ -190,13 +187,14 @@ class AqueductPartition(InputPartition):
         self.slices = slices
 
 
-def read_partition(partition: AqueductPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: AqueductPartition, logs: Mapping[str | None, LogAccess]) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the partition's records, BOUNDARY markers left out.
 
     A slice of a query over several logs gets the ``log`` column (its log's name).
     """
     for x in partition.slices:
-        for batch in read_batches(Path(x.directory), x.entries, x.start, x.end):
+        log = logs[x.key[0] if isinstance(x.key, tuple) else None]
+        for batch in log.read(x):
             rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
             if not rows.num_rows:
                 continue
@@ -236,7 +234,18 @@ class _LogReader:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._snapshots: list[tuple[str | None, LogSnapshots]] | None = None
+        #: each log by name (None when one): this runs on the driver, so a bridge's
+        #: credential is read here and reaches executors inside the pickled reader
+        self.logs: dict[str | None, LogAccess] = {name: LocalLog(path) for name, path in options.logs}
+        if options.bridges:
+            try:
+                self.logs |= open_bridges(
+                    options.bridges, token_file=options.bridge_token_file,
+                    token_env=options.bridge_token_env, ca_file=options.bridge_ca,
+                )  # fmt: skip
+            except BridgeCredentialError as e:
+                raise AqueductOptionError(f"aqueduct source: {e}") from None
+        self._snapshots: list[tuple[str | None, Snapshots]] | None = None
         self._selected: tuple[tuple[int, ...], dict[StreamKey, StreamIndex]] | None = None
         #: the last two offsets handed to Spark (its next start, and the start of the batch it plans)
         self._returned: list[tuple[dict[str, int], dict[StreamKey, int]]] = []
@@ -255,7 +264,7 @@ class _LogReader:
         over thousands of quiet streams costs no work per stream here.
         """
         if self._snapshots is None:
-            self._snapshots = [(name, LogSnapshots(Path(path))) for name, path in self.options.logs]
+            self._snapshots = [(name, log.snapshots()) for name, log in self.logs.items()]
         loaded = [(name, snapshots.load()) for name, snapshots in self._snapshots]
         self._note_changes()
         identity = tuple(id(streams) for _, streams in loaded)
@@ -304,13 +313,12 @@ class _LogReader:
             positions[int(k) if not qualified and k.isdigit() else parse_key(k, qualified)] = v
         return positions
 
-    def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[Path, dict[int, int]]:
-        """Positions split by log directory, with plain stream ids (what each log's files hold)."""
-        dirs = {name: Path(path) for name, path in self.options.logs}
-        split: dict[Path, dict[int, int]] = {d: {} for d in dirs.values()}
+    def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[str | None, dict[int, int]]:
+        """Positions split by log name, with plain stream ids (what each log holds)."""
+        split: dict[str | None, dict[int, int]] = {name: {} for name in self.logs}
         for k, pos in positions.items():
             name, sid = k if isinstance(k, tuple) else (None, k)
-            split[dirs[name]][sid] = pos
+            split[name][sid] = pos
         return split
 
     def _plan(
@@ -339,7 +347,7 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
         return self._plan(streams, starts, ends)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(partition)
+        return read_partition(partition, self.logs)
 
 
 class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -365,12 +373,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         """
         o = self.options
         if o.starting_offsets == "earliest":
-            for _, path in o.logs:
-                register_consumer(Path(path), o.consumer, {}, reads=o.reads)
+            for log in self.logs.values():
+                log.register(o.consumer, {}, o.reads)
         start = _positions("startingOffsets", o.starting_offsets, self._streams())
         if o.starting_offsets != "earliest":
-            for log, positions in self._per_log(start).items():
-                register_consumer(log, o.consumer, positions, reads=o.reads)
+            for name, positions in self._per_log(start).items():
+                self.logs[name].register(o.consumer, positions, o.reads)
         return _offsets(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -414,8 +422,8 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         the positions this reader returned last time.
         """
         try:
-            for _, path in self.options.logs:
-                check_not_dropped(Path(path), self.options.consumer)
+            for log in self.logs.values():
+                log.check_not_dropped(self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
         streams = self._streams()
@@ -506,31 +514,19 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return self._plan(streams, starts, moved)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(partition)
+        return read_partition(partition, self.logs)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Record Spark's committed offsets in each log directory (the safety-net signal).
+        """Record Spark's committed offsets with each log (the safety-net signal).
 
         Each log gets its own streams' positions under plain stream ids, so
-        its bridge reads them as it reads any consumer's. The document also
-        counts the records ``failOnDataLoss=false`` skipped over the
-        consumer's life, for ``aqueduct-bridge consumers list``.
+        its bridge reads them as it reads any consumer's, with the records
+        ``failOnDataLoss=false`` skipped since the last commit.
         """
         skipped = self._per_log({k: b - a for k, (a, b) in self._skipped.items()})
         self._skipped.clear()
-        for log, positions in self._per_log(self._parse(end)).items():
-            path = commit_file(log, self.options.consumer)
-            total = sum(skipped[log].values()) + _skipped_before(path)
-            doc = {"offsets": _offsets(positions), "committed_at": time.time(), "skipped_records": total}
-            path.parent.mkdir(exist_ok=True)
-            write_atomically(path, json.dumps(doc).encode())
-
-
-def _skipped_before(path: Path) -> int:
-    try:
-        return int(json.loads(path.read_bytes()).get("skipped_records", 0))
-    except (FileNotFoundError, ValueError, AttributeError):
-        return 0
+        for name, positions in self._per_log(self._parse(end)).items():
+            self.logs[name].commit(self.options.consumer, positions, sum(skipped[name].values()))
 
 
 def register(spark: object) -> None:

@@ -130,11 +130,15 @@ class StreamIndex:
 
     def read(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
         """Stored-schema batches of the records with offsets in ``[start, end)``."""
-        return read_batches(self.directory, self.entries_between(start, end), start, end)
+        return self._batches(self.entries_between(start, end), start, end)
+
+    def _batches(self, entries: Sequence[IndexEntry], start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """Where the records' columns come from: the segment files (a remote view fetches them)."""
+        return read_batches(self.directory, entries, start, end)
 
     def _column_at(self, name: str, offset: int) -> int:
         e = self.entries[self._entry_index(offset)]
-        (batch,) = read_batches(self.directory, [e], offset, offset + 1)
+        (batch,) = self._batches([e], offset, offset + 1)
         return batch.column(name)[0].as_py()
 
     def reference_at(self, offset: int) -> int:
@@ -162,7 +166,7 @@ class StreamIndex:
         if k == len(self.entries):
             return self.end
         e = self.entries[k]
-        (batch,) = read_batches(self.directory, [e], e.first_offset, e.end_offset)
+        (batch,) = self._batches([e], e.first_offset, e.end_offset)
         below = pc.sum(pc.less(batch.column("epoch"), epoch)).as_py() or 0
         return e.first_offset + below
 

@@ -26,11 +26,24 @@ from aqueduct.bridge.source import (
     AqueductStreamReader,
 )
 from aqueduct.connector.frames import Record
+from tests.log_locations import LogLocation
+
+WHERE: LogLocation
 
 
 def spark_round_trip(obj):
     """What crossing into a Spark worker does to offsets and partitions."""
     return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.fixture(autouse=True, params=["log", "bridge"])
+def where(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Every test reads the log from its directory, then over a bridge's Flight server."""
+    global WHERE
+    WHERE = LogLocation(request.param, tmp_path_factory.mktemp("flight"))
+    yield WHERE
+    WHERE.close()
+
 
 
 @pytest.fixture
@@ -43,7 +56,7 @@ def log(tmp_path: Path):
 
 
 def reader(log: DurableLog, **options: str) -> AqueductStreamReader:
-    source = AqueductDataSource({"log": str(log.path), **options})
+    source = AqueductDataSource({**WHERE.options(log.path), **options})
     return spark_round_trip(source.streamReader(SPARK_STRUCT))
 
 
