@@ -12,7 +12,8 @@
    any master URL whose executors can read the log path) and one query:
    ``readStream.format("aqueduct")`` into a no-code sink or the user's
    ``--pipeline`` (:mod:`aqueduct.bridge.pipeline`), as consumer
-   ``default``;
+   ``default``; with ``ingest_only`` no Spark at all: a query elsewhere
+   reads the log over the network;
 4. feeds "query Q committed the batch ending at these offsets" back to
    :class:`~aqueduct.bridge.positions.ConsumerPositions`, which has the
    ingest ACK producers (once every ack consumer committed) and truncate
@@ -21,7 +22,11 @@
    runs on a py4j thread, so it only hops onto the event loop. The safety
    net is each consumer's commit file, polled: it covers batches committed
    while no listener was watching (before a restart, or in another Spark
-   application) and lost callbacks.
+   application) and lost callbacks;
+5. serves the log over Arrow Flight (:mod:`aqueduct.bridge.flight_server`)
+   when told to (``flight``), when it is ingest-only, or when its Spark
+   master is not local: executors on other hosts then read through it
+   (``option("bridge")``), not from the disk.
 
 Spark calls block (session start ~10 s, ``query.stop``), so they run in a
 worker thread; the log and ingest are only ever touched on the loop thread.
@@ -33,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -44,6 +50,12 @@ from typing import Any, TextIO, TypeVar
 from aqueduct.bridge.checkpoint import repair_checkpoint
 from aqueduct.bridge.commits import install_commit_listener
 from aqueduct.bridge.consumers import DEFAULT_CONSUMER
+from aqueduct.bridge.flight_server import (
+    TOKEN_FILE,
+    LogFlightServer,
+    load_or_create_token,
+    start_flight_server,
+)
 from aqueduct.bridge.ingest import Ingest, IngestConfig
 from aqueduct.bridge.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
 from aqueduct.bridge.pipeline import PipelineError
@@ -93,6 +105,22 @@ class BridgeConfig:
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
     #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
     spark_start_timeout: float = 600.0
+    #: listen address of the log's Flight server (None: only when ingest-only or the master is not local)
+    flight: tuple[str, int] | None = None
+    ingest_only: bool = False  # listeners, log and Flight server; the Spark query runs elsewhere
+
+    @property
+    def serves_log(self) -> bool:
+        """Does this bridge serve its log over Flight? Executors of a cluster cannot read its disk."""
+        return self.flight is not None or self.ingest_only or not self.master.startswith("local")
+
+    @property
+    def flight_listen(self) -> tuple[str, int]:
+        """Where the Flight server listens: as told, else beside the first listener, any free port."""
+        if self.flight is not None:
+            return self.flight
+        host = next((a[0] for a in (self.quic, self.tcp, self.wallaroo_tcp) if a is not None), "127.0.0.1")
+        return host, 0
 
     @property
     def checkpoint(self) -> Path:
@@ -185,6 +213,10 @@ class Bridge:
         self.tcp_address: tuple[str, int] | None = None
         self.wallaroo_address: tuple[str, int] | None = None
         self.cafile: Path | None = None
+        self.flight_server: LogFlightServer | None = None
+        #: ``HOST:PORT`` executors dial for the log (the listen host, or this host's name for a wildcard)
+        self.flight_address: str | None = None
+        self.flight_token_file: Path | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -207,10 +239,12 @@ class Bridge:
             ),
         )
         self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
-        if run_query:
+        if run_query or c.ingest_only:  # ingest-only: the remote query reads as `default`
             self.positions.register(DEFAULT_CONSUMER, acks=True)
         self.positions.poll()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
+        if c.serves_log:
+            self._start_flight()
         if not run_query:
             await self._start_listeners()
         else:
@@ -244,6 +278,9 @@ class Bridge:
         for server in self._listeners:
             await server.close()
         self._listeners.clear()
+        if self.flight_server is not None:
+            await asyncio.to_thread(self.flight_server.shutdown)
+            self.flight_server = None
         for task in self._tasks:  # first, so the watchdog does not report our own stop
             task.cancel()
         for task in self._tasks:
@@ -272,10 +309,37 @@ class Bridge:
         paths = cert_paths(c.log_dir / TLS_DIR)
         if not paths.server_cert.exists():
             host = c.quic[0] if c.quic else "127.0.0.1"
-            hosts = dict.fromkeys(["localhost", "127.0.0.1", host])
+            names = [_dialled(c.flight_listen[0])] if c.serves_log else []
+            hosts = dict.fromkeys(["localhost", "127.0.0.1", host, *names])
             generate_certs(c.log_dir / TLS_DIR, hosts=list(hosts))
         self.cafile = paths.ca
         return paths.server_cert, paths.server_key
+
+    def _start_flight(self) -> None:
+        """Serve the log over Flight with the bridge's certificate and its token file."""
+        c = self.config
+        certfile, keyfile = self._tls_files()
+        self.flight_token_file = c.log_dir / TLS_DIR / TOKEN_FILE
+        token = load_or_create_token(self.flight_token_file)
+        host, port = c.flight_listen
+        self.flight_server = start_flight_server(
+            c.log_dir, host, port, token=token, certfile=certfile, keyfile=keyfile
+        )
+        self.flight_address = f"{_dialled(host)}:{self.flight_server.port}"
+
+    def source_options(self) -> dict[str, str]:
+        """The ``aqueduct`` source options reading this bridge's log: its directory, or over Flight.
+
+        Only file paths travel in the options; the source reads the token and
+        CA from them on the driver (which runs here).
+        """
+        if self.flight_address is None:
+            return {"log": str(self.config.log_dir)}
+        assert self.flight_token_file is not None
+        options = {"bridge": self.flight_address, "bridgeTokenFile": str(self.flight_token_file)}
+        if self.cafile is not None:
+            options["bridgeCA"] = str(self.cafile)
+        return options
 
     async def _start_listeners(self) -> None:
         c = self.config
@@ -347,11 +411,8 @@ class Bridge:
 
         c = self.config
         repair_checkpoint(c.checkpoint)
-        reader = (
-            self._spark.readStream.format("aqueduct")
-            .option("log", str(c.log_dir))
-            .option("consumer", DEFAULT_CONSUMER)
-        )
+        reader = self._spark.readStream.format("aqueduct").options(**self.source_options())
+        reader = reader.option("consumer", DEFAULT_CONSUMER)
         if c.max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
         df = reader.load()
@@ -442,9 +503,10 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"aqueduct-bridge: log {config.log_dir}, starting Spark ({config.master})", file=out, flush=True)
+    spark = "no Spark (ingest only)" if config.ingest_only else f"starting Spark ({config.master})"
+    print(f"aqueduct-bridge: log {config.log_dir}, {spark}", file=out, flush=True)
     try:
-        await bridge.start()
+        await bridge.start(run_query=not config.ingest_only)
     except (LogError, PipelineError, SparkStartTimeout) as exc:  # e.g. another bridge holds the log
         print(f"aqueduct-bridge: {exc}", file=out, flush=True)
         await bridge.stop()
@@ -456,6 +518,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
     print(f"aqueduct-bridge: listening on {', '.join(listening)}", file=out, flush=True)
     if bridge.cafile is not None:
         print(f"aqueduct-bridge: connectors verify the server with {bridge.cafile}", file=out, flush=True)
+    if bridge.flight_address is not None:
+        print(
+            f"aqueduct-bridge: log served over Flight at {bridge.flight_address} "
+            f"(token in {bridge.flight_token_file})", file=out, flush=True,
+        )  # fmt: skip
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
     try:
         while not (stop.is_set() or bridge.stopped.is_set()):
@@ -471,6 +538,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0, out: TextIO 
         print(f"aqueduct-bridge: {bridge.failed}", file=out, flush=True)
         return 1
     return 0
+
+
+def _dialled(host: str) -> str:
+    """The name clients dial for a listen host: this machine's name for a wildcard address."""
+    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
 
 
 def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:
