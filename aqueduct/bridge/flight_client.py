@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 #: Seconds a planning or registry call may take; a record read may take READ_TIMEOUT.
 CALL_TIMEOUT = 60.0
 READ_TIMEOUT = 600.0
+#: Seconds an executor's read waits for a bridge that went away before its task fails.
+RECONNECT_WINDOW = 60.0
 
 #: Where the token is looked for when no option names a file or variable.
 DEFAULT_TOKEN_ENV = "AQUEDUCT_BRIDGE_TOKEN"
@@ -103,19 +106,36 @@ class RemoteLog:
             raise ConsumerError(error)
 
     def fetch(self, sid: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        """Stored-schema batches of stream ``sid``'s records ``[start, end)``, as the server streams them."""
-        ticket = flight.Ticket(json.dumps({"stream": sid, "start": start, "end": end}).encode())
-        try:
-            reader = self._client().do_get(ticket, self._options(READ_TIMEOUT))
-        except UNREACHABLE:
-            self._flight = None
-            raise
-        while True:
+        """Stored-schema batches of stream ``sid``'s records ``[start, end)``, as the server streams them.
+
+        A bridge that goes away mid-read (killed, restarted) is waited for
+        up to :data:`RECONNECT_WINDOW` seconds, and the read resumes at the
+        first record not yet yielded: stored records never change, so the
+        rows are those of one uninterrupted read. Beyond that the task fails
+        and Spark retries it.
+        """
+        pos, waited, pause = start, 0.0, 0.1
+        ticket = {"stream": sid, "start": pos, "end": end}
+        while pos < end:
+            ticket["start"] = pos
             try:
-                chunk = reader.read_chunk()
-            except StopIteration:
-                return
-            yield chunk.data
+                reader = self._client().do_get(flight.Ticket(json.dumps(ticket).encode()), self._options(READ_TIMEOUT))
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        return
+                    pos += chunk.data.num_rows
+                    waited, pause = 0.0, 0.1
+                    yield chunk.data
+            except UNREACHABLE as e:
+                self._flight = None
+                if waited >= RECONNECT_WINDOW:
+                    raise
+                logger.warning("aqueduct source: bridge %s unreachable mid-read (%s); retrying", self.address, e)
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause * 2, 2.0)
 
     # ------------------------------------------------------------ LogAccess
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -203,3 +205,28 @@ def test_bad_bridge_options_are_refused(options: dict, message: str) -> None:
 def test_credential_options_need_a_bridge(log: DurableLog) -> None:
     with pytest.raises(AqueductOptionError, match="bridgeTokenFile only apply with option 'bridge'"):
         AqueductDataSource({"log": str(log.path), "bridgeTokenFile": "/x"})
+
+
+def test_a_read_waits_for_a_bridge_that_comes_back(log: DurableLog, flights: FlightLogs, caplog) -> None:
+    """A task reading from a bridge that is down for a moment (killed, restarting) waits for it."""
+    from aqueduct.bridge.flight_server import start_flight_server
+
+    address = flights.address(log.path)
+    port = int(address.rsplit(":", 1)[1])
+    remote = RemoteLog(address, flights.token, flights.certs.ca.read_bytes())
+    here = list(load_streams(log.path)[1].read(0, 80))
+    flights.servers.pop(log.path).shutdown()  # the bridge is gone ...
+
+    def restart() -> None:  # ... and back half a second later, on the same port
+        time.sleep(0.5)
+        flights.servers[log.path] = start_flight_server(
+            log.path, "127.0.0.1", port, token=flights.token,
+            certfile=flights.certs.server_cert, keyfile=flights.certs.server_key,
+        )  # fmt: skip
+
+    t = threading.Thread(target=restart)
+    t.start()
+    there = list(remote.fetch(1, 0, 80))
+    t.join()
+    assert ipc_bytes(there) == ipc_bytes(here)
+    assert "unreachable mid-read" in caplog.text
