@@ -7,8 +7,8 @@ micro-batch holding it is committed in the sink. Two signals say so:
   driver. Spark posts query progress after it wrote the batch's commit
   log entry (the sink had committed before that), so the ``endOffset`` of
   the ``aqueduct`` source in a progress event is committed.
-- **Safety net**: the source's ``commit(end)`` writes the offsets to
-  ``<log>/commits/<consumer>.json`` (it runs one batch late, in a worker
+- **Safety net**: the source writes each committed batch's end offsets to
+  ``<log>/commits/<consumer>.json`` (at the next trigger, in a worker
   the JVM spawned). :func:`read_committed` reads them back, e.g. after a
   bridge restart when no listener saw the last batches.
 

@@ -440,7 +440,7 @@ class Bridge:
         if self.positions is not None and self.log is not None:
             self._batches += 1
             # Acks, trims the log and records the acked offsets for `status`
-            # (the reader's commit file trails by a batch; acked.json does not).
+            # (the reader's commit file trails by a trigger; acked.json does not).
             self.positions.on_committed(consumer, positions)
 
     async def _safety_net(self) -> None:

@@ -360,6 +360,8 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._last_batch_at = time.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
         self._previous_unlimited = False  # the last offsets returned were taken without any limit
+        #: the offsets last recorded as committed (or the query's start): see :meth:`latestOffset`
+        self._committed: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
@@ -379,7 +381,8 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         if o.starting_offsets != "earliest":
             for name, positions in self._per_log(start).items():
                 self.logs[name].register(o.consumer, positions, o.reads)
-        return _offsets(start)
+        self._committed = _offsets(start)  # where it starts is no commit
+        return dict(self._committed)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's own read limit carries the first budget; the byte budget also applies with it."""
@@ -420,7 +423,16 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         Caught up and without limits (the common trigger), only the streams
         the log changed since the last call are looked at: the rest keep
         the positions this reader returned last time.
+
+        Spark asks for the next end only once the batch ending at ``start``
+        is committed in the sink (and its commit log), so that commit is
+        recorded here, a trigger after it, rather than by :meth:`commit`,
+        which Spark calls only when it plans the batch after (never, while
+        no record arrives): a query in another application, which no
+        bridge's listener watches, has its producers acked as promptly.
         """
+        if start != self._committed:
+            self.commit(start)
         try:
             for log in self.logs.values():
                 log.check_not_dropped(self.options.consumer)
@@ -525,6 +537,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         """
         skipped = self._per_log({k: b - a for k, (a, b) in self._skipped.items()})
         self._skipped.clear()
+        self._committed = end
         for name, positions in self._per_log(self._parse(end)).items():
             self.logs[name].commit(self.options.consumer, positions, sum(skipped[name].values()))
 

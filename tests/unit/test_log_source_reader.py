@@ -235,3 +235,16 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
         assert lg.truncate(1, 2).result() == 2
         with pytest.raises(AqueductDataLoss, match="stream 1 at 0, but the log keeps it only from 2"):
             reader(lg, startingOffsets='{"1": 0}').initialOffset()
+
+
+def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: DurableLog) -> None:
+    """Spark plans the next batch only after the previous one committed; commit() comes a batch later still."""
+    for i in range(3):
+        log.append(Record.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert read_committed(log.path, "q1") is None  # the query's start is no commit
+    assert r.latestOffset(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
+    assert read_committed(log.path, "q1") == {2: 3, 10: 0}
