@@ -126,3 +126,12 @@ def test_unknown_benchmark_name_is_refused_with_the_known_names(tmp_path):
     proc = run_module("bench.run", "--only", "nope")
     assert proc.returncode == 2
     assert "unknown benchmark(s): nope" in proc.stderr and "ordered_small" in proc.stderr
+
+
+def test_flight_read_bench_reads_the_same_rows_both_ways_and_reports_the_ratio(tmp_path):
+    from bench.flight_read import main
+
+    out = tmp_path / "flight.json"
+    assert main(["--records", "2000", "--size", "32", "--epoch", "100", "--repeat", "1", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())
+    assert row["records"] == 2000 and row["ratio"] > 0 and row["bare_flight_mb_s"] > 0
