@@ -359,6 +359,9 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._turn = 0
         self._last_batch_at = time.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
+        #: per stream, where the ranges already counted as skipped end (a batch's range is seen
+        #: by latestOffset and again by partitions, around a commit)
+        self._skipped_to: dict[StreamKey, int] = {}
         self._previous_unlimited = False  # the last offsets returned were taken without any limit
         #: the offsets last recorded as committed (or the query's start): see :meth:`latestOffset`
         self._committed: dict[str, int] | None = None
@@ -414,7 +417,9 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
                     "aqueduct source: consumer %r skips stream %s records [%d, %d), truncated "
                     "before it read them (failOnDataLoss=false)", self.options.consumer, key_text(k), pos, s.earliest,
                 )  # fmt: skip
-                self._skipped[k] = (pos, s.earliest)
+                if self._skipped_to.get(k, 0) < s.earliest:
+                    self._skipped[k] = (max(pos, self._skipped_to.get(k, 0)), s.earliest)
+                    self._skipped_to[k] = s.earliest
                 starts[k] = s.earliest
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:

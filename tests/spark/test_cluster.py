@@ -164,3 +164,26 @@ async def test_one_query_over_two_ingest_only_bridges_survives_a_killed_bridge_e
     result = verify_output(out, workload.expected())
     assert result.ok, result.problems()
 
+
+
+async def test_the_receiver_in_a_cluster_driver_reads_over_flight_exactly_once(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    workload = Workload(producers=1, streams=2, events=400, epoch=40)
+    port = free_port()
+    out, log, stop_file = tmp_path / "out", tmp_path / "receiver.log", tmp_path / "STOP"
+    driver = await _spawn([
+        sys.executable, str(Path(__file__).with_name("cluster_receiver.py")), cluster.master_url,
+        str(cluster.hidden / "receiver" / "log"), str(port), str(out), str(tmp_path / "checkpoint"), str(stop_file),
+    ], log)  # fmt: skip
+    try:
+        await _until(lambda: "query started" in log.read_text(), "the receiver's query", driver, log)
+        assert "receiver reads the log at 127.0.0.1:" in log.read_text()  # over Flight, not from disk
+        await asyncio.wait_for(produce(f"tcp://127.0.0.1:{port}", workload, 0, timeout=TIMEOUT), TIMEOUT)
+        await _until(lambda: verify_output(out, workload.expected()).rows >= workload.total, "every row", driver, log)
+        stop_file.write_text("stop")
+        assert await asyncio.wait_for(driver.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
+    finally:
+        await _stop(driver)
+    result = verify_output(out, workload.expected())
+    assert result.ok, result.problems()
