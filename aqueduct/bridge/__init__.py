@@ -3,6 +3,7 @@
 Its rooms, one job each (imports go down this list, never up):
 
 - :mod:`.app`: the running bridge, ``aqueduct-bridge``, the ``Receiver``;
+- :mod:`.network`: the log served to readers anywhere (Arrow Flight);
 - :mod:`.ingest`: connector sessions into the log, ACKs after the sink commit;
 - :mod:`.source`: the Spark source that reads the log;
 - :mod:`.storage`: the durable log on disk and the files its readers share.

@@ -144,3 +144,12 @@ def test_latency_benchmark_quick_mode_reports_ours_beside_sparks_floor(tmp_path)
     assert row["ours"]["p50_ms"] > 0 and row["floor"]["batches"] > 0 and row["p50_ratio"] > 0
     assert doc["first_ack_s"] > 0 and row["budget"]["records"] > 0
     assert "Spark rate-source micro-batch" in proc.stdout and "waiting for a trigger" in proc.stdout
+
+
+def test_flight_read_bench_reads_the_same_rows_both_ways_and_reports_the_ratio(tmp_path):
+    from bench.flight_read import main
+
+    out = tmp_path / "flight.json"
+    assert main(["--records", "2000", "--size", "32", "--epoch", "100", "--repeat", "1", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())
+    assert row["records"] == 2000 and row["ratio"] > 0 and row["bare_flight_mb_s"] > 0

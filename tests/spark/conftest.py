@@ -39,3 +39,20 @@ def spark() -> Iterator[object]:
     for q in session.streams.active:
         q.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One standalone Spark cluster (master + two workers) shared by every cluster test.
+
+    Its executors cannot see :attr:`~tests.spark.standalone.StandaloneCluster.hidden`,
+    where the tests' bridges keep their logs (see :mod:`tests.spark.standalone`).
+    """
+    from tests.spark.standalone import StandaloneCluster
+
+    c = StandaloneCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()

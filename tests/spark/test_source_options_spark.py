@@ -21,6 +21,7 @@ from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
+from tests.log_locations import LogLocation
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -72,19 +73,25 @@ def data_files(path: Path) -> list[Path]:
 STREAMS = {1: "orders-eu", 2: "orders-us", 3: "clicks"}
 
 
-def test_batch_reads_honour_starting_and_ending_offsets(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["log", "bridge"])
+def test_batch_reads_honour_starting_and_ending_offsets(spark: Any, tmp_path: Path, where: str) -> None:
     log = make_log(tmp_path / "log", STREAMS, epochs=3)
-    df = spark.read.format("aqueduct").option("log", str(log)).load()
-    assert df.count() == 27  # 3 streams x 3 epochs x 3 records; boundaries are not rows
-    part = (
-        spark.read.format("aqueduct").option("log", str(log))
-        .option("streamPattern", "orders-.*")
-        .option("startingOffsets", '{"1": 4}').option("endingOffsets", '{"1": 8, "2": 4}')
-        .load()
-    )  # fmt: skip
-    assert sorted((r.stream_id, r.message_id) for r in part.collect()) == [(1, 4), (1, 5), (1, 6), (2, 0), (2, 1), (2, 2)]
-    with pytest.raises((AnalysisException, PySparkException), match="inside an epoch"):
-        spark.read.format("aqueduct").option("log", str(log)).option("endingOffsets", '{"1": 5}').load().collect()
+    location = LogLocation(where, tmp_path / "flight")  # the log's directory, or a Flight server for it
+    try:
+        at = location.options(log)
+        df = spark.read.format("aqueduct").options(**at).load()
+        assert df.count() == 27  # 3 streams x 3 epochs x 3 records; boundaries are not rows
+        part = (
+            spark.read.format("aqueduct").options(**at)
+            .option("streamPattern", "orders-.*")
+            .option("startingOffsets", '{"1": 4}').option("endingOffsets", '{"1": 8, "2": 4}')
+            .load()
+        )  # fmt: skip
+        assert sorted((r.stream_id, r.message_id) for r in part.collect()) == [(1, 4), (1, 5), (1, 6), (2, 0), (2, 1), (2, 2)]
+        with pytest.raises((AnalysisException, PySparkException), match="inside an epoch"):
+            spark.read.format("aqueduct").options(**at).option("endingOffsets", '{"1": 5}').load().collect()
+    finally:
+        location.close()
 
 
 @pytest.mark.parametrize(

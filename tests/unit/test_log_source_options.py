@@ -27,6 +27,9 @@ from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Record
+from tests.log_locations import LogLocation
+
+WHERE: LogLocation
 
 
 @pytest.fixture
@@ -53,7 +56,17 @@ def fill(log: DurableLog, epochs: int = 3, payload: bytes = b"x" * 100, after: i
 
 
 def source(log: DurableLog, **options: str) -> AqueductDataSource:
-    return pickle.loads(pickle.dumps(AqueductDataSource({"log": str(log.path), **options})))
+    return pickle.loads(pickle.dumps(AqueductDataSource({**WHERE.options(log.path), **options})))
+
+
+@pytest.fixture(autouse=True, params=["log", "bridge"])
+def where(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Every test reads the log from its directory, then over a bridge's Flight server."""
+    global WHERE
+    WHERE = LogLocation(request.param, tmp_path_factory.mktemp("flight"))
+    yield WHERE
+    WHERE.close()
+
 
 
 def rows_of(r, parts) -> list[tuple[int, int]]:
@@ -224,7 +237,7 @@ def test_partitions_read_the_same_rows_whoever_reads_them(log: DurableLog) -> No
     assert len(parts) >= 3
     assert rows_of(r, parts) == rows_of(r, r.partitions(start, end))
     assert sorted(rows_of(r, parts)) == [(sid, m) for sid in (1, 2, 3) for m in range(12) if m % 4 != 3]
-    assert [b.num_rows for p in parts for b in read_partition(p)]  # the module function is what read uses
+    assert [b.num_rows for p in parts for b in read_partition(p, r.logs)]  # the module function is what read uses
 
 
 def test_one_query_over_two_logs_qualifies_stream_ids_by_log(tmp_path: Path) -> None:
@@ -313,7 +326,7 @@ def test_an_option_given_under_both_names_is_refused(log: DurableLog) -> None:
                                        r"'maxOffsetsPerTrigger'\?$"),
         ({"maxrecordspertriger": "5"}, r"did you mean 'maxRecordsPerTrigger'\?$"),
         ({"STARTINGOFFSET": "earliest"}, r"did you mean 'startingOffsets'\?$"),
-        ({"zzz": "1"}, r"^aqueduct source: unknown option 'zzz'; known: log, consumer, startingOffsets"),
+        ({"zzz": "1"}, r"^aqueduct source: unknown option 'zzz'; known: log, bridge, bridgeTokenFile"),
     ],
 )  # fmt: skip
 def test_unknown_options_say_what_was_meant(log: DurableLog, options: dict, message: str) -> None:

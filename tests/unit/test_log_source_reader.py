@@ -26,11 +26,24 @@ from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.schema import SPARK_SCHEMA
 from aqueduct.connector.frames import Record
+from tests.log_locations import LogLocation
+
+WHERE: LogLocation
 
 
 def spark_round_trip(obj):
     """What crossing into a Spark worker does to offsets and partitions."""
     return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.fixture(autouse=True, params=["log", "bridge"])
+def where(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Every test reads the log from its directory, then over a bridge's Flight server."""
+    global WHERE
+    WHERE = LogLocation(request.param, tmp_path_factory.mktemp("flight"))
+    yield WHERE
+    WHERE.close()
+
 
 
 @pytest.fixture
@@ -43,7 +56,7 @@ def log(tmp_path: Path):
 
 
 def reader(log: DurableLog, **options: str) -> AqueductStreamReader:
-    source = AqueductDataSource({"log": str(log.path), **options})
+    source = AqueductDataSource({**WHERE.options(log.path), **options})
     return spark_round_trip(source.streamReader(SPARK_STRUCT))
 
 
@@ -222,3 +235,16 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
         assert lg.truncate(1, 2).result() == 2
         with pytest.raises(AqueductDataLoss, match="stream 1 at 0, but the log keeps it only from 2"):
             reader(lg, startingOffsets='{"1": 0}').initialOffset()
+
+
+def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: DurableLog) -> None:
+    """Spark plans the next batch only after the previous one committed; commit() comes a batch later still."""
+    for i in range(3):
+        log.append(Record.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert read_committed(log.path, "q1") is None  # the query's start is no commit
+    assert r.latestOffset(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
+    assert read_committed(log.path, "q1") == {2: 3, 10: 0}

@@ -97,7 +97,21 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="mutual TLS: admit only connectors presenting a certificate signed by this CA "
         "(QUIC with the aioquic backend; refused beside --tcp/--wallaroo-tcp, which have no TLS)",
     )
-    p.add_argument("--master", default=d["master"].default, help="Spark master URL (default: %(default)s)")
+    p.add_argument(
+        "--master", default=d["master"].default,
+        help="Spark master URL (default: %(default)s); when not local[...], the executors read "
+        "the log over Flight (--flight), so they need no access to --log",
+    )
+    p.add_argument(
+        "--flight", type=host_port, metavar="HOST:PORT",
+        help="serve the log over Arrow Flight (TLS, token in LOG/tls/flight.token) here; default: "
+        "only with --ingest-only or a non-local --master, beside the first listener on a free port",
+    )
+    p.add_argument(
+        "--ingest-only", action="store_true",
+        help="no Spark in this process: listeners, log and the Flight server; a query elsewhere "
+        "reads it with option('bridge', HOST:PORT) as consumer 'default', whose commits ack producers",
+    )
     p.add_argument(
         "--sink", choices=("parquet", "console", "memory"), default=d["sink"].default,
         help="no-code Spark sink of the raw rows (default: %(default)s)",
@@ -355,6 +369,8 @@ def _serve(args: argparse.Namespace) -> int:
         spark_start_timeout=args.spark_start_timeout,
         metrics=args.metrics,
         spark_ui_port=args.spark_ui,
+        flight=args.flight,
+        ingest_only=args.ingest_only,
     )
     from aqueduct.logs import configure_logging
 

@@ -74,6 +74,14 @@ def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] 
     return host.strip("[]"), int(port)
 
 
+def _master(spark: Any) -> str:
+    """The session's master URL: a cluster's executors read the log over Flight, not from disk."""
+    try:
+        return str(spark.conf.get("spark.master", "local[*]"))
+    except Exception:  # noqa: BLE001 - a Spark Connect session may not expose it: assume remote
+        return "remote"
+
+
 class Receiver:
     """Connector listeners and the durable log in this driver, acking after your queries.
 
@@ -83,7 +91,11 @@ class Receiver:
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
     when not given), ``client_cafile`` (mutual TLS: QUIC connectors must
     present a certificate this CA signed), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
-    ``retention``, ``segment_bytes`` and ``max_consumer_lag``; and
+    ``retention``, ``segment_bytes`` and ``max_consumer_lag``; ``flight``
+    (``HOST:PORT``) serves the log over Arrow Flight there, which happens
+    anyway (beside the first listener, any free port) when the session's
+    master is not local: :meth:`stream` then reads through it, so the
+    executors of a cluster need no access to the log directory; and
     ``metrics="HOST:PORT"`` to serve Prometheus metrics at
     ``http://HOST:PORT/metrics`` (docs/metrics.md).
     """
@@ -102,7 +114,7 @@ class Receiver:
     ) -> None:
         allowed = {
             "certfile", "keyfile", "client_cafile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
-            "segment_bytes", "max_consumer_lag",
+            "segment_bytes", "max_consumer_lag", "flight",
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)
         if unknown:
@@ -115,11 +127,14 @@ class Receiver:
         if not any(listeners.values()):
             raise ValueError("Receiver needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
         assert {f.name for f in fields(BridgeConfig)} >= allowed
+        if "flight" in settings:
+            settings["flight"] = _address(settings["flight"], "flight")
         self.spark = spark
         self.config = BridgeConfig(
             log_dir=Path(log),
             cookie=cookie.encode() if isinstance(cookie, str) else cookie,
             metrics=_address(metrics, "metrics"),
+            master=_master(spark),
             **listeners,
             **settings,
         )
@@ -232,7 +247,7 @@ class Receiver:
         self._consumers.add(consumer)
         reader = (
             self.spark.readStream.format("aqueduct")
-            .option("log", str(self.config.log_dir))
+            .options(**self._bridge.source_options())
             .option("consumer", consumer)
         )
         if starting == "latest":
@@ -323,6 +338,11 @@ class Receiver:
     def metrics_address(self) -> tuple[str, int] | None:
         """Where ``/metrics`` is served (None without ``metrics=``)."""
         return self._bridge.metrics.address if self._bridge.metrics is not None else None
+
+    @property
+    def flight_address(self) -> str | None:
+        """``HOST:PORT`` of the log's Flight server, or None when the log is read from disk."""
+        return self._bridge.flight_address
 
     @property
     def cafile(self) -> Path | None:

@@ -12,7 +12,8 @@
    any master URL whose executors can read the log path) and one query:
    ``readStream.format("aqueduct")`` into a no-code sink or the user's
    ``--pipeline`` (:mod:`aqueduct.bridge.app.pipeline`), as consumer
-   ``default``;
+   ``default``; with ``ingest_only`` no Spark at all: a query elsewhere
+   reads the log over the network;
 4. feeds "query Q committed the batch ending at these offsets" back to
    :class:`~aqueduct.bridge.ingest.positions.ConsumerPositions`, which has the
    ingest ACK producers (once every ack consumer committed) and truncate
@@ -24,7 +25,11 @@
    event loop. The safety
    net is each consumer's commit file, polled: it covers batches committed
    while no listener was watching (before a restart, or in another Spark
-   application) and lost callbacks.
+   application) and lost callbacks;
+5. serves the log over Arrow Flight (:mod:`aqueduct.bridge.network.flight_server`)
+   when told to (``flight``), when it is ingest-only, or when its Spark
+   master is not local: executors on other hosts then read through it
+   (``option("bridge")``), not from the disk.
 
 Spark calls block (session start ~10 s, ``query.stop``), so they run in a
 worker thread; the log and ingest are only ever touched on the loop thread.
@@ -36,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -50,6 +56,12 @@ from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metri
 from aqueduct.bridge.app.pipeline import PipelineError
 from aqueduct.bridge.ingest.positions import ConsumerPositions
 from aqueduct.bridge.ingest.service import Ingest, IngestConfig
+from aqueduct.bridge.network.flight_server import (
+    TOKEN_FILE,
+    LogFlightServer,
+    load_or_create_token,
+    start_flight_server,
+)
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.storage.log import DEFAULT_SEGMENT_BYTES, DurableLog, LogError
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
@@ -108,6 +120,22 @@ class BridgeConfig:
     spark_start_timeout: float = 600.0
     metrics: tuple[str, int] | None = None  # serve Prometheus metrics at http://HOST:PORT/metrics
     spark_ui_port: int | None = None  # turn the Spark UI of a session the bridge creates on, on this port
+    #: listen address of the log's Flight server (None: only when ingest-only or the master is not local)
+    flight: tuple[str, int] | None = None
+    ingest_only: bool = False  # listeners, log and Flight server; the Spark query runs elsewhere
+
+    @property
+    def serves_log(self) -> bool:
+        """Does this bridge serve its log over Flight? Executors of a cluster cannot read its disk."""
+        return self.flight is not None or self.ingest_only or not self.master.startswith("local")
+
+    @property
+    def flight_listen(self) -> tuple[str, int]:
+        """Where the Flight server listens: as told, else beside the first listener, any free port."""
+        if self.flight is not None:
+            return self.flight
+        host = next((a[0] for a in (self.quic, self.tcp, self.wallaroo_tcp) if a is not None), "127.0.0.1")
+        return host, 0
 
     @property
     def checkpoint(self) -> Path:
@@ -206,6 +234,10 @@ class Bridge:
         self.metrics: MetricsServer | None = None
         self.query_started_at: float | None = None  # wall time the bridge asked Spark to start its query
         self._commit_log: CheckpointCommits | None = None  # the query's commit log, when the bridge set it
+        self.flight_server: LogFlightServer | None = None
+        #: ``HOST:PORT`` executors dial for the log (the listen host, or this host's name for a wildcard)
+        self.flight_address: str | None = None
+        self.flight_token_file: Path | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -230,10 +262,12 @@ class Bridge:
             ),
         )
         self.positions = ConsumerPositions(c.log_dir, self.ingest, c.max_consumer_lag)
-        if run_query:
+        if run_query or c.ingest_only:  # ingest-only: the remote query reads as `default`
             self.positions.register(DEFAULT_CONSUMER, acks=True)
         self.positions.poll()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
+        if c.serves_log:
+            self._start_flight()
         if not run_query:
             await self._start_listeners()
         else:
@@ -271,6 +305,9 @@ class Bridge:
         for server in self._listeners:
             await server.close()
         self._listeners.clear()
+        if self.flight_server is not None:
+            await asyncio.to_thread(self.flight_server.shutdown)
+            self.flight_server = None
         for task in self._tasks:  # first, so the watchdog does not report our own stop
             task.cancel()
         for task in self._tasks:
@@ -313,10 +350,37 @@ class Bridge:
         paths = cert_paths(c.log_dir / TLS_DIR)
         if not paths.server_cert.exists():
             host = c.quic[0] if c.quic else "127.0.0.1"
-            hosts = dict.fromkeys(["localhost", "127.0.0.1", host])
+            names = [_dialled(c.flight_listen[0])] if c.serves_log else []
+            hosts = dict.fromkeys(["localhost", "127.0.0.1", host, *names])
             generate_certs(c.log_dir / TLS_DIR, hosts=list(hosts))
         self.cafile = paths.ca
         return paths.server_cert, paths.server_key
+
+    def _start_flight(self) -> None:
+        """Serve the log over Flight with the bridge's certificate and its token file."""
+        c = self.config
+        certfile, keyfile = self._tls_files()
+        self.flight_token_file = c.log_dir / TLS_DIR / TOKEN_FILE
+        token = load_or_create_token(self.flight_token_file)
+        host, port = c.flight_listen
+        self.flight_server = start_flight_server(
+            c.log_dir, host, port, token=token, certfile=certfile, keyfile=keyfile
+        )
+        self.flight_address = f"{_dialled(host)}:{self.flight_server.port}"
+
+    def source_options(self) -> dict[str, str]:
+        """The ``aqueduct`` source options reading this bridge's log: its directory, or over Flight.
+
+        Only file paths travel in the options; the source reads the token and
+        CA from them on the driver (which runs here).
+        """
+        if self.flight_address is None:
+            return {"log": str(self.config.log_dir)}
+        assert self.flight_token_file is not None
+        options = {"bridge": self.flight_address, "bridgeTokenFile": str(self.flight_token_file)}
+        if self.cafile is not None:
+            options["bridgeCA"] = str(self.cafile)
+        return options
 
     async def _start_listeners(self) -> None:
         c = self.config
@@ -398,12 +462,8 @@ class Bridge:
 
         c = self.config
         repair_checkpoint(c.checkpoint)
-        reader = (
-            self._spark.readStream.format("aqueduct")
-            .option("log", str(c.log_dir))
-            .option("consumer", DEFAULT_CONSUMER)
-            .option("idleWait", f"{c.idle_wait}s")
-        )
+        reader = self._spark.readStream.format("aqueduct").options(**self.source_options())
+        reader = reader.option("consumer", DEFAULT_CONSUMER).option("idleWait", f"{c.idle_wait}s")
         if c.max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(c.max_records_per_trigger))
         df = reader.load()
@@ -441,7 +501,7 @@ class Bridge:
             if any(pos > known.get(sid, 0) for sid, pos in positions.items()):
                 self._batches += 1  # counted once, by whichever signal (commit log, listener) came first
             # Acks, trims the log and records the acked offsets for `status`
-            # (the reader's commit file trails by a batch; acked.json does not).
+            # (the reader's commit file trails by a trigger; acked.json does not).
             self.positions.on_committed(consumer, positions)
 
     async def _follow_commit_log(self, commits: CheckpointCommits) -> None:
@@ -550,9 +610,10 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    logger.info("log %s, starting Spark (%s)", config.log_dir, config.master, extra=fields(event="starting"))
+    spark = "no Spark (ingest only)" if config.ingest_only else f"starting Spark ({config.master})"
+    logger.info("log %s, %s", config.log_dir, spark, extra=fields(event="starting"))
     try:
-        await bridge.start()
+        await bridge.start(run_query=not config.ingest_only)
     except (LogError, PipelineError, SparkStartTimeout, MetricsError) as exc:  # e.g. another bridge holds the log
         logger.error("%s", exc, extra=fields(event="start_failed"))
         await bridge.stop()
@@ -567,6 +628,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     if bridge.metrics is not None:
         host, port = bridge.metrics.address
         logger.info("metrics at http://%s:%d/metrics", host, port, extra=fields(event="metrics"))
+    if bridge.flight_address is not None:
+        logger.info(
+            "log served over Flight at %s (token in %s)", bridge.flight_address, bridge.flight_token_file,
+            extra=fields(event="flight"),
+        )  # fmt: skip
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
     last: BridgeProgress | None = None
     try:
@@ -590,6 +656,11 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1
     return 0
+
+
+def _dialled(host: str) -> str:
+    """The name clients dial for a listen host: this machine's name for a wildcard address."""
+    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
 
 
 def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:

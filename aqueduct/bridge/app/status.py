@@ -3,7 +3,7 @@
 Reads only what a reader in another process may read while the bridge
 runs: the streams' indexes (:func:`~aqueduct.bridge.storage.view.load_streams`),
 the reader's commit file (:func:`~aqueduct.bridge.storage.commits.read_committed`,
-written one micro-batch late) and ``acked.json``, which the bridge rewrites
+written a trigger after each micro-batch) and ``acked.json``, which the bridge rewrites
 each time its listener reports a committed micro-batch. A stream's
 committed offset is the larger of the two; the acked point of reference is
 the one the bridge sends for that offset.
@@ -121,12 +121,11 @@ def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
     The lag is in records and bytes of complete epochs not committed yet
     (total and the worst stream) and the age of the oldest such record.
     Positions come from each consumer's commit file, which its query
-    writes one micro-batch late: an idle query never writes its last
-    batch there. For a consumer that drives acks, the offsets the bridge
-    acked (``acked.json``, written as each batch commits) are the lower
-    bound the stream table uses too, so an idle bridge shows no lag in
-    either; a consumer that does not drive acks looks up to one batch
-    further behind than it is.
+    writes at the trigger after each batch, so a running consumer looks up
+    to one trigger further behind than it is. For a consumer that drives
+    acks, the offsets the bridge acked (``acked.json``, written as each
+    batch commits) are the lower bound the stream table uses too, so an
+    idle bridge shows no lag in either.
     """
     streams = load_streams(log_dir)
     now = time.time() if now_s is None else now_s

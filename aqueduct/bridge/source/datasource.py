@@ -18,11 +18,15 @@ pickled into a Python worker that the driver JVM spawns for planning
 reader again into executor workers for :meth:`AqueductStreamReader.read`.
 So nothing here opens a file or socket before it is used, and every
 method re-reads the log's index (the only thing a reader trusts).
+
+Where the log is (``log``: its directory; ``bridge``: a bridge's Flight
+server, for executors that cannot see the bridge's disk) is one
+:class:`~aqueduct.bridge.source.log_access.LogAccess` per log; the planning here
+is the same for both.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -54,7 +58,13 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.source.admission import Limit, admit
+from aqueduct.bridge.source.flight_client import (
+    BridgeCredentialError,
+    RemoteCorruption,
+    open_bridges,
+)
 from aqueduct.bridge.source.lag import stored_bytes
+from aqueduct.bridge.source.log_access import LocalLog, LogAccess, Snapshots
 from aqueduct.bridge.source.options import (
     EARLIEST,
     LATEST,
@@ -66,18 +76,13 @@ from aqueduct.bridge.source.options import (
 )
 from aqueduct.bridge.source.planning import Slice, plan_slices
 from aqueduct.bridge.storage.changes import CHANGES_FILE
-from aqueduct.bridge.storage.commits import commit_file, offsets_checksum
 from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     ConsumerError,
-    check_not_dropped,
-    register_consumer,
 )
-from aqueduct.bridge.storage.corruption import record_corrupt
-from aqueduct.bridge.storage.index import write_atomically
 from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
-from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
-from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex
+from aqueduct.bridge.storage.segment import BatchCorrupt
+from aqueduct.bridge.storage.view import StreamIndex
 
 __all__ = [
     "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductOptionError",
@@ -104,6 +109,7 @@ STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxByte
 
 #: Seconds between looks at the change journal while ``idleWait`` waits for new data.
 IDLE_POLL = 0.005
+REMOTE_IDLE_POLL = 0.05  # seconds between asking an idle bridge again (a Flight call each)
 
 
 class AqueductDataLoss(RuntimeError):
@@ -196,35 +202,32 @@ class AqueductPartition(InputPartition):
         self.slices = slices
 
 
-def read_partition(partition: AqueductPartition, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    partition: AqueductPartition, logs: Mapping[str | None, LogAccess], skip_corrupt: bool = False
+) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the partition's records, BOUNDARY markers left out.
 
     A slice of a query over several logs gets the ``log`` column (its log's name).
-    A stored batch failing its checksum is data loss; ``skip_corrupt``
-    (``failOnDataLoss=false``) skips it with a warning and records it in the
-    log's ``corrupt/`` register instead.
+    A stored batch failing its checksum is data loss, named with its log,
+    stream and records; ``skip_corrupt`` (``failOnDataLoss=false``) skips it
+    with a warning instead. Either way the log's ``corrupt/`` register
+    records it (see :class:`~aqueduct.bridge.source.log_access.LogAccess`).
     """
-    for x in partition.slices:
-        for batch in read_batches(Path(x.directory), x.entries, x.start, x.end, _skipped_corrupt if skip_corrupt else _lost):
-            rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
-            if not rows.num_rows:
-                continue
-            if isinstance(x.key, tuple):
-                name = pa.repeat(pa.scalar(x.key[0], pa.string()), rows.num_rows)
-                rows = pa.RecordBatch.from_arrays(
-                    [*rows.columns, name], schema=rows.schema.append(pa.field("log", pa.string(), False))
-                )
-            yield rows
-
-
-def _lost(found: BatchCorrupt) -> None:
-    record_corrupt(found)
-    raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
-
-
-def _skipped_corrupt(found: BatchCorrupt) -> None:
-    record_corrupt(found)
-    logger.warning("aqueduct source: skipping %s (failOnDataLoss=false)", found)
+    try:
+        for x in partition.slices:
+            log = logs[x.key[0] if isinstance(x.key, tuple) else None]
+            for batch in log.read(x, skip_corrupt):
+                rows = batch.filter(pc.invert(batch.column("boundary"))).select(list(SPARK_COLUMNS))
+                if not rows.num_rows:
+                    continue
+                if isinstance(x.key, tuple):
+                    name = pa.repeat(pa.scalar(x.key[0], pa.string()), rows.num_rows)
+                    rows = pa.RecordBatch.from_arrays(
+                        [*rows.columns, name], schema=rows.schema.append(pa.field("log", pa.string(), False))
+                    )
+                yield rows
+    except (BatchCorrupt, RemoteCorruption) as found:
+        raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
 
 
 def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mapping[StreamKey, int]) -> None:
@@ -255,7 +258,18 @@ class _LogReader:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._snapshots: list[tuple[str | None, LogSnapshots]] | None = None
+        #: each log by name (None when one): this runs on the driver, so a bridge's
+        #: credential is read here and reaches executors inside the pickled reader
+        self.logs: dict[str | None, LogAccess] = {name: LocalLog(path) for name, path in options.logs}
+        if options.bridges:
+            try:
+                self.logs |= open_bridges(
+                    options.bridges, token_file=options.bridge_token_file,
+                    token_env=options.bridge_token_env, ca_file=options.bridge_ca,
+                )  # fmt: skip
+            except BridgeCredentialError as e:
+                raise AqueductOptionError(f"aqueduct source: {e}") from None
+        self._snapshots: list[tuple[str | None, Snapshots]] | None = None
         self._selected: tuple[tuple[int, ...], dict[StreamKey, StreamIndex]] | None = None
         #: the last two offsets handed to Spark (its next start, and the start of the batch it plans)
         self._returned: list[tuple[dict[str, int], dict[StreamKey, int]]] = []
@@ -274,7 +288,7 @@ class _LogReader:
         over thousands of quiet streams costs no work per stream here.
         """
         if self._snapshots is None:
-            self._snapshots = [(name, LogSnapshots(Path(path))) for name, path in self.options.logs]
+            self._snapshots = [(name, log.snapshots()) for name, log in self.logs.items()]
         loaded = [(name, snapshots.load()) for name, snapshots in self._snapshots]
         self._note_changes()
         identity = tuple(id(streams) for _, streams in loaded)
@@ -323,13 +337,12 @@ class _LogReader:
             positions[int(k) if not qualified and k.isdigit() else parse_key(k, qualified)] = v
         return positions
 
-    def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[Path, dict[int, int]]:
-        """Positions split by log directory, with plain stream ids (what each log's files hold)."""
-        dirs = {name: Path(path) for name, path in self.options.logs}
-        split: dict[Path, dict[int, int]] = {d: {} for d in dirs.values()}
+    def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[str | None, dict[int, int]]:
+        """Positions split by log name, with plain stream ids (what each log holds)."""
+        split: dict[str | None, dict[int, int]] = {name: {} for name in self.logs}
         for k, pos in positions.items():
             name, sid = k if isinstance(k, tuple) else (None, k)
-            split[dirs[name]][sid] = pos
+            split[name][sid] = pos
         return split
 
     def _plan(
@@ -358,7 +371,7 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
         return self._plan(streams, starts, ends)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(partition)
+        return read_partition(partition, self.logs)
 
 
 class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -370,7 +383,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._turn = 0
         self._last_batch_at = time.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
+        #: per stream, where the ranges already counted as skipped end (a batch's range is seen
+        #: by latestOffset and again by partitions, around a commit)
+        self._skipped_to: dict[StreamKey, int] = {}
         self._previous_unlimited = False  # the last offsets returned were taken without any limit
+        #: the offsets last recorded as committed (or the query's start): see :meth:`latestOffset`
+        self._committed: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
@@ -384,13 +402,14 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         """
         o = self.options
         if o.starting_offsets == "earliest":
-            for _, path in o.logs:
-                register_consumer(Path(path), o.consumer, {}, reads=o.reads)
+            for log in self.logs.values():
+                log.register(o.consumer, {}, o.reads)
         start = _positions("startingOffsets", o.starting_offsets, self._streams())
         if o.starting_offsets != "earliest":
-            for log, positions in self._per_log(start).items():
-                register_consumer(log, o.consumer, positions, reads=o.reads)
-        return _offsets(start)
+            for name, positions in self._per_log(start).items():
+                self.logs[name].register(o.consumer, positions, o.reads)
+        self._committed = _offsets(start)  # where it starts is no commit
+        return dict(self._committed)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's own read limit carries the first budget; the byte budget also applies with it."""
@@ -422,7 +441,9 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
                     "aqueduct source: consumer %r skips stream %s records [%d, %d), truncated "
                     "before it read them (failOnDataLoss=false)", self.options.consumer, key_text(k), pos, s.earliest,
                 )  # fmt: skip
-                self._skipped[k] = (pos, s.earliest)
+                if self._skipped_to.get(k, 0) < s.earliest:
+                    self._skipped[k] = (max(pos, self._skipped_to.get(k, 0)), s.earliest)
+                    self._skipped_to[k] = s.earliest
                 starts[k] = s.earliest
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
@@ -437,7 +458,16 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         it does: under a trigger that runs back to back, a batch starts the
         moment data is durable, and an idle query plans a few times a
         second instead of a hundred.
+
+        Spark asks for the next end only once the batch ending at ``start``
+        is committed in the sink (and its commit log), so that commit is
+        recorded here, a trigger after it, rather than by :meth:`commit`,
+        which Spark calls only when it plans the batch after (never, while
+        no record arrives): a query in another application, which no
+        bridge's listener watches, has its producers acked as promptly.
         """
+        if start != self._committed:
+            self.commit(start)
         end = self._latest(start, limit)
         wait = self.options.idle_wait
         if wait <= 0 or end != start or self._target is not None:
@@ -450,7 +480,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return end
 
     def _journals_moved(self, deadline: float) -> bool:
-        """Wait until a log's change journal changed (True) or ``deadline`` passed (False)."""
+        """Wait until a log may have changed (True) or ``deadline`` passed (False).
+
+        A log directory's change journal is watched (a ``stat`` per
+        :data:`IDLE_POLL`); a bridge's log is asked again every
+        :data:`REMOTE_IDLE_POLL` (one Flight call, answered with only what changed).
+        """
         def keys() -> list[tuple[int, int] | None]:
             out = []
             for _, path in self.options.logs:
@@ -462,16 +497,17 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             return out
 
         before = keys()
+        ask_bridges = time.monotonic() + REMOTE_IDLE_POLL if self.options.bridges else None
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(IDLE_POLL, left))
-            if keys() != before:
+            if keys() != before or (ask_bridges is not None and time.monotonic() >= ask_bridges):
                 return True
         return False
 
     def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         try:
-            for _, path in self.options.logs:
-                check_not_dropped(Path(path), self.options.consumer)
+            for log in self.logs.values():
+                log.check_not_dropped(self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
         streams = self._streams()
@@ -562,36 +598,20 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return self._plan(streams, starts, moved)
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(partition, skip_corrupt=not self.options.fail_on_data_loss)
+        return read_partition(partition, self.logs, skip_corrupt=not self.options.fail_on_data_loss)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Record Spark's committed offsets in each log directory (the safety-net signal).
+        """Record Spark's committed offsets with each log (the safety-net signal).
 
         Each log gets its own streams' positions under plain stream ids, so
-        its bridge reads them as it reads any consumer's. The document also
-        counts the records ``failOnDataLoss=false`` skipped over the
-        consumer's life, for ``aqueduct-bridge consumers list``.
+        its bridge reads them as it reads any consumer's, with the records
+        ``failOnDataLoss=false`` skipped since the last commit.
         """
         skipped = self._per_log({k: b - a for k, (a, b) in self._skipped.items()})
         self._skipped.clear()
-        for log, positions in self._per_log(self._parse(end)).items():
-            path = commit_file(log, self.options.consumer)
-            total = sum(skipped[log].values()) + _skipped_before(path)
-            offsets = _offsets(positions)
-            doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "committed_at": time.time(),
-                   "skipped_records": total}  # fmt: skip
-            try:
-                path.parent.mkdir(exist_ok=True)
-                write_atomically(path, json.dumps(doc).encode())
-            except OSError as e:  # a full log disk: the listener still signals, the next commit rewrites it
-                logger.warning("aqueduct source: cannot write %s (%s); the next commit writes it", path, e)
-
-
-def _skipped_before(path: Path) -> int:
-    try:
-        return int(json.loads(path.read_bytes()).get("skipped_records", 0))
-    except (FileNotFoundError, ValueError, AttributeError):
-        return 0
+        self._committed = end
+        for name, positions in self._per_log(self._parse(end)).items():
+            self.logs[name].commit(self.options.consumer, positions, sum(skipped[name].values()))
 
 
 def register(spark: object) -> None:

@@ -33,6 +33,10 @@ EARLIEST, LATEST = -2, -1  # per-stream markers in startingOffsets / endingOffse
 #: Every option, as users spell it (Spark lower-cases them on the way in).
 OPTIONS = (
     "log",
+    "bridge",
+    "bridgeTokenFile",
+    "bridgeTokenEnv",
+    "bridgeCA",
     "consumer",
     "startingOffsets",
     "endingOffsets",
@@ -91,6 +95,14 @@ _LOG_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _KEY = re.compile(r"(?:([A-Za-z0-9_-]{1,64})/)?(\d+)")
 
 
+def split_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` to ``(host, port)``; raises ValueError with the reason."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"a bridge address is HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
 def key_text(key: StreamKey) -> str:
     """``"7"`` or ``"eu/7"``: a stream's key as it appears in Spark's offset JSON."""
     return f"{key[0]}/{key[1]}" if isinstance(key, tuple) else str(key)
@@ -105,35 +117,55 @@ def parse_key(text: str, qualified: bool) -> StreamKey:
     return (m.group(1), int(m.group(2))) if qualified else int(m.group(2))
 
 
-def _logs(text: str) -> tuple[tuple[str | None, str], ...]:
-    """``log``: one directory, or several as ``name=DIR,name=DIR`` (or ``DIR,DIR``: named by basename)."""
+def _named(text: str, option: str) -> tuple[tuple[str | None, str], ...]:
+    """``log``: one directory, or several as ``name=DIR,name=DIR`` (or ``DIR,DIR``: named by basename).
+
+    ``bridge`` alike with ``HOST:PORT``, except that several bridges must be named.
+    """
+    what = "DIR" if option == "log" else "HOST:PORT"
     parts = [p.strip() for p in text.split(",")]
     if len(parts) == 1 and "=" not in parts[0]:
         return ((None, parts[0]),)
-    logs: list[tuple[str | None, str]] = []
+    named: list[tuple[str | None, str]] = []
     for part in parts:
-        name, sep, path = part.partition("=")
-        if not sep:
-            name, path = Path(part).name, part
-        if not _LOG_NAME.fullmatch(name) or not path:
+        name, sep, value = part.partition("=")
+        if not sep and option == "bridge":
             raise AqueductOptionError(
-                f"aqueduct source: log names must be 1-64 letters, digits, '-' or '_' "
-                f"(log=NAME=DIR,NAME=DIR), got {part!r}"
+                f"aqueduct source: several bridges need names (bridge=NAME=HOST:PORT,NAME=HOST:PORT), got {part!r}"
             )
-        logs.append((name, path))
-    names = [n for n, _ in logs]
+        if not sep:
+            name, value = Path(part).name, part
+        if not _LOG_NAME.fullmatch(name) or not value:
+            raise AqueductOptionError(
+                f"aqueduct source: {option} names must be 1-64 letters, digits, '-' or '_' "
+                f"({option}=NAME={what},NAME={what}), got {part!r}"
+            )
+        named.append((name, value))
+    return tuple(named)
+
+
+def _sources(log: str, bridge: str) -> tuple[tuple[str | None, str, str], ...]:
+    """``(name, "log" or "bridge", directory or HOST:PORT)`` of every log a query reads."""
+    sources = [(n, "log", v) for n, v in (_named(log, "log") if log else ())]
+    sources += [(n, "bridge", v) for n, v in (_named(bridge, "bridge") if bridge else ())]
+    if len(sources) > 1 and any(n is None for n, _, _ in sources):
+        raise AqueductOptionError(
+            "aqueduct source: reading logs and bridges together, name each: log=NAME=DIR, bridge=NAME=HOST:PORT"
+        )
+    names = [n for n, _, _ in sources]
     if len(set(names)) != len(names):
         raise AqueductOptionError(
-            f"aqueduct source: two logs named alike in {text!r}; name them: log=eu=DIR,us=DIR"
+            f"aqueduct source: two logs named alike in {', '.join(filter(None, (log, bridge)))!r}; "
+            "name them: log=eu=DIR,us=DIR"
         )
-    return tuple(logs)
+    return tuple(sources)
 
 
 @dataclass(frozen=True)
 class SourceOptions:
     """Validated options of the ``aqueduct`` source (see docs/bridge.md for the table)."""
 
-    log: str  # as given: one directory, or several (see :func:`_logs`)
+    log: str  # as given: one directory, or several (see :func:`_named`); "" when none
     consumer: str = DEFAULT_CONSUMER
     #: "earliest", "latest", or {stream id: offset, EARLIEST or LATEST}
     starting_offsets: str | Mapping[StreamKey, int] = "earliest"
@@ -148,31 +180,54 @@ class SourceOptions:
     min_partitions: int | None = None
     idle_wait: float = 0.0  # seconds latestOffset may wait for new data when there is none
     given: frozenset[str] = frozenset()  # the option names the user set, lower-cased
+    bridge: str = ""  # as given: one HOST:PORT, or several NAME=HOST:PORT (see :func:`_named`)
+    #: where the driver finds the bridges' credential and CA: file paths or a variable's name,
+    #: never the secret itself (options show in plans)
+    bridge_token_file: str | None = None
+    bridge_token_env: str | None = None
+    bridge_ca: str | None = None
+
+    @property
+    def sources(self) -> tuple[tuple[str | None, str, str], ...]:
+        """``(name, "log" or "bridge", where)`` of each log read; the name is None when there is one."""
+        return _sources(self.log, self.bridge)
 
     @property
     def logs(self) -> tuple[tuple[str | None, str], ...]:
-        """``(name, directory)`` of each log read; the name is None when there is one."""
-        return _logs(self.log)
+        """``(name, directory)`` of each log read from its files."""
+        return tuple((n, v) for n, kind, v in self.sources if kind == "log")
+
+    @property
+    def bridges(self) -> tuple[tuple[str | None, str], ...]:
+        """``(name, HOST:PORT)`` of each log read from a bridge's Flight server."""
+        return tuple((n, v) for n, kind, v in self.sources if kind == "bridge")
 
     @property
     def qualified(self) -> bool:
         """Several logs: stream keys carry the log's name."""
-        return len(self.logs) > 1
+        return len(self.sources) > 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's (case-insensitive) option map."""
         opts = _canonical(options)
-        log = opts.get("log")
-        if not log:
-            raise AqueductOptionError("aqueduct source: option 'log' (the log directory) is required")
-        logs = _logs(log)
-        for _, path in logs:
+        log, bridge = opts.get("log", ""), opts.get("bridge", "")
+        if not log and not bridge:
+            raise AqueductOptionError(
+                "aqueduct source: option 'log' (the log directory) or 'bridge' (HOST:PORT of a "
+                "bridge's log server) is required"
+            )
+        sources = _sources(log, bridge)
+        for _, kind, where in sources:
             try:
-                check_log_dir(Path(path))
+                check_log_dir(Path(where)) if kind == "log" else split_address(where)
             except ValueError as e:
                 raise AqueductOptionError(f"aqueduct source: {e}") from None
-        qualified = len(logs) > 1
+        if not bridge:
+            given = [n for n in OPTIONS[2:5] if n.lower() in opts]
+            if given:
+                raise AqueductOptionError(f"aqueduct source: {', '.join(given)} only apply with option 'bridge'")
+        qualified = len(sources) > 1
         try:
             consumer = check_consumer_name(opts.get("consumer", DEFAULT_CONSUMER))
             reads = StreamSelection.parse(opts.get("streams"), opts.get("streampattern"))
@@ -197,6 +252,10 @@ class SourceOptions:
             min_partitions=_positive_int(opts, "minPartitions"),
             idle_wait=_duration(opts, "idleWait", 0.0),
             given=frozenset(opts),
+            bridge=bridge,
+            bridge_token_file=opts.get("bridgetokenfile"),
+            bridge_token_env=opts.get("bridgetokenenv"),
+            bridge_ca=opts.get("bridgeca"),
         )
 
 

@@ -136,11 +136,21 @@ class StreamIndex:
         A batch failing its checksum raises :class:`BatchCorrupt` (or goes
         to ``on_corrupt``, see :func:`read_batches`).
         """
-        return read_batches(self.directory, self.entries_between(start, end), start, end, on_corrupt)
+        return self._batches(self.entries_between(start, end), start, end, on_corrupt)
+
+    def _batches(
+        self,
+        entries: Sequence[IndexEntry],
+        start: int,
+        end: int,
+        on_corrupt: Callable[[BatchCorrupt], None] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Where the records' columns come from: the segment files (a remote view fetches them)."""
+        return read_batches(self.directory, entries, start, end, on_corrupt)
 
     def _column_at(self, name: str, offset: int) -> int:
         e = self.entries[self._entry_index(offset)]
-        (batch,) = read_batches(self.directory, [e], offset, offset + 1)
+        (batch,) = self._batches([e], offset, offset + 1)
         return batch.column(name)[0].as_py()
 
     def reference_at(self, offset: int) -> int:
@@ -175,7 +185,7 @@ class StreamIndex:
         if k == len(self.entries):
             return self.end
         e = self.entries[k]
-        (batch,) = read_batches(self.directory, [e], e.first_offset, e.end_offset)
+        (batch,) = self._batches([e], e.first_offset, e.end_offset)
         below = pc.sum(pc.less(batch.column("epoch"), epoch)).as_py() or 0
         return e.first_offset + below
 

@@ -1,0 +1,308 @@
+"""The source's remote log: a bridge's Flight server (:mod:`aqueduct.bridge.network.flight_server`).
+
+:class:`RemoteLog` is the :class:`~aqueduct.bridge.source.log_access.LogAccess`
+of a log read over the network: the planner's snapshots come from the
+server's ``streams`` action as :class:`RemoteStreamIndex` objects (the
+same index entries, so planning cannot tell them from local ones), and an
+executor's slice is one ``DoGet``.
+
+The credential and the CA certificate are read once, on the driver, when
+the reader is made (from files or an environment variable the options
+*name*), and travel to executors inside the pickled reader: never in an
+option, a plan or a log line. ``repr`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from aqueduct.bridge.source.log_access import stream_id
+from aqueduct.bridge.source.options import split_address
+from aqueduct.bridge.source.planning import Slice
+from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection
+from aqueduct.bridge.storage.index import decode_entries
+from aqueduct.bridge.storage.view import StreamIndex, StreamMeta
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a planning or registry call may take; a record read may take READ_TIMEOUT.
+CALL_TIMEOUT = 60.0
+READ_TIMEOUT = 600.0
+#: Seconds an executor's read waits for a bridge that went away before its task fails.
+RECONNECT_WINDOW = 60.0
+
+#: Where the token is looked for when no option names a file or variable.
+DEFAULT_TOKEN_ENV = "AQUEDUCT_BRIDGE_TOKEN"
+
+#: A bridge that does not answer: planning keeps its last snapshot, a commit waits for the next.
+#: The Flight wire both ends share (the server imports it from here).
+AUTH_HEADER = "authorization"  # every call carries "Bearer <token>"
+BEARER = "Bearer "
+
+#: ``streams`` answers: one header, then per stream sent this (id, meta length), the meta,
+#: and its index entries as the index file holds them (magic, CRC'd entries).
+STREAM_HEAD = struct.Struct("<QI")
+
+UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
+
+
+#: What the bridge's error says when a stored batch failed its checksum.
+CORRUPT_MARK = "fails its CRC32C check"
+
+
+class RemoteCorruption(RuntimeError):
+    """A bridge found a stored batch of the range failing its checksum (it names where)."""
+
+
+def _server_words(error: Exception) -> str:
+    """The server's message, without gRPC's decoration around it."""
+    text = str(error)
+    start = text.find("aqueduct bridge: ")
+    return text[start + len("aqueduct bridge: ") :].split(". Detail:")[0] if start >= 0 else text
+
+
+class BridgeCredentialError(ValueError):
+    """The token or CA certificate for a bridge cannot be read."""
+
+
+class RemoteLog:
+    """A log behind a bridge's Flight server at ``address`` (``HOST:PORT``)."""
+
+    def __init__(self, address: str, token: str, ca: bytes | None = None) -> None:
+        self.address = address
+        self.host, self.port = split_address(address)
+        self._token = token
+        self._ca = ca
+        self._flight: flight.FlightClient | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteLog({self.address!r})"  # never the token
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_flight"} | {"_flight": None}
+
+    # ------------------------------------------------------------ transport
+
+    def _client(self) -> flight.FlightClient:
+        if self._flight is None:
+            tls = {"tls_root_certs": self._ca} if self._ca else {}
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            self._flight = flight.FlightClient(f"grpc+tls://{host}:{self.port}", **tls)
+        return self._flight
+
+    def _options(self, timeout: float) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(
+            headers=[(AUTH_HEADER.encode(), (BEARER + self._token).encode())], timeout=timeout
+        )
+
+    def action(self, name: str, body: Mapping[str, Any]) -> list[bytes]:
+        """The result bodies of action ``name``.
+
+        After a failure to reach the bridge the channel is dropped: gRPC
+        would wait out its reconnect backoff (up to minutes) before trying a
+        restarted bridge again; the next call dials afresh instead.
+        """
+        try:
+            results = self._client().do_action(
+                flight.Action(name, json.dumps(body).encode()), self._options(CALL_TIMEOUT)
+            )
+            return [r.body.to_pybytes() for r in results]
+        except UNREACHABLE:
+            self._flight = None
+            raise
+
+    def _registry(self, name: str, body: Mapping[str, Any]) -> None:
+        (answer,) = self.action(name, body)
+        error = json.loads(answer)["error"]
+        if error is not None:
+            raise ConsumerError(error)
+
+    def fetch(self, sid: int, start: int, end: int, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
+        """Stored-schema batches of stream ``sid``'s records ``[start, end)``, as the server streams them.
+
+        A bridge that goes away mid-read (killed, restarted) is waited for
+        up to :data:`RECONNECT_WINDOW` seconds, and the read resumes at the
+        first record not yet yielded: stored records never change, so the
+        rows are those of one uninterrupted read. Beyond that the task fails
+        and Spark retries it.
+        """
+        pos, waited, pause = start, 0.0, 0.1
+        ticket = {"stream": sid, "start": pos, "end": end, "skip_corrupt": skip_corrupt}
+        while pos < end:
+            ticket["start"] = pos
+            try:
+                reader = self._client().do_get(flight.Ticket(json.dumps(ticket).encode()), self._options(READ_TIMEOUT))
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        return
+                    pos += chunk.data.num_rows
+                    waited, pause = 0.0, 0.1
+                    yield chunk.data
+            except flight.FlightServerError as e:
+                if CORRUPT_MARK in str(e):
+                    raise RemoteCorruption(_server_words(e)) from None
+                raise
+            except UNREACHABLE as e:
+                self._flight = None
+                if waited >= RECONNECT_WINDOW:
+                    raise
+                logger.warning("aqueduct source: bridge %s unreachable mid-read (%s); retrying", self.address, e)
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause * 2, 2.0)
+
+    # ------------------------------------------------------------ LogAccess
+
+    def snapshots(self) -> RemoteSnapshots:
+        return RemoteSnapshots(self)
+
+    def read(self, piece: Slice, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
+        return self.fetch(stream_id(piece), piece.start, piece.end, skip_corrupt)
+
+    def register(self, consumer: str, start: Mapping[int, int], reads: StreamSelection) -> None:
+        self._registry(
+            "register", {"consumer": consumer, "start": {str(k): v for k, v in start.items()}, "reads": reads.to_json()}
+        )
+
+    def check_not_dropped(self, consumer: str) -> None:
+        try:
+            self._registry("check_consumer", {"consumer": consumer})
+        except UNREACHABLE as e:
+            logger.warning("aqueduct source: bridge %s unreachable (%s); its streams wait", self.address, e)
+
+    def commit(self, consumer: str, positions: Mapping[int, int], skipped: int) -> None:
+        """Offsets are absolute: a commit a dead bridge missed is covered by the next one it gets."""
+        body = {"consumer": consumer, "offsets": {str(k): v for k, v in positions.items()}, "skipped": skipped}
+        try:
+            self._registry("commit", body)
+        except UNREACHABLE as e:
+            logger.warning("aqueduct source: bridge %s unreachable (%s); commit left to the next batch", self.address, e)
+
+
+@dataclass(frozen=True)
+class RemoteStreamIndex(StreamIndex):
+    """A stream's index as the bridge sent it; record columns (epoch questions) come over Flight."""
+
+    remote: RemoteLog | None = field(default=None, compare=False, repr=False)
+
+    def _batches(self, entries: Any, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        if not entries or self.remote is None:
+            return iter(())
+        lo, hi = max(start, entries[0].first_offset), min(end, entries[-1].end_offset)
+        return self.remote.fetch(self.stream_id, lo, hi)
+
+
+class RemoteSnapshots:
+    """:class:`~aqueduct.bridge.storage.view.LogSnapshots` over Flight: only changed streams travel.
+
+    While the bridge does not answer, :meth:`load` keeps the last snapshot
+    (its streams stay where they were; other logs of the query go on).
+    """
+
+    def __init__(self, remote: RemoteLog) -> None:
+        self.remote = remote
+        self._instance = ""
+        self._generation = 0
+        self._last: dict[int, StreamIndex] | None = None
+        self.changed: set[int] | None = None
+
+    def load(self) -> dict[int, StreamIndex]:
+        try:
+            header, *bodies = self.remote.action(
+                "streams", {"instance": self._instance, "generation": self._generation}
+            )
+        except UNREACHABLE as e:
+            if self._last is None:
+                raise
+            logger.warning("aqueduct source: bridge %s unreachable (%s); its streams wait", self.remote.address, e)
+            self.changed = set()
+            return self._last
+        head = json.loads(header)
+        fresh = head["instance"] != self._instance or self._last is None
+        self._instance, self._generation = head["instance"], head["generation"]
+        streams = {} if fresh else dict(self._last or {})
+        for body in bodies:
+            s = self._decode(body)
+            streams[s.stream_id] = s
+        if head["ids"] is not None:
+            streams = {sid: streams[sid] for sid in sorted(head["ids"]) if sid in streams}
+        elif not bodies and self._last is not None and not fresh:
+            self.changed = set()
+            return self._last
+        self.changed = None if fresh else {STREAM_HEAD.unpack_from(b)[0] for b in bodies}
+        self._last = streams
+        return streams
+
+    def _decode(self, body: bytes) -> RemoteStreamIndex:
+        sid, meta_len = STREAM_HEAD.unpack_from(body)
+        at = STREAM_HEAD.size
+        meta = StreamMeta.from_json(body[at : at + meta_len])
+        index = body[at + meta_len :]
+        entries, valid = decode_entries(index)
+        if valid != len(index):
+            raise ValueError(f"aqueduct source: bridge {self.remote.address} sent a damaged index of stream {sid}")
+        directory = Path(f"{self.remote.address}/streams/{sid}")  # a label: records come over Flight
+        return RemoteStreamIndex(meta, directory, tuple(entries), remote=self.remote)
+
+
+# ---------------------------------------------------------------- credentials
+
+
+def _per_name(text: str | None, names: list[str | None], option: str) -> dict[str | None, str | None]:
+    """``PATH`` for every bridge, or ``NAME=PATH,NAME=PATH`` one each."""
+    if text is None or "=" not in text:
+        return dict.fromkeys(names, text)
+    given = dict(part.strip().partition("=")[::2] for part in text.split(","))
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise BridgeCredentialError(f"{option} names no file for bridge(s) {', '.join(map(str, missing))}")
+    return {n: given[n] for n in names}
+
+
+def open_bridges(
+    bridges: tuple[tuple[str | None, str], ...],
+    *,
+    token_file: str | None = None,
+    token_env: str | None = None,
+    ca_file: str | None = None,
+) -> dict[str | None, RemoteLog]:
+    """A :class:`RemoteLog` per ``(name, HOST:PORT)``, credentials read here (on the driver).
+
+    The token comes from ``token_file`` (one for all, or ``NAME=PATH,...``)
+    or else the environment variable ``token_env`` (default
+    ``AQUEDUCT_BRIDGE_TOKEN``); the CA certificate that signed the bridges'
+    from ``ca_file`` (default: the system's trusted roots).
+    """
+    names = [name for name, _ in bridges]
+    tokens = _per_name(token_file, names, "bridgeTokenFile")
+    cas = _per_name(ca_file, names, "bridgeCA")
+    env = token_env or DEFAULT_TOKEN_ENV
+    logs: dict[str | None, RemoteLog] = {}
+    for name, address in bridges:
+        path = tokens[name]
+        try:
+            token = Path(path).read_text().strip() if path else os.environ.get(env, "").strip()
+            ca = Path(cas[name]).read_bytes() if cas[name] else None  # type: ignore[arg-type]
+        except OSError as e:
+            raise BridgeCredentialError(f"cannot read {e.filename!r} for bridge {address}: {e.strerror}") from None
+        if not token:
+            where = f"file {path!r} is empty" if path else f"environment variable {env} is not set"
+            raise BridgeCredentialError(
+                f"no credential for bridge {address}: {where} (give bridgeTokenFile=PATH, "
+                f"or set {DEFAULT_TOKEN_ENV} on the driver)"
+            )
+        logs[name] = RemoteLog(address, token, ca)
+    return logs

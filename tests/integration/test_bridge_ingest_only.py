@@ -1,0 +1,61 @@
+"""An ingest-only bridge: listeners, log and the Flight server, no Spark in the process.
+
+A reader elsewhere (here the ``aqueduct`` source's reader, called as Spark
+calls it, in this process but through the network path only) reads the
+records over Flight and commits as consumer ``default``; the producers are
+acked once that commit reached the bridge, not before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from pathlib import Path
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from aqueduct.bridge.app.service import Bridge, BridgeConfig
+from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
+from aqueduct.connector.producer.client import Connector
+
+TIMEOUT = 30.0  # only turns a hang into a failure
+
+
+def read_and_commit(options: dict[str, str]) -> list[bytes]:
+    """One micro-batch as Spark runs it: plan, read the pickled partitions, commit."""
+    r = pickle.loads(pickle.dumps(AqueductDataSource(options).streamReader(SPARK_STRUCT)))
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    parts = pickle.loads(pickle.dumps(r.partitions(start, end)))
+    payloads = [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()]
+    r.commit(end)
+    return payloads
+
+
+async def test_an_ingest_only_bridge_acks_after_the_remote_query_committed(tmp_path: Path) -> None:
+    config = BridgeConfig(log_dir=tmp_path / "log", tcp=("127.0.0.1", 0), ingest_only=True)
+    bridge = Bridge(config)
+    await bridge.start(run_query=False)
+    try:
+        options = bridge.source_options()
+        assert set(options) == {"bridge", "bridgeTokenFile", "bridgeCA"}  # paths, never the token
+        assert options["bridge"].startswith("127.0.0.1:")
+        assert bridge.tcp_address is not None
+        async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="t", instance="i") as conn:
+            stream = await conn.stream(1, "s")
+            for i in range(10):
+                await stream.send(b"m%d" % i)
+            await stream.send(None, boundary=True)
+            for _ in range(int(TIMEOUT / 0.05)):  # bounded: the epoch is durable
+                if bridge.log is not None and 1 in bridge.log.stream_ids() and bridge.log.complete_offset(1) > 0:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            assert stream.acked == 0  # durable, not committed: no ack yet
+            payloads = await asyncio.to_thread(read_and_commit, {**options, "consumer": "default"})
+            assert sorted(payloads) == sorted(b"m%d" % i for i in range(10))
+            await conn.wait_all_acked(TIMEOUT)  # the commit file the Flight call wrote, polled
+            assert stream.acked == 11
+    finally:
+        await bridge.stop()
+    assert bridge.flight_server is None
