@@ -78,7 +78,7 @@ def test_the_wheel_holds_only_the_aqueduct_package_typed(wheel: Path) -> None:
     assert "aqueduct/py.typed" in names
     metadata = zipfile.ZipFile(wheel).read(f"aqueduct_quic-{aqueduct.__version__}.dist-info/METADATA").decode()
     assert f"Name: {DISTRIBUTION}\n" in metadata and f"Version: {aqueduct.__version__}\n" in metadata
-    assert "Requires-Dist: pyspark<5,>=4.3; extra == \"spark\"" in metadata
+    assert "Requires-Dist: pyspark<4.4,>=4.2; extra == \"spark\"" in metadata
 
 
 def test_the_installed_clis_work_from_the_virtualenv(venv: Path, tmp_path: Path) -> None:
