@@ -193,3 +193,11 @@ def test_a_busy_metrics_port_fails_at_once_and_leaves_nothing_behind(tmp_path: P
     assert f"aqueduct-bridge: error: metrics endpoint 127.0.0.1:{port}: Address already in use" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "log").exists()  # refused before the log directory was made
+
+
+def test_serve_help_names_the_operator_options() -> None:
+    from aqueduct.bridge.cli import parser
+
+    text = parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    for option in ("--metrics HOST:PORT", "--log-format {text,json}", "--spark-ui PORT", "--status-interval"):
+        assert option in text
