@@ -42,20 +42,20 @@ def _cpu_seconds(me: psutil.Process) -> float:
     return total
 
 
-def _fill_log(path: Path, rate: int, stop: threading.Event) -> None:
-    """Append ``rate`` 100-byte records per second in 10 ms-spaced group commits."""
+def _fill_log(path: Path, rate: int, stop: threading.Event, every: float = 0.1) -> None:
+    """Append ``rate`` 100-byte records per second in group commits ``every`` seconds."""
     from aqueduct.bridge.storage.log import DurableLog
     from aqueduct.connector.frames import Record
 
     with DurableLog(path) as log:
         log.open_stream(1, "bench", "overhead/1")
-        per_tick, next_id, tick = rate // 10, 0, time.monotonic()
+        per_tick, next_id, tick = round(rate * every), 0, time.monotonic()
         while not stop.is_set():
             for _ in range(per_tick):
                 log.append(Record.build(1, b"x" * 100, message_id=next_id))
                 next_id += 1
             log.commit()
-            tick += 0.1
+            tick += every
             stop.wait(max(0.0, tick - time.monotonic()))
 
 
@@ -96,7 +96,7 @@ def _stop_between_triggers(query: Any, wait: float = 5.0) -> None:
 
 def measure(
     spark: Any, source: str, rate: int, warmup: float, seconds: float, trigger: str = "1 second",
-    idle_wait: str = "0",
+    idle_wait: str = "0", commit_every: float = 0.1,
 ) -> dict[str, Any]:
     """One query: cores used and median addBatch over ``seconds`` after ``warmup``."""
     stop = threading.Event()
@@ -111,7 +111,7 @@ def measure(
             schema = "stream_id BIGINT, message_id BIGINT, payload BINARY"
             frame = spark.readStream.format("parquet").schema(schema).load(str(work / "in"))
         else:
-            filler = threading.Thread(target=_fill_log, args=(work / "log", rate, stop), daemon=True)
+            filler = threading.Thread(target=_fill_log, args=(work / "log", rate, stop, commit_every), daemon=True)
             filler.start()
             while not (work / "log" / "streams").exists():
                 time.sleep(0.05)
@@ -147,6 +147,8 @@ def measure(
         "cores": (cpu1 - cpu0) / (t1 - t0),
         "cpu_us_per_record": (cpu1 - cpu0) * 1e6 / max(1, sum(p["numInputRows"] for p in progress)),
         "add_batch_ms_p50": statistics.median(add_batch) if add_batch else None,
+        "trigger_ms_p50": statistics.median(p["durationMs"].get("triggerExecution", 0) for p in progress)
+        if progress else None,
     }
 
 
@@ -157,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured (default: %(default)s)")
     parser.add_argument("--trigger", default="1 second", help="processingTime of every query (default: %(default)s)")
     parser.add_argument("--idle-wait", default="0", help="the aqueduct source's idleWait (default: %(default)s)")
+    parser.add_argument(
+        "--commit-every", type=float, default=0.1,
+        help="seconds between the aqueduct log's group commits (default: %(default)s)",
+    )
     parser.add_argument("--sources", default=",".join(SOURCES), help="sources to measure (default: %(default)s)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
@@ -171,17 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     register(spark)
     results = []
     try:
-        print(f"{'source':<10} {'rec/s':>7} {'batches':>7} {'rows':>9} {'cores':>6} {'CPU us/rec':>10} {'addBatch p50 ms':>16}")
+        print(f"{'source':<10} {'rec/s':>7} {'batches':>7} {'rows':>9} {'cores':>6} {'CPU us/rec':>10} {'addBatch p50 ms':>16} {'trigger p50 ms':>15}")
         for rate in rates:
             for source in args.sources.split(","):
                 if rate == 0 and source == "rate":
                     continue  # the rate source needs rows; idle, the file source is Spark's own
                 print(f"measuring {source} source at {rate} rec/s ...", file=sys.stderr, flush=True)
-                r = measure(spark, source, rate, args.warmup, args.seconds, args.trigger, args.idle_wait)
+                r = measure(
+                    spark, source, rate, args.warmup, args.seconds, args.trigger, args.idle_wait, args.commit_every
+                )
                 results.append(r)
                 print(
                     f"{r['source']:<10} {r['rate']:>7} {r['batches']:>7} {r['rows']:>9} "
-                    f"{r['cores']:>6.2f} {r['cpu_us_per_record']:>10.1f} {r['add_batch_ms_p50'] or 0:>16.0f}",
+                    f"{r['cores']:>6.2f} {r['cpu_us_per_record']:>10.1f} {r['add_batch_ms_p50'] or 0:>16.0f} {r['trigger_ms_p50'] or 0:>15.0f}",
                     flush=True,
                 )
     finally:

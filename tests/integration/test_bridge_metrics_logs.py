@@ -196,7 +196,7 @@ def test_a_busy_metrics_port_fails_at_once_and_leaves_nothing_behind(tmp_path: P
 
 
 def test_serve_help_names_the_operator_options() -> None:
-    from aqueduct.bridge.cli import parser
+    from aqueduct.bridge.app.cli import parser
 
     text = parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
     for option in ("--metrics HOST:PORT", "--log-format {text,json}", "--spark-ui PORT", "--status-interval"):
