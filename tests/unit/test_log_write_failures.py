@@ -94,3 +94,31 @@ def test_a_failed_fsync_stops_the_log_and_a_reopen_recovers_what_was_durable(
         append(reopened, 1, range(5, 7))
         reopened.commit()
     assert ids(path, 1) == list(range(7))
+
+
+def test_a_truncation_without_room_for_its_new_index_leaves_the_old_one_and_commits_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log"
+    real = os.fsync
+
+    def fsync(fd: int) -> None:  # only the rewritten index finds no room
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/index.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    with DurableLog(path, segment_bytes=256) as log:
+        log.open_stream(1, "s", "c/1").result()
+        for first in range(0, 40, 5):  # several segments
+            append(log, 1, range(first, first + 5))
+            log.commit()
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(OSError, match="No space left on device"):
+            log.truncate(1, 30).result()
+        monkeypatch.undo()
+        append(log, 1, range(40, 45))
+        log.commit()  # the index is reopened and appended to as it stands on disk
+        assert ids(path, 1) == list(range(45))
+        assert log.truncate(1, 30).result() > 0
+    with DurableLog(path) as reopened:
+        assert reopened.durable_end(1) == 45 and reopened.durable_reference(1) == 45
