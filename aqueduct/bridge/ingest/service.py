@@ -553,7 +553,8 @@ class Ingest:
             for sid, offset in positions.items()
             if sid in self._complete and offset > self._committed[sid]  # a stream of this log
         }
-        beyond = {sid: offset for sid, offset in advanced.items() if offset > self._complete[sid]}
+        # (the log's own view: Spark may read a group the log published before its commit() resumed here)
+        beyond = {sid: offset for sid, offset in advanced.items() if offset > self.log.complete_offset(sid)}
         if beyond:  # Spark reads complete epochs only: such a position is no commit of it
             logger.error("ignoring committed positions beyond the log's complete epochs: %s", beyond)
             advanced = {sid: offset for sid, offset in advanced.items() if sid not in beyond}

@@ -496,13 +496,12 @@ class _StreamWriter:
             drop.add(base)
         if drop:
             self._carry_received_ids(drop)
-            self.entries = [e for e in self.entries if e.segment not in drop]
-            was_open = self._index_fd >= 0
-            if was_open:
+            kept = [e for e in self.entries if e.segment not in drop]
+            if self._index_fd >= 0:  # reopened on the next write: rewriting may fail (a full disk)
                 os.close(self._index_fd)
-            rewrite_index(self.directory / INDEX_FILE, self.entries)
-            if was_open:
-                self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+                self._index_fd = -1
+            rewrite_index(self.directory / INDEX_FILE, kept)
+            self.entries = kept  # only now: on failure the old index, and these entries, still stand
             for base in drop:
                 (self.directory / segment_name(base)).unlink(missing_ok=True)
             fsync_path(self.directory)

@@ -1,0 +1,83 @@
+"""The real bridge with its log on a small tmpfs that fills under load and is freed: it rides it out.
+
+``aqueduct-bridge serve`` runs in a private mount namespace (``unshare -m``,
+as root) with its log on a 8 MiB tmpfs there; Spark's checkpoint and
+Parquet output are on ordinary disk. The test fills the tmpfs from inside
+that namespace (``nsenter -m``) while producers send, then frees it: the
+same bridge process ends with every message exactly once in the sink and
+acked, without a restart. Skipped, with the reason, where the machine
+refuses the namespace or the mount.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from demo.producer import produce
+from demo.verify import verify_output
+from demo.workload import Workload
+from tests.reliability.ingest_child import namespace_refusal
+from tests.spark.test_bridge_kill import TIMEOUT, _bridge_command, _free_port, _until
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+def _in_namespace(pid: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", "-t", str(pid), "-m", *argv], capture_output=True, text=True, timeout=60)
+
+
+async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    reason = namespace_refusal(small) or (None if shutil.which("nsenter") else "no nsenter(1) on this machine")
+    if reason:
+        pytest.skip(reason)
+    port = _free_port()
+    command = _bridge_command(port, tmp_path)
+    command[command.index("--log") + 1] = str(small / "log")
+    script = f'mount -t tmpfs -o size=8m tmpfs "{small}" && exec "$@"'
+    log_file = tmp_path / "bridge.log"
+    with open(log_file, "wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            "unshare", "-m", "sh", "-c", script, "sh", *command, stdout=out, stderr=out
+        )
+    workload = Workload(producers=2, streams=2, events=3000, epoch=50)
+    url = f"tcp://127.0.0.1:{port}"
+    try:
+        for _ in range(int(TIMEOUT / 0.2)):  # listening (Spark may still be starting)
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            assert proc.returncode is None, log_file.read_text()[-3000:]
+            await asyncio.sleep(0.2)
+        producers = asyncio.gather(*(produce(url, workload, p, timeout=TIMEOUT) for p in range(2)))
+        await _until(lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch")
+        filled = _in_namespace(proc.pid, "dd", "if=/dev/zero", f"of={small}/filler", "bs=64k")
+        assert "No space left on device" in filled.stderr, filled.stderr
+        await _until(lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk")
+        await asyncio.sleep(2.0)
+        assert proc.returncode is None and not producers.done()  # up, and producers held back
+        freed = _in_namespace(proc.pid, "rm", f"{small}/filler")
+        assert freed.returncode == 0, freed.stderr
+        await asyncio.wait_for(producers, TIMEOUT)  # every message acked
+        await _until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,
+                     "every row in the sink")  # fmt: skip
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    result = verify_output(tmp_path / "out", workload.expected())
+    assert result.ok, result.problems()
+    text = log_file.read_text()
+    assert text.count("no credits are granted until it is durable, retrying") == 1
+    assert text.count("the log's disk has room again: commits go on") == 1
+    assert "Traceback" not in text
