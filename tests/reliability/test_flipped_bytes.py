@@ -24,6 +24,7 @@ from aqueduct.bridge.source.datasource import (
     AqueductPartition,
     read_partition,
 )
+from aqueduct.bridge.source.log_access import LocalLog
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.commits import commit_file, read_committed
 from aqueduct.bridge.storage.index import MAGIC, IndexCorrupt, read_entries
@@ -53,7 +54,7 @@ def read_all(path: Path, skip_corrupt: bool = False) -> dict[int, list[tuple[int
     rows: dict[int, list[tuple[int, bytes]]] = {}
     for sid, s in load_streams(path).items():
         part = AqueductPartition((Slice(str(s.directory), sid, s.earliest, s.end, tuple(s.entries), 0),))
-        for batch in read_partition(part, skip_corrupt=skip_corrupt):
+        for batch in read_partition(part, {None: LocalLog(path)}, skip_corrupt=skip_corrupt):
             d = batch.to_pydict()
             rows.setdefault(sid, []).extend(zip(d["message_id"], d["payload"], strict=True))
     return rows

@@ -24,6 +24,7 @@ from aqueduct.bridge import Receiver, ReceiverError
 from aqueduct.bridge.storage.consumers import ConsumerError, load_consumers
 from aqueduct.bridge.storage.log import LogError
 from aqueduct.bridge.storage.view import load_streams
+from aqueduct.connector.errors import TlsRefused
 from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -254,7 +255,7 @@ async def test_a_receiver_with_a_client_ca_admits_only_certificate_holders(spark
     try:
         url = f"aqueduct://127.0.0.1:{rx.quic_address[1]}"
         stranger = Connector(url, program="stranger", cafile=str(certs.ca), connect_timeout=2.0)
-        with pytest.raises(ConnectionError, match="no handshake"):
+        with pytest.raises(TlsRefused, match="a client certificate is required"):  # refused at once, not retried
             await stranger.connect()
         await stranger.close()
         async with Connector(url, program="member", cafile=str(certs.ca), certfile=str(certs.client_cert),
