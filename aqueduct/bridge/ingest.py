@@ -80,6 +80,12 @@ class IngestConfig:
 
     max_lag: int = 200_000  # records Spark may lag behind before credits stop
     commit_delay: float = 0.002  # seconds to gather a group before committing
+    #: seconds from one group commit's start to the next one's at the least. Spark writes its
+    #: Parquet files and checkpoint to the same disks: a paced producer otherwise gets a group
+    #: commit (an fsync or more) every few ms, and at hundreds of fsyncs a second Spark's
+    #: micro-batch took 2.3x as long (docs/performance.md, issue 29). A record arriving after
+    #: a quiet spell still waits only ``commit_delay``.
+    commit_interval: float = 0.02
     #: credits all sessions may hold together (None: each session has its own,
     #: unbounded in total); see :mod:`aqueduct.bridge.credit_budget`
     credit_budget: int | None = None
@@ -310,10 +316,13 @@ class Ingest:
 
     async def run(self) -> None:
         """Group-commit loop: runs until cancelled (a commit in flight is finished first)."""
+        loop = asyncio.get_running_loop()
+        last = -self.config.commit_interval
         while True:
             await self._dirty.wait()
-            await asyncio.sleep(self.config.commit_delay)
+            await asyncio.sleep(max(self.config.commit_delay, last + self.config.commit_interval - loop.time()))
             self._dirty.clear()
+            last = loop.time()
             await self.commit()
 
     async def commit(self) -> dict[int, int]:
