@@ -118,6 +118,12 @@ class IngestConfig:
 
     max_lag: int = 200_000  # records Spark may lag behind before credits stop
     commit_delay: float = 0.002  # seconds to gather a group before committing
+    #: seconds from one group commit's start to the next one's at the least. Spark writes its
+    #: Parquet files and checkpoint to the same disks: a paced producer otherwise gets a group
+    #: commit (an fsync or more) every few ms, and at hundreds of fsyncs a second Spark's
+    #: micro-batch took 2.3x as long (docs/performance.md, issue 29). A record arriving after
+    #: a quiet spell still waits only ``commit_delay``.
+    commit_interval: float = 0.02
     #: credits all sessions may hold together (None: each session has its own,
     #: unbounded in total); see :mod:`aqueduct.bridge.ingest.credit_budget`
     credit_budget: int | None = None
@@ -399,20 +405,24 @@ class Ingest:
     async def run(self) -> None:
         """Group-commit loop: runs until cancelled (a commit in flight is finished first).
 
-        While the disk is full it commits again after a growing pause,
-        new records or not: the log holds the refused group.
+        Commits start at least ``commit_interval`` apart. While the disk is
+        full it commits again after a growing pause, new records or not: the
+        log holds the refused group.
         """
+        loop = asyncio.get_running_loop()
+        last = -self.config.commit_interval
         first, factor, most = FULL_RETRY
         pause = first
         while True:
             if self.disk_full is None:
                 await self._dirty.wait()
-                await asyncio.sleep(self.config.commit_delay)
+                await asyncio.sleep(max(self.config.commit_delay, last + self.config.commit_interval - loop.time()))
                 pause = first
             else:
                 await asyncio.sleep(pause)
                 pause = min(pause * factor, most)
             self._dirty.clear()
+            last = loop.time()
             with contextlib.suppress(LogFull):
                 await self.commit()
 
