@@ -56,6 +56,7 @@ class StandaloneCluster:
         self.hidden.mkdir()
         self.port = free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
+        self.spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
         self.processes: list[subprocess.Popen[bytes]] = []
         self.workers: list[subprocess.Popen[bytes]] = []
 
@@ -66,7 +67,7 @@ class StandaloneCluster:
         return proc
 
     def start(self) -> None:
-        spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+        spark_class = self.spark_class
         self._spawn("master", [
             spark_class, "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(free_port()),
