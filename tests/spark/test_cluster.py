@@ -187,4 +187,3 @@ async def test_the_receiver_in_a_cluster_driver_reads_over_flight_exactly_once(
         await _stop(driver)
     result = verify_output(out, workload.expected())
     assert result.ok, result.problems()
-
