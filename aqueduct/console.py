@@ -14,9 +14,11 @@ may use it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = [
     "BROKEN_PIPE_STATUS",
@@ -54,37 +56,35 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer above 0, with a clear error."""
+def _number(text: str, parse: Callable[[str], Any], ok: Callable[[Any], bool], what: str) -> Any:
+    """``parse(text)`` if it is ``what`` (``ok``), else argparse's one-line error naming it."""
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer above 0."""
+    return _number(text, int, lambda v: v > 0, "a positive integer")
 
 
 def non_negative_int(text: str) -> int:
-    """argparse type: an integer of 0 or more, with a clear error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
-    return value
+    """argparse type: an integer of 0 or more."""
+    return _number(text, int, lambda v: v >= 0, "a non-negative integer")
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a number above 0 (not NaN or infinite), with a clear error."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+    """argparse type: a number above 0 (not NaN or infinite)."""
+    return _number(text, float, lambda v: 0 < v < math.inf, "a positive number")
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a number of 0 or more (not NaN or infinite)."""
+    return _number(text, float, lambda v: 0 <= v < math.inf, "a number of 0 or more")
 
 
 def add_secret_options(parser: argparse.ArgumentParser, env: str, what: str) -> None:

@@ -28,6 +28,7 @@ from aqueduct.console import (
     UsageError,
     add_secret_options,
     add_version,
+    non_negative_float,
     positive_float,
     positive_int,
     read_secret,
@@ -54,13 +55,6 @@ def port_number(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}")
     return int(text)
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
