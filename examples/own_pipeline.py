@@ -59,15 +59,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", type=Path, help="Spark checkpoint (default: OUT/_checkpoint)")
     p.add_argument("--tcp", help="HOST:PORT for connectors over TCP")
     p.add_argument("--quic", help="HOST:PORT for connectors over QUIC (Aqueduct)")
-    p.add_argument("--cookie", default="", help="shared secret connectors must present")
+    p.add_argument(
+        "--cookie-file", type=Path,
+        help="file whose first line is the secret connectors must present (else $AQUEDUCT_COOKIE; "
+        "a secret on the command line would show in `ps`)",
+    )  # fmt: skip
     p.add_argument("--trigger", type=float, default=1.0, help="seconds between micro-batches")
     args = p.parse_args(argv)
+    cookie = (
+        (args.cookie_file.read_bytes().splitlines() or [b""])[0]
+        if args.cookie_file
+        else os.environ.get("AQUEDUCT_COOKIE", "").encode()
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoint = args.checkpoint or args.out / "_checkpoint"
 
     spark = SparkSession.builder.appName("my-aqueduct-job").getOrCreate()
     try:
-        with Receiver(spark, log=args.log, tcp=args.tcp, quic=args.quic, cookie=args.cookie) as rx:
+        with Receiver(spark, log=args.log, tcp=args.tcp, quic=args.quic, cookie=cookie) as rx:
             print(f"receiving on {rx.tcp_address or rx.quic_address}", flush=True)
             events = (
                 rx.stream()
