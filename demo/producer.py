@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 from aqueduct.connector.producer.client import Connector
+from aqueduct.console import COOKIE_ENV, add_secret_options, read_secret
 from demo.workload import Workload, payload
 
 PROGRAM = "aqueduct-demo"
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--url", required=True, help="aqueduct://HOST:PORT or tcp://HOST:PORT")
     p.add_argument("--cafile", help="CA certificate that signed the bridge's (QUIC)")
-    p.add_argument("--cookie", default="", help="the bridge's cookie")
+    add_secret_options(p, COOKIE_ENV, "the bridge's cookie")
     p.add_argument("--index", type=int, required=True, help="which producer this is (0-based)")
     p.add_argument("--producers", type=int, required=True)
     p.add_argument("--streams", type=int, required=True, help="streams per producer")
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload,
             args.index,
             cafile=args.cafile,
-            cookie=args.cookie.encode(),
+            cookie=read_secret(args, COOKIE_ENV),
             timeout=args.timeout,
         )
     )
