@@ -13,26 +13,46 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aqueduct.bridge.source.lag import consumer_lag
-from aqueduct.bridge.storage.acked import read_acked, read_acked_at
+from aqueduct.bridge.storage.acked import read_acked_at
 from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.consumers import load_consumers, position
 from aqueduct.bridge.storage.corruption import corrupt_ranges
-from aqueduct.bridge.storage.view import load_streams
+from aqueduct.bridge.storage.view import StreamIndex, load_streams
+
+
+@dataclass(frozen=True)
+class LogSnapshot:
+    """The indexes and ``acked.json`` read once, so the stream and consumer tables agree.
+
+    Both tables need every index and the acked offsets; reading them once
+    halves the I/O of ``status`` on a log with thousands of streams and
+    keeps the two tables from describing two different moments.
+    """
+
+    streams: dict[int, StreamIndex]
+    acked: dict[int, int]
+    acked_at: float | None
+
+    @classmethod
+    def read(cls, log_dir: Path) -> LogSnapshot:
+        acked, acked_at = read_acked_at(log_dir)
+        return cls(load_streams(log_dir), acked, acked_at)
 
 
 def read_status(log_dir: Path, consumer: str = "default") -> dict:
     """Per-stream positions of the log at ``log_dir`` as a JSON-ready dict."""
     if not log_dir.exists():
         raise FileNotFoundError(f"no log directory at {log_dir}")
-    streams = load_streams(log_dir)
+    snapshot = LogSnapshot.read(log_dir)
     committed = read_committed(log_dir, consumer) or {}
-    for sid, offset in read_acked(log_dir).items():
+    for sid, offset in snapshot.acked.items():
         committed[sid] = max(offset, committed.get(sid, 0))
     rows = []
-    for sid, s in streams.items():
+    for sid, s in snapshot.streams.items():
         done = max(committed.get(sid, 0), s.earliest)
         rows.append(
             {
@@ -54,7 +74,7 @@ def read_status(log_dir: Path, consumer: str = "default") -> dict:
         "streams": rows,
         "total_records": sum(r["head"] for r in rows),
         "total_lag": sum(r["lag"] for r in rows),
-        "consumers": consumer_rows(log_dir),
+        "consumers": consumer_rows(log_dir, snapshot=snapshot),
         "corrupt": [{"stream_id": sid, "records": [a, b]} for sid, a, b in corrupt_ranges(log_dir)],
         "disk": disk_space(log_dir),
     }
@@ -115,7 +135,7 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
+def consumer_rows(log_dir: Path, now_s: float | None = None, snapshot: LogSnapshot | None = None) -> list[dict]:
     """Every registered consumer of the log: role, committed records, lag, dropped or not.
 
     The lag is in records and bytes of complete epochs not committed yet
@@ -127,9 +147,9 @@ def consumer_rows(log_dir: Path, now_s: float | None = None) -> list[dict]:
     batch commits) are the lower bound the stream table uses too, so an
     idle bridge shows no lag in either.
     """
-    streams = load_streams(log_dir)
+    snap = LogSnapshot.read(log_dir) if snapshot is None else snapshot
+    streams, acked, acked_at = snap.streams, snap.acked, snap.acked_at
     now = time.time() if now_s is None else now_s
-    acked, acked_at = read_acked_at(log_dir)
     rows = []
     for c in load_consumers(log_dir).values():
         committed = read_committed(log_dir, c.name) or {}
