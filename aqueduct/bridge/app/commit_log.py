@@ -19,11 +19,10 @@ it serves the queries the bridge starts itself; queries a user starts
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from aqueduct.bridge.storage.commits import parse_offsets
+from aqueduct.bridge.storage.offset import SourceOffset
 
 COMMITS = "commits"
 OFFSETS = "offsets"
@@ -51,7 +50,7 @@ def committed_positions(checkpoint: Path, batch: int) -> dict[int, int] | None:
     positions: dict[int, int] = {}
     for line in lines[2:]:
         try:
-            positions.update(parse_offsets(json.loads(line)))
+            positions.update(SourceOffset.parse(line).stream_ids())
         except ValueError:  # not JSON ("-"), or another source's offsets
             continue
     return positions or None

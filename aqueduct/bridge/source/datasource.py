@@ -70,9 +70,6 @@ from aqueduct.bridge.source.options import (
     LATEST,
     AqueductOptionError,
     SourceOptions,
-    StreamKey,
-    key_text,
-    parse_key,
 )
 from aqueduct.bridge.source.planning import Slice, plan_slices
 from aqueduct.bridge.storage.changes import CHANGES_FILE
@@ -80,6 +77,7 @@ from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     ConsumerError,
 )
+from aqueduct.bridge.storage.offset import SourceOffset, StreamKey, key_text
 from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
 from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
@@ -245,7 +243,7 @@ def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mappi
 
 def _offsets(positions: Mapping[StreamKey, int]) -> dict[str, int]:
     """Spark offset dict: keys in (log, stream id) order, so the JSON text is canonical."""
-    return {key_text(k): positions[k] for k in sorted(positions)}
+    return SourceOffset(positions).spark()
 
 
 class _LogReader:
@@ -320,7 +318,7 @@ class _LogReader:
         return dirty
 
     def _parse(self, offsets: dict[str, int]) -> dict[StreamKey, int]:
-        """Spark's offset dict back to positions per stream key.
+        """Spark's offset dict back to positions per stream key (:meth:`SourceOffset.parse`).
 
         Spark hands back, as the next start, the very offsets this reader
         returned before: those are recognised (one C-level comparison) and
@@ -329,13 +327,7 @@ class _LogReader:
         for text, positions in self._returned:
             if offsets == text:
                 return dict(positions)
-        qualified = self.options.qualified
-        positions: dict[StreamKey, int] = {}
-        for k, v in offsets.items():
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"aqueduct offset: positions must be non-negative integers, got {k!r}: {v!r}")
-            positions[int(k) if not qualified and k.isdigit() else parse_key(k, qualified)] = v
-        return positions
+        return dict(SourceOffset.parse(offsets, qualified=self.options.qualified).positions)
 
     def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[str | None, dict[int, int]]:
         """Positions split by log name, with plain stream ids (what each log holds)."""
