@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -58,6 +57,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.source.admission import Limit, admit
+from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
     RemoteCorruption,
@@ -367,13 +367,19 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
 
 
 class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader over memory-mapped Arrow segments."""
+    """Micro-batch reader over memory-mapped Arrow segments.
 
-    def __init__(self, options: SourceOptions) -> None:
+    ``clock`` is what ``idleWait`` and ``maxTriggerDelay`` read and sleep
+    by (:mod:`aqueduct.bridge.source.clock`): the real one, unless a test
+    drives time itself.
+    """
+
+    def __init__(self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(options)
+        self.clock = clock
         self._target: dict[StreamKey, int] | None = None
         self._turn = 0
-        self._last_batch_at = time.monotonic()  # for maxTriggerDelay
+        self._last_batch_at = clock.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
         #: per stream, where the ranges already counted as skipped end (a batch's range is seen
         #: by latestOffset and again by partitions, around a commit)
@@ -464,7 +470,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         wait = self.options.idle_wait
         if wait <= 0 or end != start or self._target is not None:
             return end
-        deadline = time.monotonic() + wait
+        deadline = self.clock.monotonic() + wait
         while self._journals_moved(deadline):
             end = self._latest(start, limit)
             if end != start:
@@ -489,10 +495,11 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             return out
 
         before = keys()
-        ask_bridges = time.monotonic() + REMOTE_IDLE_POLL if self.options.bridges else None
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(IDLE_POLL, left))
-            if keys() != before or (ask_bridges is not None and time.monotonic() >= ask_bridges):
+        clock = self.clock
+        ask_bridges = clock.monotonic() + REMOTE_IDLE_POLL if self.options.bridges else None
+        while (left := deadline - clock.monotonic()) > 0:
+            clock.sleep(min(IDLE_POLL, left))
+            if keys() != before or (ask_bridges is not None and clock.monotonic() >= ask_bridges):
                 return True
         return False
 
@@ -532,7 +539,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             self._dirty = None if dirty is None or self._dirty is None else self._dirty | dirty
             return _offsets(self._parse(start))
         if ends != starts:
-            self._last_batch_at = time.monotonic()
+            self._last_batch_at = self.clock.monotonic()
         self._previous_unlimited = unlimited  # its ends were every stream's complete end
         return self._out(ends)
 
@@ -573,7 +580,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         if wanted is None or self._target is not None:
             return False
         available = sum(ends[k] - starts.get(k, 0) for k in ends)
-        waited = time.monotonic() - self._last_batch_at
+        waited = self.clock.monotonic() - self._last_batch_at
         return available < wanted and waited < self.options.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, int]:
