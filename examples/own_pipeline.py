@@ -17,7 +17,7 @@ message lands exactly once. Producers are acked only after that write
 and Spark's commit of the batch: a producer that got its ack can forget
 the message.
 
-Ctrl-C (or SIGTERM) stops the query, makes what the receiver buffered
+Ctrl-C (or SIGTERM) stops the query, makes what the bridge buffered
 durable and releases the log; run the script again to go on where it was.
 """
 
@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.functions import col, from_json  # noqa: E402
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType  # noqa: E402
 
-from aqueduct.bridge import Receiver, repair_checkpoint  # noqa: E402
+from aqueduct.bridge import SparkBridge, repair_checkpoint  # noqa: E402
 
 SCHEMA = StructType([StructField("user", StringType()), StructField("amount", DoubleType())])
 
@@ -54,7 +54,7 @@ def write_batch(out: Path, batch_df, batch_id: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--log", required=True, type=Path, help="the receiver's durable log directory")
+    p.add_argument("--log", required=True, type=Path, help="the bridge's durable log directory")
     p.add_argument("--out", required=True, type=Path, help="where the job writes its batches")
     p.add_argument("--checkpoint", type=Path, help="Spark checkpoint (default: OUT/_checkpoint)")
     p.add_argument("--tcp", help="HOST:PORT for connectors over TCP")
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName("my-aqueduct-job").getOrCreate()
     try:
-        with Receiver(spark, log=args.log, tcp=args.tcp, quic=args.quic, cookie=cookie) as rx:
-            print(f"receiving on {rx.tcp_address or rx.quic_address}", flush=True)
+        with SparkBridge(spark, log=args.log, tcp=args.tcp, quic=args.quic, cookie=cookie) as bridge:
+            print(f"receiving on {bridge.tcp_address or bridge.quic_address}", flush=True)
             events = (
-                rx.stream()
+                bridge.stream()
                 .select("stream_id", "message_id", from_json(col("payload").cast("string"), SCHEMA).alias("e"))
                 .where(col("e.user").isNotNull())
                 .select("stream_id", "message_id", "e.user", "e.amount")
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                 .trigger(processingTime=f"{args.trigger} seconds")
                 .start()
             )
-            rx.ack_after(query)
+            bridge.ack_after(query)
             # Until the query ends or Ctrl-C / SIGTERM; then the with block stops cleanly.
-            if not rx.await_termination():
+            if not bridge.await_termination():
                 print("stopping", flush=True)
         print("stopped", flush=True)  # buffered records durable, log released
     finally:

@@ -2,13 +2,13 @@
 
 Its rooms, one job each (imports go down this list, never up):
 
-- :mod:`.app`: the running bridge, ``aqueduct-bridge``, the ``Receiver``;
+- :mod:`.app`: the running bridge, ``aqueduct-bridge``, the ``SparkBridge``;
 - :mod:`.network`: the log served to readers anywhere (Arrow Flight);
 - :mod:`.ingest`: connector sessions into the log, ACKs after the sink commit;
 - :mod:`.source`: the Spark source that reads the log;
 - :mod:`.storage`: the durable log on disk and the files its readers share.
 
-In your own Spark application: ``from aqueduct.bridge import Receiver``
+In your own Spark application: ``from aqueduct.bridge import SparkBridge``
 (see :mod:`aqueduct.bridge.app.receiver`), and ``repair_checkpoint`` for the
 checkpoint of a query that may have been killed (see
 :mod:`aqueduct.bridge.app.checkpoint`). They are loaded on first use, so that
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Receiver", "ReceiverError", "repair_checkpoint"]
+__all__ = ["SparkBridge", "SparkBridgeError", "repair_checkpoint"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from aqueduct.bridge.app import receiver
 
         return getattr(receiver, name)
+    if name in ("Receiver", "ReceiverError"):  # the old names, deprecated
+        from aqueduct.bridge.app import receiver
+
+        return receiver.renamed(name)
     raise AttributeError(f"module 'aqueduct.bridge' has no attribute {name!r}")

@@ -1,8 +1,8 @@
-"""The user's own pipeline on the test cluster: a ``Receiver`` in a driver whose master is the cluster.
+"""The user's own pipeline on the test cluster: a ``SparkBridge`` in a driver whose master is the cluster.
 
 ``python cluster_receiver.py MASTER LOG TCP_PORT OUTPUT CHECKPOINT STOP_FILE``:
-the README's shape (``with Receiver(...) as rx``, ``rx.stream()``, a sink,
-``rx.ack_after``), unchanged for a cluster: the receiver serves the log
+the README's shape (``with SparkBridge(...) as bridge``, ``bridge.stream()``, a sink,
+``bridge.ack_after``), unchanged for a cluster: the bridge serves the log
 over Flight because the master is not local. Runs until ``STOP_FILE``
 appears; exits 0 if the query was still running then.
 """
@@ -15,20 +15,20 @@ import time
 from pathlib import Path
 
 from aqueduct.bridge.app.pipeline import local_session, start_sink
-from aqueduct.bridge.app.receiver import Receiver
+from aqueduct.bridge.app.receiver import SparkBridge
 
 RUN_LIMIT = 600.0  # seconds: a hang guard only
 
 
 def main(master: str, log: str, port: str, output: str, checkpoint: str, stop_file: str) -> int:
     spark = local_session(master, "WARN", app_name="aqueduct-receiver-test")
-    with Receiver(spark, log=log, tcp=f"127.0.0.1:{port}") as rx:
-        print(f"receiver reads the log at {rx.flight_address}", flush=True)
+    with SparkBridge(spark, log=log, tcp=f"127.0.0.1:{port}") as bridge:
+        print(f"bridge reads the log at {bridge.flight_address}", flush=True)
         query = start_sink(
-            rx.stream(), "parquet", query_name="receiver", checkpoint=Path(checkpoint),
+            bridge.stream(), "parquet", query_name="receiver", checkpoint=Path(checkpoint),
             output_dir=Path(output), trigger_interval=0.5,
         )  # fmt: skip
-        rx.ack_after(query)
+        bridge.ack_after(query)
         print("query started", flush=True)
         deadline = time.monotonic() + RUN_LIMIT
         while not os.path.exists(stop_file) and query.isActive and time.monotonic() < deadline:

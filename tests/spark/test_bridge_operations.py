@@ -95,18 +95,18 @@ async def test_json_logs_metrics_and_spark_ui_of_a_running_bridge(tmp_path: Path
     assert all(a != b for a, b in zip(status, status[1:], strict=False))  # a line only when something changed
 
 
-async def test_receiver_serves_metrics_of_its_consumers(spark: object, tmp_path: Path) -> None:
-    from aqueduct.bridge import Receiver
+async def test_spark_bridge_serves_metrics_of_its_consumers(spark: object, tmp_path: Path) -> None:
+    from aqueduct.bridge import SparkBridge
 
-    with Receiver(spark, log=tmp_path / "log", tcp="127.0.0.1:0", metrics="127.0.0.1:0") as rx:
-        rx.stream("reports")  # registers the consumer; no query needed to be behind
-        assert rx.tcp_address is not None and rx.metrics_address is not None
-        async with Connector(f"tcp://127.0.0.1:{rx.tcp_address[1]}", program="p", instance="0") as conn:
+    with SparkBridge(spark, log=tmp_path / "log", tcp="127.0.0.1:0", metrics="127.0.0.1:0") as bridge:
+        bridge.stream("reports")  # registers the consumer; no query needed to be behind
+        assert bridge.tcp_address is not None and bridge.metrics_address is not None
+        async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="p", instance="0") as conn:
             stream = await conn.stream(1, "s")
             await stream.send_many([b"r"] * 5)
             metrics: dict = {}
             for _ in range(int(TIMEOUT / 0.1)):  # bounded: until the group commit made them durable
-                url = f"http://127.0.0.1:{rx.metrics_address[1]}/metrics"
+                url = f"http://127.0.0.1:{bridge.metrics_address[1]}/metrics"
                 metrics = _samples(await asyncio.to_thread(_get, url))
                 if metrics[("aqueduct_records_durable_total", ())] == 5:
                     break

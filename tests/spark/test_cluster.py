@@ -178,7 +178,7 @@ async def test_the_receiver_in_a_cluster_driver_reads_over_flight_exactly_once(
     ], log)  # fmt: skip
     try:
         await _until(lambda: "query started" in log.read_text(), "the receiver's query", driver, log)
-        assert "receiver reads the log at 127.0.0.1:" in log.read_text()  # over Flight, not from disk
+        assert "bridge reads the log at 127.0.0.1:" in log.read_text()  # over Flight, not from disk
         await asyncio.wait_for(produce(f"tcp://127.0.0.1:{port}", workload, 0, timeout=TIMEOUT), TIMEOUT)
         await _until(lambda: verify_output(out, workload.expected()).rows >= workload.total, "every row", driver, log)
         stop_file.write_text("stop")

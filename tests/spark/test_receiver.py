@@ -1,8 +1,8 @@
-"""The receiver inside a user's own Spark application, with real Spark.
+"""The ``SparkBridge`` inside a user's own Spark application, with real Spark.
 
 The user's query here is what a data engineer writes: JSON payloads parsed
 with ``from_json``, written through ``foreachBatch`` to files of their own.
-The receiver runs in this process (the test session's SparkSession), the
+The bridge runs in this process (the test session's SparkSession), the
 producers are connector clients over loopback TCP.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql.functions import col, from_json
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-from aqueduct.bridge import Receiver, ReceiverError
+from aqueduct.bridge import SparkBridge, SparkBridgeError
 from aqueduct.bridge.storage.consumers import ConsumerError, load_consumers
 from aqueduct.bridge.storage.log import LogError
 from aqueduct.bridge.storage.view import load_streams
@@ -33,10 +33,10 @@ TIMEOUT = 120.0  # only turns a hang into a failure
 SCHEMA = StructType([StructField("user", StringType()), StructField("amount", DoubleType())])
 
 
-def parsed(rx: Receiver, consumer: str = "default", **options: Any) -> Any:
+def parsed(bridge: SparkBridge, consumer: str = "default", **options: Any) -> Any:
     """The user's parsing: JSON payloads to columns, non-JSON dropped."""
     return (
-        rx.stream(consumer, **options)
+        bridge.stream(consumer, **options)
         .select("stream_id", "message_id", from_json(col("payload").cast("string"), SCHEMA).alias("e"))
         .where(col("e.user").isNotNull())
         .select("stream_id", "message_id", "e.user", "e.amount")
@@ -116,27 +116,27 @@ async def test_own_foreach_batch_pipeline_gets_every_message_once_and_acks_follo
     sink = BatchFiles(tmp_path / "out")
     sink.gate.clear()  # the first batch with rows waits inside the sink
     users = [f"u{i}" for i in range(40)]
-    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0))
-    await asyncio.to_thread(rx.start)
+    bridge = SparkBridge(spark, tmp_path / "log", tcp=("127.0.0.1", 0))
+    await asyncio.to_thread(bridge.start)
     try:
-        query = start(parsed(rx), sink, tmp_path / "ck")
-        rx.ack_after(query)
-        assert await asyncio.to_thread(rx.await_termination, 0.3) is False  # running: the timeout ends the wait
-        url = f"tcp://127.0.0.1:{rx.tcp_address[1]}"
+        query = start(parsed(bridge), sink, tmp_path / "ck")
+        bridge.ack_after(query)
+        assert await asyncio.to_thread(bridge.await_termination, 0.3) is False  # running: the timeout ends the wait
+        url = f"tcp://127.0.0.1:{bridge.tcp_address[1]}"
         async with Connector(url, program="shop", instance="a") as conn:
             stream = await send_events(conn, 1, users)
             await until(sink.entered.is_set, "a batch inside the user's sink")
             # Durable in the log, read by Spark, being written: not committed, so not acked.
             assert stream.acked == 0 and stream.unacked
-            assert rx.progress().durable_records > 0
+            assert bridge.progress().durable_records > 0
             sink.gate.set()
             await conn.wait_all_acked(TIMEOUT)
         rows = sink.rows()
         assert [r["user"] for r in rows] == users  # each once, in order
         assert len({r["message_id"] for r in rows}) == len(users)
     finally:
-        await asyncio.to_thread(rx.stop)
-    assert not query.isActive  # leaving the receiver stops the queries that drive its acks
+        await asyncio.to_thread(bridge.stop)
+    assert not query.isActive  # leaving the bridge stops the queries that drive its acks
     assert load_consumers(tmp_path / "log")["default"].acks
 
 
@@ -145,13 +145,13 @@ async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts
 ) -> None:
     fast, slow, late = (BatchFiles(tmp_path / n) for n in ("fast", "slow", "late"))
     slow.gate.clear()
-    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512)
-    await asyncio.to_thread(rx.start)
+    bridge = SparkBridge(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512)
+    await asyncio.to_thread(bridge.start)
     try:
-        q_fast = start(parsed(rx, "fast"), fast, tmp_path / "ck-fast")
-        start(parsed(rx, "slow"), slow, tmp_path / "ck-slow")
-        rx.ack_after(q_fast, consumer="fast")  # only the fast query's sink releases acks
-        url = f"tcp://127.0.0.1:{rx.tcp_address[1]}"
+        q_fast = start(parsed(bridge, "fast"), fast, tmp_path / "ck-fast")
+        start(parsed(bridge, "slow"), slow, tmp_path / "ck-slow")
+        bridge.ack_after(q_fast, consumer="fast")  # only the fast query's sink releases acks
+        url = f"tcp://127.0.0.1:{bridge.tcp_address[1]}"
         first = [f"a{i}" for i in range(60)]
         async with Connector(url, program="shop", instance="a") as conn:
             s1 = await conn.stream(1, "events-1")
@@ -163,7 +163,7 @@ async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts
             assert slow.entered.is_set() or not slow.rows()
 
             # A consumer joining now at the latest epoch end sees only what comes after.
-            q_late = start(parsed(rx, "late", starting="latest"), late, tmp_path / "ck-late")
+            q_late = start(parsed(bridge, "late", starting="latest"), late, tmp_path / "ck-late")
             await until(lambda: q_late.lastProgress is not None, "the late query's first batch")
             second = [f"b{i}" for i in range(10)]
             await send_events(conn, 2, second)
@@ -177,9 +177,9 @@ async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts
         assert [r["user"] for r in slow.rows()] == first + second
         assert [r["user"] for r in late.rows()] == second
         q_fast.stop()  # the query driving acks ended: the wait is over at once
-        assert await asyncio.to_thread(rx.await_termination) is True
+        assert await asyncio.to_thread(bridge.await_termination) is True
     finally:
-        await asyncio.to_thread(rx.stop)
+        await asyncio.to_thread(bridge.stop)
     consumers = load_consumers(tmp_path / "log")
     assert sorted(consumers) == ["fast", "late", "slow"]
     assert [c.name for c in consumers.values() if c.acks] == ["fast"]
@@ -190,13 +190,13 @@ async def test_a_consumer_too_far_behind_is_dropped_stops_pinning_the_log_and_it
 ) -> None:
     main, audit = BatchFiles(tmp_path / "main"), BatchFiles(tmp_path / "audit")
     audit.gate.clear()  # the audit query hangs in its sink: it falls behind
-    rx = Receiver(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512, max_consumer_lag=20)
-    await asyncio.to_thread(rx.start)
+    bridge = SparkBridge(spark, tmp_path / "log", tcp=("127.0.0.1", 0), segment_bytes=512, max_consumer_lag=20)
+    await asyncio.to_thread(bridge.start)
     try:
-        rx.ack_after(start(parsed(rx), main, tmp_path / "ck-main"))
-        q_audit = start(parsed(rx, "audit"), audit, tmp_path / "ck-audit")
+        bridge.ack_after(start(parsed(bridge), main, tmp_path / "ck-main"))
+        q_audit = start(parsed(bridge, "audit"), audit, tmp_path / "ck-audit")
         users = [f"a{i}" for i in range(60)]
-        async with Connector(f"tcp://127.0.0.1:{rx.tcp_address[1]}", program="shop", instance="a") as conn:
+        async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="shop", instance="a") as conn:
             s1 = await conn.stream(1, "events-1")
             for part in range(3):
                 await send_users(s1, users[part * 20 : part * 20 + 20])
@@ -210,50 +210,50 @@ async def test_a_consumer_too_far_behind_is_dropped_stops_pinning_the_log_and_it
         assert "consumer 'audit' was dropped" in str(q_audit.exception())
         assert [r["user"] for r in main.rows()] == users
     finally:
-        await asyncio.to_thread(rx.stop)
+        await asyncio.to_thread(bridge.stop)
 
 
 async def test_misuse_is_refused_with_a_clear_error(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one of quic=, tcp= or wallaroo_tcp="):
-        Receiver(spark, tmp_path / "log")
+        SparkBridge(spark, tmp_path / "log")
     with pytest.raises(ValueError, match="expected 'HOST:PORT', got 'nowhere'"):
-        Receiver(spark, tmp_path / "log", tcp="nowhere")
+        SparkBridge(spark, tmp_path / "log", tcp="nowhere")
     with pytest.raises(TypeError, match="unknown setting"):
-        Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0", sink="parquet")
-    rx = Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0")
-    with pytest.raises(ReceiverError, match="start the receiver first"):
-        rx.stream()
-    await asyncio.to_thread(rx.start)
+        SparkBridge(spark, tmp_path / "log", tcp="127.0.0.1:0", sink="parquet")
+    bridge = SparkBridge(spark, tmp_path / "log", tcp="127.0.0.1:0")
+    with pytest.raises(SparkBridgeError, match="start the bridge first"):
+        bridge.stream()
+    await asyncio.to_thread(bridge.start)
     try:
-        with pytest.raises(ReceiverError, match="hand a query to ack_after first"):
-            rx.await_termination()
+        with pytest.raises(SparkBridgeError, match="hand a query to ack_after first"):
+            bridge.await_termination()
         with pytest.raises(ConsumerError, match="consumer name must be"):
-            rx.stream("no/slashes")
+            bridge.stream("no/slashes")
         with pytest.raises(ValueError, match="starting must be one of"):
-            rx.stream(starting="middle")
-        rx.stream("a")
-        with pytest.raises(ReceiverError, match="already has a stream"):
-            rx.stream("a")
-        rx.stream("b")
-        with pytest.raises(ReceiverError, match="name the consumer"):
-            rx.ack_after(object())
-        with pytest.raises(ReceiverError, match="no stream of consumer 'c'"):
-            rx.ack_after(object(), consumer="c")
-        # A second receiver on the same log is refused, and the first goes on.
-        other = Receiver(spark, tmp_path / "log", tcp="127.0.0.1:0")
+            bridge.stream(starting="middle")
+        bridge.stream("a")
+        with pytest.raises(SparkBridgeError, match="already has a stream"):
+            bridge.stream("a")
+        bridge.stream("b")
+        with pytest.raises(SparkBridgeError, match="name the consumer"):
+            bridge.ack_after(object())
+        with pytest.raises(SparkBridgeError, match="no stream of consumer 'c'"):
+            bridge.ack_after(object(), consumer="c")
+        # A second bridge on the same log is refused, and the first goes on.
+        other = SparkBridge(spark, tmp_path / "log", tcp="127.0.0.1:0")
         with pytest.raises(LogError, match="is already open for writing"):
             await asyncio.to_thread(other.start)
-        assert rx.progress().sessions == 0
+        assert bridge.progress().sessions == 0
     finally:
-        await asyncio.to_thread(rx.stop)
+        await asyncio.to_thread(bridge.stop)
 
 
-async def test_a_receiver_with_a_client_ca_admits_only_certificate_holders(spark: Any, tmp_path: Path, certs) -> None:
-    rx = Receiver(spark, tmp_path / "log", quic="127.0.0.1:0", certfile=certs.server_cert, keyfile=certs.server_key,
+async def test_a_spark_bridge_with_a_client_ca_admits_only_certificate_holders(spark: Any, tmp_path: Path, certs) -> None:
+    bridge = SparkBridge(spark, tmp_path / "log", quic="127.0.0.1:0", certfile=certs.server_cert, keyfile=certs.server_key,
                   client_cafile=certs.ca)  # fmt: skip
-    await asyncio.to_thread(rx.start)
+    await asyncio.to_thread(bridge.start)
     try:
-        url = f"aqueduct://127.0.0.1:{rx.quic_address[1]}"
+        url = f"aqueduct://127.0.0.1:{bridge.quic_address[1]}"
         stranger = Connector(url, program="stranger", cafile=str(certs.ca), connect_timeout=2.0)
         with pytest.raises(TlsRefused, match="a client certificate is required"):  # refused at once, not retried
             await stranger.connect()
@@ -262,10 +262,10 @@ async def test_a_receiver_with_a_client_ca_admits_only_certificate_holders(spark
                              keyfile=str(certs.client_key), connect_timeout=TIMEOUT) as conn:  # fmt: skip
             stream = await conn.stream(1, "orders")
             await stream.send(b'{"user": "ada", "amount": 1}')
-            for _ in range(int(TIMEOUT / 0.1)):  # durable in the receiver's log
-                if rx.progress().durable_records:
+            for _ in range(int(TIMEOUT / 0.1)):  # durable in the bridge's log
+                if bridge.progress().durable_records:
                     break
                 await asyncio.sleep(0.1)
-        assert rx.progress().durable_records == 1
+        assert bridge.progress().durable_records == 1
     finally:
-        await asyncio.to_thread(rx.stop)
+        await asyncio.to_thread(bridge.stop)

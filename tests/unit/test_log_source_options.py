@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 import pickle
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from aqueduct.bridge.source.datasource import (
+    IDLE_POLL,
+    REMOTE_IDLE_POLL,
     SPARK_STRUCT,
     AqueductDataLoss,
     AqueductDataSource,
     AqueductOptionError,
+    AqueductStreamReader,
     read_partition,
 )
+from aqueduct.bridge.source.options import SourceOptions
 from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
@@ -153,9 +156,34 @@ def test_a_byte_budget_admits_whole_epochs_up_to_the_bytes(log: DurableLog) -> N
     assert 1 < len(ends) < 16 // 4 + 1
 
 
+class ManualClock:
+    """Time that passes only when the reader sleeps; what is due by then happens in that sleep."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self._due: list[tuple[float, Callable[[], None]]] = []
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self._due.append((when, action))
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        for item in [d for d in self._due if d[0] <= self.now]:
+            self._due.remove(item)
+            item[1]()
+
+
+def clocked_reader(log: DurableLog, clock: ManualClock, **options: str) -> AqueductStreamReader:
+    return AqueductStreamReader(SourceOptions.parse({**WHERE.options(log.path), **options}), clock=clock)
+
+
 def test_min_records_waits_for_more_until_the_delay_passes(log: DurableLog) -> None:
     fill(log, epochs=1)  # 4 records per stream, 12 in all
-    r = stream_reader(log, minRecordsPerTrigger="20", maxTriggerDelay="300ms")
+    clock = ManualClock()
+    r = clocked_reader(log, clock, minRecordsPerTrigger="20", maxTriggerDelay="300ms")
     start = r.initialOffset()
     assert r.latestOffset(start, ReadAllAvailable()) == start  # 12 < 20: no batch yet
     fill(log, epochs=1, after=1)
@@ -163,8 +191,10 @@ def test_min_records_waits_for_more_until_the_delay_passes(log: DurableLog) -> N
     assert sum(end.values()) == 24  # enough now
     fill(log, epochs=1, after=2)
     assert r.latestOffset(end, ReadAllAvailable()) == end  # 12 new: wait...
-    time.sleep(0.35)
-    assert sum(r.latestOffset(end, ReadAllAvailable()).values()) == 36  # ...but not past the delay
+    clock.sleep(0.29)
+    assert r.latestOffset(end, ReadAllAvailable()) == end  # ...still, within the delay...
+    clock.sleep(0.02)
+    assert sum(r.latestOffset(end, ReadAllAvailable()).values()) == 36  # ...but not past it
     r.prepareForTriggerAvailableNow()  # AvailableNow never waits: it would stop short
     assert r.latestOffset(start, ReadAllAvailable()) != start
 
@@ -173,21 +203,20 @@ def test_idle_wait_answers_as_soon_as_a_group_commit_lands_and_gives_up_after_th
     log: DurableLog,
 ) -> None:
     fill(log, epochs=1)
-    r = stream_reader(log, idleWait="5s")
+    clock = ManualClock()
+    r = clocked_reader(log, clock, idleWait="2s")
     start = r.initialOffset()
+    began = clock.now
     end = r.latestOffset(start, ReadAllAvailable())
-    assert sum(end.values()) == 12  # data waiting: no wait at all
-    timer = threading.Timer(0.2, fill, args=(log,), kwargs={"epochs": 1, "after": 1})
-    timer.start()
-    began = time.monotonic()
+    assert sum(end.values()) == 12 and clock.now == began  # data waiting: no wait at all
+    clock.at(began + 0.2, lambda: fill(log, epochs=1, after=1))
     later = r.latestOffset(end, ReadAllAvailable())
-    timer.join()
-    assert sum(later.values()) == 24 and time.monotonic() - began < 4  # woke on the commit
-    r = stream_reader(log, idleWait="300ms")
-    start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    began = time.monotonic()
-    assert r.latestOffset(start, ReadAllAvailable()) == start  # nothing came: same offsets
-    assert time.monotonic() - began >= 0.3
+    assert sum(later.values()) == 24
+    # woke on the commit (within one look at the journal, or one question to a bridge), not after 2 s
+    assert 0.2 <= clock.now - began <= 0.2 + REMOTE_IDLE_POLL + IDLE_POLL
+    began = clock.now
+    assert r.latestOffset(later, ReadAllAvailable()) == later  # nothing came: same offsets...
+    assert clock.now - began == pytest.approx(2.0)  # ...after the whole wait, no longer
 
 
 def test_idle_wait_is_a_streaming_option(log: DurableLog) -> None:

@@ -21,9 +21,10 @@ from aqueduct.bridge.source.datasource import (
     AqueductOptionError,
     AqueductStreamReader,
 )
-from aqueduct.bridge.storage.commits import acks_for, parse_offsets, read_committed
+from aqueduct.bridge.storage.commits import acks_for, read_committed
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.offset import OffsetError
 from aqueduct.bridge.storage.schema import SPARK_SCHEMA
 from aqueduct.connector.frames import Record
 from tests.log_locations import LogLocation
@@ -160,12 +161,14 @@ def test_options_are_validated(log: DurableLog, options: dict, message: str) -> 
         AqueductDataSource(opts)
 
 
-def test_offsets_parse_strictly() -> None:
-    assert parse_offsets('{"1": 5}') == {1: 5}
-    with pytest.raises(ValueError, match="stream id"):
-        parse_offsets('{"a": 5}')
-    with pytest.raises(ValueError, match="JSON object"):
-        parse_offsets("[1]")
+def test_a_malformed_offset_from_spark_is_refused_with_the_one_offset_error(log: DurableLog) -> None:
+    r = reader(log)
+    with pytest.raises(OffsetError) as raised:
+        r.latestOffset({"2": -1, "10": 0}, ReadAllAvailable())
+    assert str(raised.value) == (
+        'aqueduct offset: expected a JSON object {"<stream id>": <position>, ...} '
+        "with non-negative integer positions, got '2': -1"
+    )
 
 
 def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path) -> None:

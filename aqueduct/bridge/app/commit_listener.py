@@ -21,7 +21,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from aqueduct.bridge.storage.commits import parse_offsets
+from aqueduct.bridge.storage.offset import SourceOffset
 
 #: How Spark 4.3 describes any Python data source in query progress; it does not
 #: name the source, so offsets that do not parse as ours are skipped too.
@@ -65,7 +65,7 @@ class CommitListener(StreamingQueryListener):
             if SOURCE_DESCRIPTION_MARK not in source.description or not source.endOffset:
                 continue
             try:
-                positions = parse_offsets(source.endOffset)
+                positions = SourceOffset.parse(source.endOffset).stream_ids()
             except ValueError:
                 continue
             with self._lock:

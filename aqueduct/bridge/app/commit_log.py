@@ -14,16 +14,15 @@ renamed into place), so a file that exists is whole.
 while records wait for a commit); it works for any sink, since the
 commit log is Spark's, not the sink's. It needs the checkpoint's path, so
 it serves the queries the bridge starts itself; queries a user starts
-(:class:`~aqueduct.bridge.app.receiver.Receiver`) keep the listener.
+(:class:`~aqueduct.bridge.app.receiver.SparkBridge`) keep the listener.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from aqueduct.bridge.storage.commits import parse_offsets
+from aqueduct.bridge.storage.offset import SourceOffset
 
 COMMITS = "commits"
 OFFSETS = "offsets"
@@ -51,7 +50,7 @@ def committed_positions(checkpoint: Path, batch: int) -> dict[int, int] | None:
     positions: dict[int, int] = {}
     for line in lines[2:]:
         try:
-            positions.update(parse_offsets(json.loads(line)))
+            positions.update(SourceOffset.parse(line).stream_ids())
         except ValueError:  # not JSON ("-"), or another source's offsets
             continue
     return positions or None

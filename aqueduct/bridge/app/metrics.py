@@ -1,6 +1,6 @@
 """Prometheus metrics of a running bridge, served at ``http://HOST:PORT/metrics``.
 
-``aqueduct-bridge serve --metrics HOST:PORT`` and ``Receiver(...,
+``aqueduct-bridge serve --metrics HOST:PORT`` and ``SparkBridge(...,
 metrics="HOST:PORT")`` start :func:`start_metrics`. Nothing is counted for
 it on the hot paths: a custom collector reads, at scrape time, the counters
 the bridge keeps anyway (the ingest's :class:`~aqueduct.bridge.ingest.service.IngestCounters`,

@@ -1,20 +1,20 @@
-"""The bridge inside your own Spark driver: :class:`Receiver`.
+"""The bridge inside your own Spark driver: :class:`SparkBridge`.
 
 A data engineer keeps their own PySpark application (a script run with
 ``python`` or ``spark-submit``, or a notebook): their parsing, joins and
-sinks. The receiver adds what makes producers worth pointing at it::
+sinks. The bridge adds what makes producers worth pointing at it::
 
-    with Receiver(spark, log="/data/aq", quic="0.0.0.0:4433") as rx:
-        events = rx.stream().select(from_json(col("payload").cast("string"), schema).alias("e"))
+    with SparkBridge(spark, log="/data/aq", quic="0.0.0.0:4433") as bridge:
+        events = bridge.stream().select(from_json(col("payload").cast("string"), schema).alias("e"))
         q = events.writeStream.foreachBatch(upsert).option("checkpointLocation", ck).start()
-        rx.ack_after(q)
-        rx.await_termination()  # until the query ends, Ctrl-C or SIGTERM
+        bridge.ack_after(q)
+        bridge.await_termination()  # until the query ends, Ctrl-C or SIGTERM
 
 It runs the connector listeners, the durable log and the group commit on
 an event loop in a background thread of the driver process (the same
 :class:`~aqueduct.bridge.app.service.Bridge` that ``aqueduct-bridge serve``
-runs, minus its own query). :meth:`Receiver.stream` is the log as a
-streaming DataFrame, read as a named consumer; :meth:`Receiver.ack_after`
+runs, minus its own query). :meth:`SparkBridge.stream` is the log as a
+streaming DataFrame, read as a named consumer; :meth:`SparkBridge.ack_after`
 says which queries' commits release producer acks. A producer hears that
 a message is safe only after every such query committed the micro-batch
 holding it in its sink.
@@ -22,10 +22,14 @@ holding it in its sink.
 Errors surface in the caller's thread: starting raises what went wrong
 (a log held by another process, a port in use); a failure of the
 background work later (a disk that stops taking fsyncs) stops the queries
-handed to :meth:`~Receiver.ack_after`, so :meth:`~Receiver.await_termination`
-returns, and leaving the ``with`` block raises :class:`ReceiverError`. Leaving the
+handed to :meth:`~SparkBridge.ack_after`, so :meth:`~SparkBridge.await_termination`
+returns, and leaving the ``with`` block raises :class:`SparkBridgeError`. Leaving the
 block by any route (Ctrl-C included) stops those queries, makes buffered
 records durable and releases the log.
+
+It was called ``Receiver``, the name of the channel half
+(``aqueduct.Receiver``) too; the old names still import, with a
+``DeprecationWarning`` (see :func:`renamed`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import logging
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Coroutine
 from dataclasses import fields
 from pathlib import Path
@@ -55,13 +60,13 @@ CALL_TIMEOUT = 300.0
 
 STARTING = ("earliest", "latest")
 
-#: Seconds between looks at the queries in :meth:`Receiver.await_termination`:
+#: Seconds between looks at the queries in :meth:`SparkBridge.await_termination`:
 #: how soon a signal is acted on.
 POLL = 0.5
 
 
-class ReceiverError(RuntimeError):
-    """The receiver's background work failed, or it was used the wrong way."""
+class SparkBridgeError(RuntimeError):
+    """The bridge's background work failed, or it was used the wrong way."""
 
 
 def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] | None:
@@ -70,7 +75,7 @@ def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] 
         return value
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"Receiver {what}: expected 'HOST:PORT', got {value!r}")
+        raise ValueError(f"SparkBridge {what}: expected 'HOST:PORT', got {value!r}")
     return host.strip("[]"), int(port)
 
 
@@ -82,7 +87,7 @@ def _master(spark: Any) -> str:
         return "remote"
 
 
-class Receiver:
+class SparkBridge:
     """Connector listeners and the durable log in this driver, acking after your queries.
 
     Keyword arguments are those of ``aqueduct-bridge serve`` that concern
@@ -118,14 +123,14 @@ class Receiver:
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)
         if unknown:
-            raise TypeError(f"Receiver got unknown setting(s) {unknown}; known: {sorted(allowed)}")
+            raise TypeError(f"SparkBridge got unknown setting(s) {unknown}; known: {sorted(allowed)}")
         listeners = {
             "quic": _address(quic, "quic"),
             "tcp": _address(tcp, "tcp"),
             "wallaroo_tcp": _address(wallaroo_tcp, "wallaroo_tcp"),
         }
         if not any(listeners.values()):
-            raise ValueError("Receiver needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
+            raise ValueError("SparkBridge needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
         assert {f.name for f in fields(BridgeConfig)} >= allowed
         if "flight" in settings:
             settings["flight"] = _address(settings["flight"], "flight")
@@ -141,13 +146,13 @@ class Receiver:
         self._bridge = Bridge(self.config, spark=spark)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._consumers: set[str] = set()  # consumers this receiver handed a stream to
+        self._consumers: set[str] = set()  # consumers this bridge handed a stream to
         self._queries: list[Any] = []  # queries handed to ack_after
         self._failure_watch: concurrent.futures.Future[None] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> Receiver:
+    def __enter__(self) -> SparkBridge:
         self.start()
         return self
 
@@ -156,15 +161,15 @@ class Receiver:
     ) -> None:
         self.stop()
         if exc is None and self.failed:
-            raise ReceiverError(self.failed)
+            raise SparkBridgeError(self.failed)
 
     def start(self) -> None:
         """Open the log and listen for connectors; raises here if either fails."""
         if self._loop is not None:
-            raise ReceiverError("Receiver already started")
+            raise SparkBridgeError("SparkBridge already started")
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="aqueduct-receiver", daemon=True)
+        self._thread = threading.Thread(target=loop.run_forever, name="aqueduct-spark-bridge", daemon=True)
         self._thread.start()
         try:
             self._bridge.attach_spark(self.spark, loop)
@@ -214,7 +219,7 @@ class Receiver:
     async def _stop_queries_on_failure(self) -> None:
         await self._bridge.stopped.wait()
         if self._bridge.failed:
-            logger.error("aqueduct receiver failed: %s; stopping its queries", self._bridge.failed)
+            logger.error("aqueduct bridge failed: %s; stopping its queries", self._bridge.failed)
             await asyncio.to_thread(self._stop_queries)
 
     # ------------------------------------------------------------ queries
@@ -230,14 +235,14 @@ class Receiver:
         """
         check_consumer_name(consumer)
         if starting not in STARTING:
-            raise ValueError(f"Receiver.stream: starting must be one of {STARTING}, got {starting!r}")
+            raise ValueError(f"SparkBridge.stream: starting must be one of {STARTING}, got {starting!r}")
         if consumer in self._consumers:
-            raise ReceiverError(
-                f"consumer {consumer!r} already has a stream in this receiver; every query "
+            raise SparkBridgeError(
+                f"consumer {consumer!r} already has a stream in this bridge; every query "
                 "needs a consumer name of its own (stream(consumer='...'))"
             )
         if self._loop is None:
-            raise ReceiverError("Receiver.stream: start the receiver first (use it in a with block)")
+            raise SparkBridgeError("SparkBridge.stream: start the bridge first (use it in a with block)")
         positions = self._bridge.positions
         assert positions is not None
         lowered = {k.lower(): v for k, v in options.items()}
@@ -259,21 +264,21 @@ class Receiver:
     def ack_after(self, query: Any, consumer: str | None = None) -> None:
         """Ack producers only once ``query`` committed their records, as ``consumer``.
 
-        ``consumer`` may be left out when this receiver handed out exactly
+        ``consumer`` may be left out when this bridge handed out exactly
         one stream. Several queries may drive acks; a record is acked
         once all of them committed it.
         """
         if consumer is None:
             if len(self._consumers) != 1:
-                raise ReceiverError(
-                    "Receiver.ack_after: name the consumer the query reads "
-                    f"(ack_after(query, consumer=...)); this receiver has {sorted(self._consumers)}"
+                raise SparkBridgeError(
+                    "SparkBridge.ack_after: name the consumer the query reads "
+                    f"(ack_after(query, consumer=...)); this bridge has {sorted(self._consumers)}"
                 )
             (consumer,) = self._consumers
         elif consumer not in self._consumers:
-            raise ReceiverError(
-                f"Receiver.ack_after: no stream of consumer {consumer!r} was made by this "
-                f"receiver (it has {sorted(self._consumers)})"
+            raise SparkBridgeError(
+                f"SparkBridge.ack_after: no stream of consumer {consumer!r} was made by this "
+                f"bridge (it has {sorted(self._consumers)})"
             )
         positions = self._bridge.positions
         assert positions is not None
@@ -297,7 +302,7 @@ class Receiver:
         restored on return.
         """
         if not self._queries:
-            raise ReceiverError("Receiver.await_termination: hand a query to ack_after first")
+            raise SparkBridgeError("SparkBridge.await_termination: hand a query to ack_after first")
         signalled = threading.Event()
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -346,9 +351,37 @@ class Receiver:
 
     @property
     def cafile(self) -> Path | None:
-        """The CA certificate QUIC connectors verify the receiver with (when generated)."""
+        """The CA certificate QUIC connectors verify the bridge with (when generated)."""
         return self._bridge.cafile
 
     def progress(self) -> BridgeProgress:
         """Counters and positions right now (sessions, records, lag, batches)."""
         return self._on_loop(self._bridge.progress)
+
+
+#: The old names of this module's classes: importable still, each warning once.
+RENAMED = {"Receiver": "SparkBridge", "ReceiverError": "SparkBridgeError"}
+_warned: set[str] = set()
+
+
+def renamed(name: str) -> Any:
+    """The class an old name stands for; the first use of each name warns (``DeprecationWarning``).
+
+    Called from a module's ``__getattr__`` (here and in :mod:`aqueduct.bridge`),
+    so the warning points at the line that imported the old name.
+    """
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"aqueduct.bridge.{name} is renamed {RENAMED[name]} (aqueduct.Receiver is the channel half); "
+            f"import {RENAMED[name]} instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return globals()[RENAMED[name]]
+
+
+def __getattr__(name: str) -> Any:
+    if name in RENAMED:
+        return renamed(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

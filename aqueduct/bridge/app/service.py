@@ -7,7 +7,7 @@
    group-commit task;
 2. listens for connectors over QUIC (Aqueduct) and/or plain TCP; each
    connection's session hands its events to the ingest;
-3. unless a :class:`~aqueduct.bridge.app.receiver.Receiver` drives it from the
+3. unless a :class:`~aqueduct.bridge.app.receiver.SparkBridge` drives it from the
    user's own Spark application, starts Spark (``local[*]`` by default, or
    any master URL whose executors can read the log path) and one query:
    ``readStream.format("aqueduct")`` into a no-code sink or the user's
@@ -206,7 +206,7 @@ class Bridge:
 
     Pass ``spark`` to reuse an existing SparkSession (tests share one); the
     bridge then leaves it running on stop. ``start(run_query=False)``
-    starts everything but Spark: the :class:`~aqueduct.bridge.app.receiver.Receiver`
+    starts everything but Spark: the :class:`~aqueduct.bridge.app.receiver.SparkBridge`
     does that, with the user's queries, through :meth:`attach_spark` and
     :meth:`watch`.
     """
@@ -244,7 +244,7 @@ class Bridge:
     async def start(self, run_query: bool = True) -> None:
         """Open the log, start Spark and its commit listener, listen for connectors, start the query.
 
-        With ``run_query=False`` (the :class:`~aqueduct.bridge.app.receiver.Receiver`)
+        With ``run_query=False`` (the :class:`~aqueduct.bridge.app.receiver.SparkBridge`)
         Spark is the caller's: only the log and the listeners start here.
         """
         c = self.config

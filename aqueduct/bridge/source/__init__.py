@@ -9,7 +9,8 @@
 :mod:`.datasource` is the pyspark data source (the only module of this room
 that imports pyspark); :mod:`.options` validates its options; :mod:`.admission`
 chooses a micro-batch's end (whole epochs within a budget); :mod:`.planning`
-cuts it into input partitions; :mod:`.lag` says how far a consumer is behind.
+cuts it into input partitions; :mod:`.lag` says how far a consumer is behind;
+:mod:`.clock` is the time the stream reader waits by (handed in, so tests drive it).
 
 Neighbours: it reads the storage room only; the application room starts it.
 ``register`` is loaded on first use, so importing the planning modules (as

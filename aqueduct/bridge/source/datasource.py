@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -58,6 +57,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.source.admission import Limit, admit
+from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
     RemoteCorruption,
@@ -70,9 +70,6 @@ from aqueduct.bridge.source.options import (
     LATEST,
     AqueductOptionError,
     SourceOptions,
-    StreamKey,
-    key_text,
-    parse_key,
 )
 from aqueduct.bridge.source.planning import Slice, plan_slices
 from aqueduct.bridge.storage.changes import CHANGES_FILE
@@ -80,6 +77,7 @@ from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     ConsumerError,
 )
+from aqueduct.bridge.storage.offset import SourceOffset, StreamKey, key_text
 from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
 from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
@@ -245,7 +243,7 @@ def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mappi
 
 def _offsets(positions: Mapping[StreamKey, int]) -> dict[str, int]:
     """Spark offset dict: keys in (log, stream id) order, so the JSON text is canonical."""
-    return {key_text(k): positions[k] for k in sorted(positions)}
+    return SourceOffset(positions).spark()
 
 
 class _LogReader:
@@ -320,7 +318,7 @@ class _LogReader:
         return dirty
 
     def _parse(self, offsets: dict[str, int]) -> dict[StreamKey, int]:
-        """Spark's offset dict back to positions per stream key.
+        """Spark's offset dict back to positions per stream key (:meth:`SourceOffset.parse`).
 
         Spark hands back, as the next start, the very offsets this reader
         returned before: those are recognised (one C-level comparison) and
@@ -329,13 +327,7 @@ class _LogReader:
         for text, positions in self._returned:
             if offsets == text:
                 return dict(positions)
-        qualified = self.options.qualified
-        positions: dict[StreamKey, int] = {}
-        for k, v in offsets.items():
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"aqueduct offset: positions must be non-negative integers, got {k!r}: {v!r}")
-            positions[int(k) if not qualified and k.isdigit() else parse_key(k, qualified)] = v
-        return positions
+        return dict(SourceOffset.parse(offsets, qualified=self.options.qualified).positions)
 
     def _per_log(self, positions: Mapping[StreamKey, int]) -> dict[str | None, dict[int, int]]:
         """Positions split by log name, with plain stream ids (what each log holds)."""
@@ -375,13 +367,19 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
 
 
 class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader over memory-mapped Arrow segments."""
+    """Micro-batch reader over memory-mapped Arrow segments.
 
-    def __init__(self, options: SourceOptions) -> None:
+    ``clock`` is what ``idleWait`` and ``maxTriggerDelay`` read and sleep
+    by (:mod:`aqueduct.bridge.source.clock`): the real one, unless a test
+    drives time itself.
+    """
+
+    def __init__(self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(options)
+        self.clock = clock
         self._target: dict[StreamKey, int] | None = None
         self._turn = 0
-        self._last_batch_at = time.monotonic()  # for maxTriggerDelay
+        self._last_batch_at = clock.monotonic()  # for maxTriggerDelay
         self._skipped: dict[StreamKey, tuple[int, int]] = {}  # failOnDataLoss=false: the range skipped
         #: per stream, where the ranges already counted as skipped end (a batch's range is seen
         #: by latestOffset and again by partitions, around a commit)
@@ -472,7 +470,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         wait = self.options.idle_wait
         if wait <= 0 or end != start or self._target is not None:
             return end
-        deadline = time.monotonic() + wait
+        deadline = self.clock.monotonic() + wait
         while self._journals_moved(deadline):
             end = self._latest(start, limit)
             if end != start:
@@ -497,10 +495,11 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             return out
 
         before = keys()
-        ask_bridges = time.monotonic() + REMOTE_IDLE_POLL if self.options.bridges else None
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(IDLE_POLL, left))
-            if keys() != before or (ask_bridges is not None and time.monotonic() >= ask_bridges):
+        clock = self.clock
+        ask_bridges = clock.monotonic() + REMOTE_IDLE_POLL if self.options.bridges else None
+        while (left := deadline - clock.monotonic()) > 0:
+            clock.sleep(min(IDLE_POLL, left))
+            if keys() != before or (ask_bridges is not None and clock.monotonic() >= ask_bridges):
                 return True
         return False
 
@@ -540,7 +539,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             self._dirty = None if dirty is None or self._dirty is None else self._dirty | dirty
             return _offsets(self._parse(start))
         if ends != starts:
-            self._last_batch_at = time.monotonic()
+            self._last_batch_at = self.clock.monotonic()
         self._previous_unlimited = unlimited  # its ends were every stream's complete end
         return self._out(ends)
 
@@ -581,7 +580,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         if wanted is None or self._target is not None:
             return False
         available = sum(ends[k] - starts.get(k, 0) for k in ends)
-        waited = time.monotonic() - self._last_batch_at
+        waited = self.clock.monotonic() - self._last_batch_at
         return available < wanted and waited < self.options.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, int]:

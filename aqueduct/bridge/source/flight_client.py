@@ -32,6 +32,7 @@ from aqueduct.bridge.source.options import split_address
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection
 from aqueduct.bridge.storage.index import decode_entries
+from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.view import StreamIndex, StreamMeta
 
 logger = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class RemoteLog:
 
     def register(self, consumer: str, start: Mapping[int, int], reads: StreamSelection) -> None:
         self._registry(
-            "register", {"consumer": consumer, "start": {str(k): v for k, v in start.items()}, "reads": reads.to_json()}
+            "register", {"consumer": consumer, "start": SourceOffset(start).spark(), "reads": reads.to_json()}
         )
 
     def check_not_dropped(self, consumer: str) -> None:
@@ -185,7 +186,7 @@ class RemoteLog:
 
     def commit(self, consumer: str, positions: Mapping[int, int], skipped: int) -> None:
         """Offsets are absolute: a commit a dead bridge missed is covered by the next one it gets."""
-        body = {"consumer": consumer, "offsets": {str(k): v for k, v in positions.items()}, "skipped": skipped}
+        body = {"consumer": consumer, "offsets": SourceOffset(positions).spark(), "skipped": skipped}
         try:
             self._registry("commit", body)
         except UNREACHABLE as e:

@@ -28,6 +28,7 @@ from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import StreamSelection, check_not_dropped, register_consumer
 from aqueduct.bridge.storage.corruption import record_corrupt
 from aqueduct.bridge.storage.index import write_atomically
+from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
 from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex
 
@@ -108,7 +109,7 @@ class LocalLog:
         """
         path = commit_file(self.path, consumer)
         total = skipped + _skipped_before(path)
-        offsets = {str(sid): positions[sid] for sid in sorted(positions)}
+        offsets = SourceOffset(positions).spark()
         doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "committed_at": time.time(),
                "skipped_records": total}  # fmt: skip
         try:

@@ -26,6 +26,7 @@ from aqueduct.bridge.storage.consumers import (
     StreamSelection,
     check_consumer_name,
 )
+from aqueduct.bridge.storage.offset import StreamKey, key_shape, parse_key
 from aqueduct.bridge.storage.view import check_log_dir
 
 EARLIEST, LATEST = -2, -1  # per-stream markers in startingOffsets / endingOffsets, as in Kafka's
@@ -88,11 +89,7 @@ class AqueductOptionError(ValueError):
     """An option of the ``aqueduct`` source is missing or invalid."""
 
 
-#: A stream's key in offsets: its id, or (log name, id) when a query reads several logs.
-StreamKey = int | tuple[str, int]
-
 _LOG_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_KEY = re.compile(r"(?:([A-Za-z0-9_-]{1,64})/)?(\d+)")
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -101,20 +98,6 @@ def split_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise ValueError(f"a bridge address is HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
-
-
-def key_text(key: StreamKey) -> str:
-    """``"7"`` or ``"eu/7"``: a stream's key as it appears in Spark's offset JSON."""
-    return f"{key[0]}/{key[1]}" if isinstance(key, tuple) else str(key)
-
-
-def parse_key(text: str, qualified: bool) -> StreamKey:
-    """The inverse of :func:`key_text`; ``qualified`` says whether the query reads several logs."""
-    m = _KEY.fullmatch(text) if isinstance(text, str) else None
-    if m is None or (m.group(1) is not None) != qualified:
-        shape = '"<log name>/<stream id>"' if qualified else '"<stream id>"'
-        raise ValueError(f"aqueduct offset: keys must be {shape}, got {text!r}")
-    return (m.group(1), int(m.group(2))) if qualified else int(m.group(2))
 
 
 def _named(text: str, option: str) -> tuple[tuple[str | None, str], ...]:
@@ -347,7 +330,7 @@ def _offsets_option(
         return text
     lowest = EARLIEST if allow_earliest else LATEST
     markers = "-2 (earliest) or -1 (latest)" if allow_earliest else "-1 (latest)"
-    key = "<log name>/<stream id>" if qualified else "<stream id>"
+    key = key_shape(qualified)
     problem = (
         f"aqueduct source: {name} must be {', '.join(repr(w) for w in words)} or a JSON object "
         f'{{"{key}": <offset>, {markers}}}, got {text!r}'

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aqueduct.bridge.source.admission import StoredBytes
-from aqueduct.bridge.source.options import StreamKey
 from aqueduct.bridge.storage.index import IndexEntry
+from aqueduct.bridge.storage.offset import StreamKey
 from aqueduct.bridge.storage.view import StreamIndex
 
 #: Default targets of one input partition.

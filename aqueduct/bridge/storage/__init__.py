@@ -6,7 +6,8 @@ durable by group commits (:mod:`.durability`). Readers in other processes
 (Spark's Python workers, ``status``) see it through :mod:`.view`, follow
 :mod:`.changes`, and share three small files with the writer: the consumer
 registry (:mod:`.consumers`), each consumer's committed offsets
-(:mod:`.commits`) and the acked offsets (:mod:`.acked`).
+(:mod:`.commits`) and the acked offsets (:mod:`.acked`), all offsets of the
+one type the Spark source plans with (:mod:`.offset`).
 
 Neighbours: the ingest room writes here; the Spark source room reads here.
 Nothing in this room imports pyspark or asyncio.

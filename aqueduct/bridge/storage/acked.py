@@ -17,6 +17,7 @@ from pathlib import Path
 import crc32c
 
 from aqueduct.bridge.storage.index import write_atomically
+from aqueduct.bridge.storage.offset import SourceOffset
 
 ACKED_FILE = "acked.json"
 
@@ -34,7 +35,7 @@ def offsets_checksum(offsets: Mapping[str, int]) -> int:
 
 def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
     """Record the offsets whose points of reference the bridge acked (atomically, durably)."""
-    offsets = {str(s): positions[s] for s in sorted(positions)}
+    offsets = SourceOffset(positions).spark()
     doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "acked_at": time.time()}
     write_atomically(log_dir / ACKED_FILE, json.dumps(doc).encode())
 
@@ -55,7 +56,7 @@ def read_acked_at(log_dir: Path) -> tuple[dict[int, int], float | None]:
     path = log_dir / ACKED_FILE
     try:
         doc = json.loads(path.read_bytes())
-        offsets = {int(sid): int(offset) for sid, offset in doc["offsets"].items()}
+        offsets = SourceOffset.parse(doc["offsets"]).stream_ids()
         stored = doc.get("crc32c")  # absent in files written before checksums
         if stored is not None and stored != offsets_checksum(doc["offsets"]):
             raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")

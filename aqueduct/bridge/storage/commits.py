@@ -9,7 +9,8 @@ The source's ``commit(end)`` writes the offsets to
 JVM spawned), and :func:`read_committed` reads them back, e.g. after a
 bridge restart when no listener saw the last batches.
 
-Either signal yields positions ``{stream id: log offset}``; :func:`acks_for`
+Either signal yields a :class:`~aqueduct.bridge.storage.offset.SourceOffset`,
+read as positions ``{stream id: log offset}``; :func:`acks_for`
 turns them into points of reference for ACK frames, and the log may then be
 truncated below them.
 """
@@ -20,29 +21,14 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from aqueduct.bridge.storage.acked import offsets_checksum
+from aqueduct.bridge.storage.offset import SourceOffset
 
 COMMITS_DIR = "commits"
 
 logger = logging.getLogger(__name__)
-
-
-def parse_offsets(offsets: Mapping[str, Any] | str) -> dict[int, int]:
-    """``{"<stream id>": position}`` (dict or JSON text) to ``{stream id: position}``."""
-    if isinstance(offsets, str):
-        offsets = json.loads(offsets)
-    if not isinstance(offsets, Mapping):
-        raise ValueError(f"aqueduct offset: expected a JSON object, got {offsets!r}")
-    positions: dict[int, int] = {}
-    for k, v in offsets.items():
-        if not (isinstance(k, str) and k.isdigit()) or not isinstance(v, int) or v < 0:
-            raise ValueError(
-                f'aqueduct offset: entries must be "<stream id>": <non-negative int>, got {k!r}: {v!r}'
-            )
-        positions[int(k)] = v
-    return positions
 
 
 def commit_file(log: Path, consumer: str) -> Path:
@@ -61,7 +47,7 @@ def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int]
     path = commit_file(Path(log), consumer)
     try:
         doc = json.loads(path.read_bytes())
-        positions = parse_offsets(doc["offsets"])
+        positions = SourceOffset.parse(doc["offsets"]).stream_ids()
         stored = doc.get("crc32c")  # absent in files written before checksums
         if stored is not None and stored != offsets_checksum(doc["offsets"]):
             raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
