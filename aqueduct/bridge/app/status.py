@@ -39,8 +39,8 @@ class LogSnapshot:
 
     @classmethod
     def read(cls, log_dir: Path) -> LogSnapshot:
-        acked, acked_at = read_acked_at(log_dir)
-        return cls(load_streams(log_dir), acked, acked_at)
+        streams = load_streams(log_dir)  # first: it says clearly when log_dir is no log
+        return cls(streams, *read_acked_at(log_dir))
 
 
 def read_status(log_dir: Path, consumer: str = "default") -> dict:
