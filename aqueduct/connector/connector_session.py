@@ -32,9 +32,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     RecordRun,
     Restart,
     encode,
@@ -104,7 +104,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._queue(Hello(PROTOCOL_VERSION, self.cookie, self.program_name, self.instance_name))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
 
-    def send(self, frame: Notify | Record) -> None:
+    def send(self, frame: Notify | Message) -> None:
         """Queue a NOTIFY or MESSAGE, spending one credit."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")
@@ -124,7 +124,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.credits -= 1
         self._out.append((frame, encoded))
 
-    def send_run(self, records: Sequence[Record]) -> None:
+    def send_run(self, records: Sequence[Message]) -> None:
         """Queue one stream's MESSAGEs, as :meth:`send` of each would; a plain run in one step.
 
         A run of data records with consecutive ids on an open stream (what
@@ -189,7 +189,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._out.append((frame, encode(frame)))
 
 
-def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoing]:
+def _run_entries(records: Sequence[Message], encoded: list[bytes]) -> list[Outgoing]:
     """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each."""
     if sum(map(len, encoded)) <= RUN_ENTRY_BYTES:  # the usual run: one entry
         return [_run_entry(records, encoded)]
@@ -203,5 +203,5 @@ def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoi
     return entries
 
 
-def _run_entry(records: Sequence[Record], encoded: list[bytes]) -> Outgoing:
+def _run_entry(records: Sequence[Message], encoded: list[bytes]) -> Outgoing:
     return RecordRun.columns_of(records), b"".join(encoded)

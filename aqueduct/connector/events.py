@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aqueduct.connector.frames import Record, StreamRef
+from aqueduct.connector.frames import Message, StreamRef
 from aqueduct.wire.modes import Mode
 
 
@@ -46,7 +46,7 @@ class RecordsAccepted:
     ``records`` is a :class:`~aqueduct.connector.frames.RecordRun` (columns,
     no object per record) when they are consecutive data records, the
     usual case of a busy stream; a tuple of records otherwise. Either is a
-    sequence of :class:`Record`, equal to the other form of the same records.
+    sequence of :class:`Message`, equal to the other form of the same records.
 
     The sink returns one credit per record (with :meth:`WorkerSession.ack`)
     once they are durable; credits of frames that carry nothing to persist
@@ -54,7 +54,7 @@ class RecordsAccepted:
     """
 
     stream_id: int
-    records: Sequence[Record]
+    records: Sequence[Message]
 
 
 @dataclass(frozen=True, slots=True)

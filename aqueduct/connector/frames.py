@@ -39,7 +39,7 @@ __all__ = [
     "Frame",
     "FrameSplitter",
     "Hello",
-    "Record",
+    "Message",
     "RecordRun",
     "Notify",
     "Ok",
@@ -169,7 +169,7 @@ class Notify:
 
 
 @dataclass(slots=True)
-class Record:
+class Message:
     """One application message (a MESSAGE frame); costs one credit.
 
     The same object goes from the connector session through the ingest into
@@ -204,7 +204,7 @@ class Record:
         boundary: bool = False,
         eos: bool = False,
         unstable: bool = False,
-    ) -> Record:
+    ) -> Message:
         """A record from what it means rather than its bits.
 
         A record without an id is EPHEMERAL (the codec's rule too), a
@@ -252,7 +252,7 @@ class Record:
 _DATA_FLAGS = frozenset({0, EVENT_TIME})
 
 
-class RecordRun(Sequence[Record]):
+class RecordRun(Sequence[Message]):
     """Consecutive stable data records of one stream, held as columns: no object per record.
 
     What a busy stream's channel carries, and what the worker's decoder
@@ -261,7 +261,7 @@ class RecordRun(Sequence[Record]):
     flag but EVENT_TIME (where the event time is not None), no key. The
     worker session, the point rulebook and the durable log take it whole,
     extending their columns from these lists; whoever wants the records one
-    by one iterates it (each :class:`Record` built on access).
+    by one iterates it (each :class:`Message` built on access).
 
     It equals any sequence of the same records, so a batch compares the
     same whichever form it took.
@@ -283,7 +283,7 @@ class RecordRun(Sequence[Record]):
         self.event_times = event_times  # one per payload
 
     @classmethod
-    def of(cls, records: Sequence[Record]) -> RecordRun | None:
+    def of(cls, records: Sequence[Message]) -> RecordRun | None:
         """The run ``records`` make, or None unless :func:`plain_run` says they are one."""
         if type(records) is cls:
             return records
@@ -293,7 +293,7 @@ class RecordRun(Sequence[Record]):
         return cls.columns_of(records)
 
     @classmethod
-    def columns_of(cls, records: Sequence[Record]) -> RecordRun:
+    def columns_of(cls, records: Sequence[Message]) -> RecordRun:
         """The columns of ``records`` known to form a run (:meth:`of` checks; a sender's run was checked)."""
         first = records[0]
         return cls(
@@ -322,10 +322,10 @@ class RecordRun(Sequence[Record]):
         return len(self.payloads)
 
     @overload
-    def __getitem__(self, index: int) -> Record: ...
+    def __getitem__(self, index: int) -> Message: ...
     @overload
-    def __getitem__(self, index: slice) -> Sequence[Record]: ...
-    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         n = len(self.payloads)
@@ -335,14 +335,14 @@ class RecordRun(Sequence[Record]):
             raise IndexError("RecordRun index out of range")
         t = self.event_times[index]
         flags = 0 if t is None else EVENT_TIME
-        return Record(flags, self.stream_id, self.first_id + index, t, None, self.payloads[index])
+        return Message(flags, self.stream_id, self.first_id + index, t, None, self.payloads[index])
 
-    def __iter__(self) -> Iterator[Record]:
+    def __iter__(self) -> Iterator[Message]:
         stream_id = self.stream_id
         for message_id, t, payload in zip(
             range(self.first_id, self.stop_id), self.event_times, self.payloads, strict=True
         ):
-            yield Record(0 if t is None else EVENT_TIME, stream_id, message_id, t, None, payload)
+            yield Message(0 if t is None else EVENT_TIME, stream_id, message_id, t, None, payload)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordRun):
@@ -357,7 +357,7 @@ class RecordRun(Sequence[Record]):
         return f"RecordRun(stream {self.stream_id}, ids {self.first_id}..{self.stop_id - 1})"
 
 
-def plain_run(records: Sequence[Record]) -> bool:
+def plain_run(records: Sequence[Message]) -> bool:
     """True if ``records`` are one stream's stable data records (no flag but EVENT_TIME), ids consecutive.
 
     What a busy stream carries; the worker session and the durable log take
@@ -401,7 +401,7 @@ class Restart:
         return b""
 
 
-Frame = Hello | Ok | Error | Notify | Record | Ack | Restart
+Frame = Hello | Ok | Error | Notify | Message | Ack | Restart
 
 
 
@@ -500,7 +500,7 @@ _MESSAGE_HEAD_TIME = struct.Struct(">IBHQQQ")
 _PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
 
 
-def _message_body(m: Record) -> bytes:
+def _message_body(m: Message) -> bytes:
     flags = m.flags
     validate_flags(flags, bool(m.payload))
     if not (
@@ -523,7 +523,7 @@ def _message_body(m: Record) -> bytes:
     return b"".join((head, event_time, key, m.payload or b""))
 
 
-def _explain_fields(m: Record) -> None:
+def _explain_fields(m: Message) -> None:
     """Raise the error naming which optional field disagrees with the flags."""
     _check_optional("message id", not m.flags & EPHEMERAL, m.message_id, "EPHEMERAL (absent)")
     _check_optional("event time", bool(m.flags & EVENT_TIME), m.event_time, "EVENT_TIME")
@@ -531,7 +531,7 @@ def _explain_fields(m: Record) -> None:
     _check_optional("payload", not m.flags & BOUNDARY, m.payload, "BOUNDARY (absent)")
 
 
-def _explain_ranges(m: Record) -> None:
+def _explain_ranges(m: Message) -> None:
     """Raise the error naming the integer field that does not fit a u64."""
     _u64("MESSAGE", "stream id", m.stream_id)
     if m.message_id is not None:
@@ -542,7 +542,7 @@ def _explain_ranges(m: Record) -> None:
 
 def encode(frame: Frame) -> bytes:
     """Encode one frame, length prefix included."""
-    if type(frame) is Record:
+    if type(frame) is Message:
         plain = _encode_plain_message(frame)
         if plain is not None:
             return plain
@@ -556,7 +556,7 @@ def encode(frame: Frame) -> bytes:
 _UNTIMED, _BYTES, _NONE = frozenset({0}), frozenset({bytes}), frozenset({None})
 
 
-def encode_run(records: Sequence[Record]) -> list[bytes] | None:
+def encode_run(records: Sequence[Message]) -> list[bytes] | None:
     """Each record's frame, for a run of common MESSAGEs; None if one needs the general way.
 
     The sender's side of :func:`plain_run`: one pack per record and no
@@ -583,7 +583,7 @@ def encode_run(records: Sequence[Record]) -> list[bytes] | None:
     return None if None in encoded else encoded  # type: ignore[return-value]
 
 
-def _encode_plain_message(m: Record) -> bytes | None:
+def _encode_plain_message(m: Message) -> bytes | None:
     """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
 
     Every other case, and any value out of range, goes the general way,
@@ -680,12 +680,12 @@ def _plain_messages(
     short or incomplete frame, a bad length), which is left to the general
     decoder, which also names the error. With ``runs``, data records that
     continue the previous one's stream and id join its :class:`RecordRun`
-    instead of becoming a :class:`Record` each.
+    instead of becoming a :class:`Message` each.
     """
     n = len(view)
     head, head_size, unpack_time = _MESSAGE_HEAD.unpack_from, _MESSAGE_HEAD.size, _U64.unpack_from
     append, not_plain, tag_message = frames.append, ~_PLAIN_FLAGS, MESSAGE_TAG
-    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Record of its own
+    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Message of its own
     run_stream = next_id = -1  # the stream and next id of the run that frames[-1] is (-1: none)
     add_payload, add_time = [].append, [].append  # that run's column appends, set as it starts
     while n - pos >= head_size:  # bounded: every round consumes one frame
@@ -705,7 +705,7 @@ def _plain_messages(
         pos = end
         if flags & not_data or not runs:
             run_stream = -1
-            append(Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
+            append(Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
         elif message_id == next_id and stream_id == run_stream:
             add_payload(view[start:end].tobytes())
             add_time(event_time)
@@ -718,7 +718,7 @@ def _plain_messages(
     return pos
 
 
-def _read_message(r: _Reader) -> Record:
+def _read_message(r: _Reader) -> Message:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
     stream_id = r.u64("stream id")
@@ -730,7 +730,7 @@ def _read_message(r: _Reader) -> Record:
         validate_flags(flags, has_payload=r.left() > 0)
     else:
         payload = r.rest()
-    return Record(flags, stream_id, message_id, event_time, key, payload)
+    return Message(flags, stream_id, message_id, event_time, key, payload)
 
 
 def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
@@ -781,7 +781,7 @@ _READERS = {
     Ok: _read_ok,
     Error: _read_error,
     Notify: _read_notify,
-    Record: _read_message,
+    Message: _read_message,
     Ack: _read_ack,
     Restart: _read_restart,
 }
@@ -845,7 +845,7 @@ class FrameSplitter:
 
     ``runs=True`` (the worker's): :meth:`drain` gives consecutive data
     records of one stream as one :class:`RecordRun` (columns) rather than a
-    :class:`Record` each; anything else comes as it always does.
+    :class:`Message` each; anything else comes as it always does.
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: bool = False) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, RecordRun
+from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Message, RecordRun
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.wire.modes import Mode
@@ -75,7 +75,7 @@ class InboundStream:
         self.points.set_mode(mode)
         return self.points.start_from(point)
 
-    def accepts(self, record: Record, in_order: bool) -> bool:
+    def accepts(self, record: Message, in_order: bool) -> bool:
         """Whether a MESSAGE may arrive now (the stream is open).
 
         On unordered input a message sent before the EOS may arrive after it,
@@ -91,7 +91,7 @@ class InboundStream:
             and record.message_id < self.eos_id
         )
 
-    def out_of_order(self, record: Record, in_order: bool) -> bool:
+    def out_of_order(self, record: Message, in_order: bool) -> bool:
         """True if in-order input carries an id not above the previous one.
 
         Ids of a resumable stream strictly increase; accepting a lower id
@@ -100,12 +100,12 @@ class InboundStream:
         mid = record.message_id
         return in_order and mid is not None and self.last_id is not None and mid <= self.last_id
 
-    def receive(self, record: Record, in_order: bool) -> bool:
+    def receive(self, record: Message, in_order: bool) -> bool:
         """Record ``record``; return False if it is a duplicate to drop.
 
         The caller has checked :meth:`accepts`.
         """
-        # The flag bits, not Record's properties: this runs once per record.
+        # The flag bits, not Message's properties: this runs once per record.
         flags = record.flags
         mid = record.message_id
         if flags & EOS and self.state is StreamState.OPEN:

@@ -32,9 +32,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     RecordRun,
     Restart,
     StreamRef,
@@ -75,7 +75,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Record: (frozenset({C.STREAMING}), "_on_message"),
+        Message: (frozenset({C.STREAMING}), "_on_message"),
         RecordRun: (frozenset({C.STREAMING}), "_on_run"),
     }
     ROLE = "worker"
@@ -94,7 +94,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         #: the records gathered of one stream: the run they form while they form one
-        self._batch: list[Record] | RecordRun = []
+        self._batch: list[Message] | RecordRun = []
         self._batch_stream = -1
         # What the input being read came with (set per call, read per frame):
         self._in_order = True  # its channel delivers in order (TCP, ORDERED)
@@ -178,7 +178,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if channel_stream is None:
             return frames, None
         for i, frame in enumerate(frames):
-            if not (type(frame) in (RecordRun, Record) and frame.stream_id == channel_stream):
+            if not (type(frame) in (RecordRun, Message) and frame.stream_id == channel_stream):
                 return frames[:i], (
                     f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                     "only that stream's MESSAGE frames go there"
@@ -256,7 +256,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
             self._batch = [*batch, *run]
         return True
 
-    def _on_message(self, record: Record) -> None:
+    def _on_message(self, record: Message) -> None:
         self._spend_credit()
         in_order = self._in_order
         stream = self.streams.get(record.stream_id)

@@ -17,9 +17,9 @@ from aqueduct.connector.frames import (
     Error,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     RecordRun,
     Restart,
     StreamRef,
@@ -53,7 +53,7 @@ def _frame_from_fields(kind: str, f: dict) -> cf.Frame:
     if kind == "MESSAGE":
         payload = bytes.fromhex(f["payload_hex"]) if "payload_hex" in f else None
         key = f["key"].encode() if "key" in f else None
-        return Record(
+        return Message(
             f["flags"], f["stream_id"], f.get("message_id"), f.get("event_time"), key, payload
         )
     if kind == "ACK":
@@ -119,17 +119,17 @@ def test_splitter_keeps_frames_before_a_bad_one_available() -> None:
 @pytest.mark.parametrize(
     ("message", "rule"),
     [
-        (Record(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
-        (Record(0, 1, None, payload=b"x"), "message id is required"),
-        (Record(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
-        (Record(0, 1, 0, key=b"k"), "key is forbidden"),
-        (Record(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
-        (Record(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
-        (Record(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
-        (Record(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
+        (Message(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
+        (Message(0, 1, None, payload=b"x"), "message id is required"),
+        (Message(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
+        (Message(0, 1, 0, key=b"k"), "key is forbidden"),
+        (Message(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
+        (Message(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
+        (Message(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
+        (Message(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
     ],
 )
-def test_encoder_refuses_what_the_decoder_would_refuse(message: Record, rule: str) -> None:
+def test_encoder_refuses_what_the_decoder_would_refuse(message: Message, rule: str) -> None:
     with pytest.raises(ConnectorFrameError, match=rule):
         encode(message)
 
@@ -143,13 +143,13 @@ short_bytes = st.binary(max_size=40)
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> Record:
+def messages(draw: st.DrawFn) -> Message:
     flags = draw(st.integers(0, 63))
     if flags & cf.EPHEMERAL:
         flags &= ~(cf.BOUNDARY | cf.UNSTABLE_REFERENCE)
     if flags & cf.BOUNDARY:
         flags &= ~cf.KEY
-    return Record(
+    return Message(
         flags,
         draw(u64),
         None if flags & cf.EPHEMERAL else draw(u64),
@@ -229,7 +229,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
 @settings(deadline=None)
 @given(messages(), st.data())
 def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
-    message: Record, data: st.DataObject
+    message: Message, data: st.DataObject
 ) -> None:
     """The splitter decodes plain MESSAGEs on its own fast path: it must give what decode gives.
 
@@ -271,7 +271,7 @@ def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
         for m in range(max(0, start), max(0, start) + draw(st.integers(1, 6))):
             timed = draw(st.booleans())
             flags = draw(st.sampled_from([0, 0, 0, cf.EOS, cf.UNSTABLE_REFERENCE])) | (cf.EVENT_TIME if timed else 0)
-            out.append(Record(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
+            out.append(Message(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
             next_ids[sid] = m + 1
     return out
 
@@ -304,7 +304,7 @@ def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.F
 def _continues(run: RecordRun, frame: object) -> bool:
     if isinstance(frame, RecordRun):
         first, sid = frame.first_id, frame.stream_id
-    elif isinstance(frame, Record) and frame.flags in (0, cf.EVENT_TIME):
+    elif isinstance(frame, Message) and frame.flags in (0, cf.EVENT_TIME):
         first, sid = frame.message_id, frame.stream_id
     else:
         return False
@@ -314,9 +314,9 @@ def _continues(run: RecordRun, frame: object) -> bool:
 def test_a_record_run_is_a_sequence_of_its_records() -> None:
     run = RecordRun(7, 10, [b"a", b"b", b"c"], [None, 5, None])
     records = [
-        Record(0, 7, 10, None, None, b"a"),
-        Record(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
-        Record(0, 7, 12, None, None, b"c"),
+        Message(0, 7, 10, None, None, b"a"),
+        Message(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
+        Message(0, 7, 12, None, None, b"c"),
     ]
     assert list(run) == records and len(run) == 3 and run.stop_id == 13
     assert run[1] == records[1] and run[-1] == records[2] and run[1:] == records[1:]
@@ -327,7 +327,7 @@ def test_a_record_run_is_a_sequence_of_its_records() -> None:
     assert run != records[:2] and run != RecordRun(7, 11, [b"a", b"b", b"c"], [None, 5, None])
     assert RecordRun.of(records) == run and RecordRun.of(run) is run
     run.extend(RecordRun(7, 13, [b"d"], [None]))
-    assert run.stop_id == 14 and run[-1] == Record(0, 7, 13, None, None, b"d")
+    assert run.stop_id == 14 and run[-1] == Message(0, 7, 13, None, None, b"d")
     with pytest.raises(ValueError, match="does not continue stream 7 at id 14"):
         run.extend(RecordRun(7, 20, [b"e"], [None]))
     with pytest.raises(ValueError, match="run of stream 8"):
@@ -337,10 +337,10 @@ def test_a_record_run_is_a_sequence_of_its_records() -> None:
 
 
 def test_only_plain_consecutive_records_make_a_run() -> None:
-    ok = [Record(0, 7, m, None, None, b"x") for m in (4, 5)]
+    ok = [Message(0, 7, m, None, None, b"x") for m in (4, 5)]
     assert RecordRun.of(ok) is not None
     assert RecordRun.of([]) is None
-    assert RecordRun.of([ok[0], Record(0, 7, 6, None, None, b"x")]) is None  # a gap
-    assert RecordRun.of([ok[0], Record(cf.EOS, 7, 5, None, None, b"x")]) is None
-    assert RecordRun.of([ok[0], Record(0, 7, 5, None, b"k", b"x")]) is None  # a key without its flag
-    assert RecordRun.of([ok[0], Record(0, 7, 5, None, None, None)]) is None  # no payload
+    assert RecordRun.of([ok[0], Message(0, 7, 6, None, None, b"x")]) is None  # a gap
+    assert RecordRun.of([ok[0], Message(cf.EOS, 7, 5, None, None, b"x")]) is None
+    assert RecordRun.of([ok[0], Message(0, 7, 5, None, b"k", b"x")]) is None  # a key without its flag
+    assert RecordRun.of([ok[0], Message(0, 7, 5, None, None, None)]) is None  # no payload

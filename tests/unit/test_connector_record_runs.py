@@ -22,9 +22,9 @@ from aqueduct.connector.frames import (
     PROTOCOL_VERSION,
     UNSTABLE_REFERENCE,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     RecordRun,
     encode,
     plain_run,
@@ -81,8 +81,8 @@ def test_a_run_of_points_is_its_ids_one_by_one(
 
 
 def test_plain_run_is_consecutive_stable_data() -> None:
-    def recs(ids: list[int | None], flags: int = 0) -> list[Record]:
-        return [Record(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
+    def recs(ids: list[int | None], flags: int = 0) -> list[Message]:
+        return [Message(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
 
     assert plain_run(recs([4, 5, 6]))
     assert plain_run(recs([4, 5, 6], EVENT_TIME))
@@ -92,7 +92,7 @@ def test_plain_run_is_consecutive_stable_data() -> None:
     assert not plain_run(recs([4, 5], EOS))
     assert not plain_run(recs([4, 5], UNSTABLE_REFERENCE))
     assert not plain_run(recs([None, None], EPHEMERAL))
-    assert not plain_run([Record(0, STREAM, 4, None, None, b"x"), Record(0, STREAM + 1, 5, None, None, b"x")])
+    assert not plain_run([Message(0, STREAM, 4, None, None, b"x"), Message(0, STREAM + 1, 5, None, None, b"x")])
 
 
 # One chunk: a run from some start, then what to do to it.
@@ -103,7 +103,7 @@ chunk = st.tuples(
 )
 
 
-def _records(next_id: int, start: int, count: int, kind: str) -> list[Record]:
+def _records(next_id: int, start: int, count: int, kind: str) -> list[Message]:
     ids: list[int | None] = list(range(max(0, next_id + start), max(0, next_id + start) + count))
     flags = {"timed": EVENT_TIME, "unstable": UNSTABLE_REFERENCE, "ephemeral": EPHEMERAL}.get(kind, 0)
     if kind == "gap" and count > 2:
@@ -113,7 +113,7 @@ def _records(next_id: int, start: int, count: int, kind: str) -> list[Record]:
     if kind == "ephemeral":
         ids = [None] * count
     records = [
-        Record(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
+        Message(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
     ]
     if kind == "eos":
         records[-1].flags |= EOS
@@ -187,10 +187,10 @@ def test_a_busy_streams_payload_is_one_run() -> None:
     session = WorkerSession(WorkerConfig(initial_credits=100))
     session.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
     session.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.ORDERED])
-    records = [Record(0, STREAM, m, None, None, b"x") for m in range(64)]
+    records = [Message(0, STREAM, m, None, None, b"x") for m in range(64)]
     events = session.receive_payload(b"".join(encode(r) for r in records), mode=Mode.ORDERED, channel_stream=STREAM)
     assert events == [RecordsAccepted(STREAM, tuple(records))]
-    # As the decoder's columns: no Record object was built for them.
+    # As the decoder's columns: no Message object was built for them.
     assert type(events[0].records) is RecordRun and events[0].records.payloads == [b"x"] * 64
     assert session._credits == 100 - 64  # the NOTIFY's credit came back at once
     assert session.streams[STREAM].point_of_reference == 64
@@ -227,7 +227,7 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
 
-        def each(records: list[Record] = records) -> None:
+        def each(records: list[Message] = records) -> None:
             for r in records:
                 one_by_one.send(r)
 
@@ -238,7 +238,7 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
 def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
     """A run's entries are RecordRuns of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
     session = notified_connector(10_000)
-    records = [Record(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
+    records = [Message(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
     session.send_run(records)
     out = session.data_to_send()
     assert [type(frame) for frame, _ in out] == [RecordRun] * len(out) and len(out) == 5
@@ -246,13 +246,13 @@ def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
     assert [r for frame, _ in out for r in frame] == records  # type: ignore[union-attr]
     assert b"".join(data for _, data in out) == b"".join(encode(r) for r in records)
     # A frame larger than an entry still goes, alone.
-    session.send_run([Record(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
+    session.send_run([Message(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
     assert [len(frame) for frame, _ in session.data_to_send()] == [1, 1]  # type: ignore[arg-type]
 
 
 def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
     """A record whose fields contradict its flags is refused by the general encoder, run or not."""
-    records = [Record(0, STREAM, m, None, None, b"x") for m in range(3)]
+    records = [Message(0, STREAM, m, None, None, b"x") for m in range(3)]
     records[1].key = b"k"  # a key without the KEY flag
     errors = []
     for send in ("run", "each"):

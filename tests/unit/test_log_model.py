@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import segment_bases, segment_name
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import EVENT_TIME, Record, RecordRun
+from aqueduct.connector.frames import EVENT_TIME, Message, RecordRun
 from aqueduct.wire.modes import Mode
 
 ORDERED, UNORDERED = 1, 2
@@ -83,7 +83,7 @@ class LogMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir)
 
     def _append(self, sid: int, rec: Rec) -> None:
-        self.log.append(Record.build(
+        self.log.append(Message.build(
             sid,
             rec.payload,
             message_id=rec.message_id,
@@ -140,7 +140,7 @@ class LogMachine(RuleBasedStateMachine):
 
     def _append_run(self, sid: int, start: int, count: int, timed: bool, columns: bool = False) -> None:
         records = [
-            Record(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
+            Message(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
         ]
         offset = self.log.append_run(RecordRun.of(records) if columns else records)  # type: ignore[arg-type]

@@ -70,7 +70,7 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, Record, RecordRun
+from aqueduct.connector.frames import BOUNDARY, Message, RecordRun
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.logs import fields
@@ -376,7 +376,7 @@ class Ingest:
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, records: Sequence[Record]) -> None:
+    def _append(self, sid: int, records: Sequence[Message]) -> None:
         """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
         if type(records) is RecordRun:  # columns: no record objects to build for a sum
             self._unsynced_bytes += sum(map(len, records.payloads))
@@ -394,7 +394,7 @@ class Ingest:
                 except DuplicateMessage:
                     duplicates += 1
                     continue
-                if not record.flags & BOUNDARY:  # Record.boundary, without a call per record
+                if not record.flags & BOUNDARY:  # Message.boundary, without a call per record
                     data += 1
         finally:  # a LogError ends the batch: count what was appended before it
             self.counters.messages += data

@@ -91,7 +91,7 @@ from aqueduct.bridge.storage.view import (
     StreamMeta,
     check_log_dir,
 )
-from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Record, RecordRun
+from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Message, RecordRun
 from aqueduct.connector.points import StreamPoints
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
@@ -329,9 +329,9 @@ class _StreamWriter:
     def is_duplicate(self, message_id: int) -> bool:
         return self.points.holds(message_id)
 
-    def append(self, record: Record) -> int:
+    def append(self, record: Message) -> int:
         """Buffer one record (see :meth:`DurableLog.append`); runs once per record received."""
-        # The flag bits rather than Record's properties: a property call per
+        # The flag bits rather than Message's properties: a property call per
         # record and flag is a visible share of ingest.
         flags = record.flags
         message_id = record.message_id
@@ -344,7 +344,7 @@ class _StreamWriter:
         event_time = record.event_time
         if event_time is not None and not 0 <= event_time <= MAX_INT64:
             raise _out_of_range("event time", event_time)
-        stable = not flags & _NO_STABLE_REFERENCE  # Record.stable
+        stable = not flags & _NO_STABLE_REFERENCE  # Message.stable
         points = self.points
         p = self.pending
         if not p.payload:
@@ -833,10 +833,10 @@ class DurableLog:
         """True if a stable message with this id must be dropped (already held)."""
         return self._stream(stream_id).is_duplicate(message_id)
 
-    def append(self, record: Record) -> int:
+    def append(self, record: Message) -> int:
         """Buffer one record of its stream; return its offset. Durable only after :meth:`commit`.
 
-        The record is the connector's (:class:`~aqueduct.connector.frames.Record`):
+        The record is the connector's (:class:`~aqueduct.connector.frames.Message`):
         an EPHEMERAL or UNSTABLE_REFERENCE one never moves the point of
         reference; ``event_time`` is in microseconds since the Unix epoch. A
         stable id already received raises :class:`DuplicateMessage` (use
@@ -844,7 +844,7 @@ class DurableLog:
         """
         return self._stream(record.stream_id).append(record)
 
-    def append_run(self, records: Sequence[Record]) -> int | None:
+    def append_run(self, records: Sequence[Message]) -> int | None:
         """Buffer a run of one stream's new, plain records in one step, if it is one.
 
         ``records`` is usually the worker's :class:`RecordRun` (columns,
@@ -860,7 +860,7 @@ class DurableLog:
             return None
         return self._stream(run.stream_id).append_run(run)
 
-    def appender(self, stream_id: int) -> Callable[[Record], int]:
+    def appender(self, stream_id: int) -> Callable[[Message], int]:
         """:meth:`append` bound to one stream's writer, for appending a batch of its records.
 
         Skips the per-record stream lookup; the records must belong to
@@ -1019,7 +1019,7 @@ class DurableLog:
         return result
 
     def write_acked(self, positions: Mapping[int, int]) -> Future[None]:
-        """Record, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
+        """Message, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
         return self._write(partial(write_acked, self.path, dict(positions)), None)
 
     def close(self) -> None:

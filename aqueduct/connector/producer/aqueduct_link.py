@@ -15,7 +15,7 @@ import aqueduct.runtime as rt
 from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
 from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
 from aqueduct.connector.errors import HandshakeFailed, WorkerBusy
-from aqueduct.connector.frames import Notify, Record, RecordRun
+from aqueduct.connector.frames import Message, Notify, RecordRun
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
 from aqueduct.runtime.retry_hint import retry_within
 from aqueduct.wire.modes import Mode
@@ -191,4 +191,4 @@ def _batches(
 
 
 #: Entries that go on their stream's channel; the rest go on the entrypoint.
-_ROUTED = (Record, RecordRun)
+_ROUTED = (Message, RecordRun)

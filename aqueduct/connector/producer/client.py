@@ -51,7 +51,7 @@ from aqueduct.connector.errors import (
     WorkerBusy,
 )
 from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Record
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Message
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 
@@ -410,11 +410,11 @@ class Connector:
         stream = self._outbox.streams.get(stream_id)
         return stream.mode if stream is not None else ORDERED
 
-    def _enqueue(self, message: Record) -> None:
+    def _enqueue(self, message: Message) -> None:
         self._outbox.push(message)
         self._kick.set()
 
-    def _enqueue_many(self, messages: list[Record]) -> None:
+    def _enqueue_many(self, messages: list[Message]) -> None:
         self._outbox.push_many(messages)
         self._kick.set()
 
@@ -517,7 +517,7 @@ class Connector:
             for record in stream.unacked:
                 self._report(error, stream, record)
 
-    def _report(self, error: Exception | None, stream: OutboundStream, record: Record) -> None:
+    def _report(self, error: Exception | None, stream: OutboundStream, record: Message) -> None:
         assert self.on_delivery is not None and record.message_id is not None
         delivery = Delivery(stream.stream_id, stream.stream_name, record.message_id, record.payload, record.key)
         try:

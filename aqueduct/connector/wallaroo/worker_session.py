@@ -44,7 +44,8 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
+from aqueduct.connector.frames import Message as ConnectorMessage
 from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
@@ -86,10 +87,10 @@ def from_v3(point: int) -> int:
     return 0 if point == NO_POINT else point + 1
 
 
-def _record(message: Message) -> Record:
+def _record(message: Message) -> ConnectorMessage:
     """The ingest's record for a v3 MESSAGE (event time 0 and an empty key mean none)."""
     flags = (EVENT_TIME if message.event_time else 0) | (KEY if message.key else 0)
-    return Record(
+    return ConnectorMessage(
         flags,
         message.stream_id,
         message.message_id,
@@ -99,14 +100,14 @@ def _record(message: Message) -> Record:
     )
 
 
-def _end_record(stream_id: int, last_id: int) -> Record:
+def _end_record(stream_id: int, last_id: int) -> ConnectorMessage:
     """The ingest's record for EOS_MESSAGE: an EOS BOUNDARY closing the stream's epoch.
 
     EOS_MESSAGE carries no id, so the record reuses the last id with
     UNSTABLE_REFERENCE: it neither moves the point of reference nor takes
     an id from (or is deduplicated against) the stream's messages.
     """
-    return Record(EOS | BOUNDARY | UNSTABLE_REFERENCE, stream_id, last_id, payload=None)
+    return ConnectorMessage(EOS | BOUNDARY | UNSTABLE_REFERENCE, stream_id, last_id, payload=None)
 
 
 @dataclass(slots=True)
@@ -114,7 +115,7 @@ class _Run:
     """Records of one stream received back to back: one RecordsAccepted when taken."""
 
     stream_id: int
-    records: list[Record]
+    records: list[ConnectorMessage]
 
 
 @dataclass(slots=True)
@@ -301,7 +302,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ events
 
-    def _add(self, stream_id: int, record: Record) -> None:
+    def _add(self, stream_id: int, record: ConnectorMessage) -> None:
         """Gather a record; consecutive records of one stream become one RecordsAccepted."""
         run = self._run
         if run is None or run.stream_id != stream_id:
