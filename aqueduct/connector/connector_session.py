@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
@@ -35,7 +36,6 @@ from aqueduct.connector.frames import (
     Message,
     Notify,
     Ok,
-    RecordRun,
     Restart,
     encode,
     encode_run,
@@ -56,8 +56,8 @@ from aqueduct.proto.errors import LocalProtocolError
 C = ConnectionState
 
 #: What :meth:`ConnectorSession.data_to_send` gives: a frame, or a run of one
-#: stream's records (:class:`RecordRun`), with its bytes on the wire.
-Outgoing = tuple[Frame | RecordRun, bytes]
+#: stream's records (:class:`~aqueduct.connector.batch.MessageBatch`), with its bytes on the wire.
+Outgoing = tuple[Frame | MessageBatch, bytes]
 
 #: A run leaves the session in entries of at most this many bytes of frames
 #: (one frame may be larger), so a transport that cuts its payloads near a size
@@ -152,7 +152,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def data_to_send(self) -> list[Outgoing]:
         """What was queued since the last call: frames, each with its encoding, for the transport to route.
 
-        A run queued with :meth:`send_run` comes as :class:`RecordRun`
+        A run queued with :meth:`send_run` comes as :class:`~aqueduct.connector.batch.MessageBatch`
         entries (one stream's records, their frames back to back), at most
         :data:`RUN_ENTRY_BYTES` of frames each, rather than an entry per
         record: a transport routes and batches a run's records together.
@@ -204,4 +204,8 @@ def _run_entries(records: Sequence[Message], encoded: list[bytes]) -> list[Outgo
 
 
 def _run_entry(records: Sequence[Message], encoded: list[bytes]) -> Outgoing:
-    return RecordRun.columns_of(records), b"".join(encoded)
+    first = records[0]
+    run = MessageBatch.run(
+        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
+    )
+    return run, b"".join(encoded)

@@ -13,9 +13,9 @@ connector library, TCP and Aqueduct transports.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Protocol
 
 __all__ = [
     "ACK_TAG",
@@ -40,7 +40,8 @@ __all__ = [
     "FrameSplitter",
     "Hello",
     "Message",
-    "RecordRun",
+    "ColumnRun",
+    "RunFactory",
     "Notify",
     "Ok",
     "Restart",
@@ -252,109 +253,17 @@ class Message:
 _DATA_FLAGS = frozenset({0, EVENT_TIME})
 
 
-class RecordRun(Sequence[Message]):
-    """Consecutive stable data records of one stream, held as columns: no object per record.
+class ColumnRun(Protocol):
+    """What the worker's decoder gathers a run of data records into (the connector's
+    :class:`~aqueduct.connector.batch.MessageBatch`): it only appends to these columns."""
 
-    What a busy stream's channel carries, and what the worker's decoder
-    (``FrameSplitter(runs=True)``) makes of it: ids ``first_id ..
-    stop_id - 1``, one payload and one event time (or None) each, no
-    flag but EVENT_TIME (where the event time is not None), no key. The
-    worker session, the point rulebook and the durable log take it whole,
-    extending their columns from these lists; whoever wants the records one
-    by one iterates it (each :class:`Message` built on access).
+    payloads: list[bytes]
+    event_times: list[int | None]
 
-    It equals any sequence of the same records, so a batch compares the
-    same whichever form it took.
-    """
 
-    __slots__ = ("stream_id", "first_id", "payloads", "event_times")
-    TAG = MESSAGE_TAG
-    NAME = "MESSAGE"
-    __hash__ = None  # type: ignore[assignment]  # mutable, equal to lists
-
-    def __init__(
-        self, stream_id: int, first_id: int, payloads: list[bytes], event_times: list[int | None]
-    ) -> None:
-        if len(event_times) != len(payloads):
-            raise ValueError(f"RecordRun: {len(payloads)} payloads but {len(event_times)} event times")
-        self.stream_id = stream_id
-        self.first_id = first_id
-        self.payloads = payloads
-        self.event_times = event_times  # one per payload
-
-    @classmethod
-    def of(cls, records: Sequence[Message]) -> RecordRun | None:
-        """The run ``records`` make, or None unless :func:`plain_run` says they are one."""
-        if type(records) is cls:
-            return records
-        # A key without its flag, or no payload, contradicts the flags: record by record, as sent.
-        if not plain_run(records) or any(r.key is not None or r.payload is None for r in records):
-            return None
-        return cls.columns_of(records)
-
-    @classmethod
-    def columns_of(cls, records: Sequence[Message]) -> RecordRun:
-        """The columns of ``records`` known to form a run (:meth:`of` checks; a sender's run was checked)."""
-        first = records[0]
-        return cls(
-            first.stream_id,
-            first.message_id,  # type: ignore[arg-type]
-            [r.payload for r in records],  # type: ignore[misc]
-            [r.event_time for r in records],
-        )
-
-    @property
-    def stop_id(self) -> int:
-        """One past the last id."""
-        return self.first_id + len(self.payloads)
-
-    def extend(self, other: RecordRun) -> None:
-        """Append ``other``, the next ids of the same stream, to the columns."""
-        if other.stream_id != self.stream_id or other.first_id != self.stop_id:
-            raise ValueError(
-                f"run of stream {other.stream_id} from id {other.first_id} does not continue "
-                f"stream {self.stream_id} at id {self.stop_id}"
-            )
-        self.payloads += other.payloads
-        self.event_times += other.event_times
-
-    def __len__(self) -> int:
-        return len(self.payloads)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self.payloads)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("RecordRun index out of range")
-        t = self.event_times[index]
-        flags = 0 if t is None else EVENT_TIME
-        return Message(flags, self.stream_id, self.first_id + index, t, None, self.payloads[index])
-
-    def __iter__(self) -> Iterator[Message]:
-        stream_id = self.stream_id
-        for message_id, t, payload in zip(
-            range(self.first_id, self.stop_id), self.event_times, self.payloads, strict=True
-        ):
-            yield Message(0 if t is None else EVENT_TIME, stream_id, message_id, t, None, payload)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RecordRun):
-            return (self.stream_id, self.first_id, self.payloads, self.event_times) == (
-                other.stream_id, other.first_id, other.payloads, other.event_times
-            )
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"RecordRun(stream {self.stream_id}, ids {self.first_id}..{self.stop_id - 1})"
+RunFactory = Callable[[int, int, list[bytes], list["int | None"]], ColumnRun]
+"""``(stream id, first id, payloads, event times) -> run``: how :class:`FrameSplitter`
+starts a run. Injected, so the codec stays below the batch type that holds them."""
 
 
 def plain_run(records: Sequence[Message]) -> bool:
@@ -669,7 +578,7 @@ class _Reader:
 
 
 def _plain_messages(
-    view: memoryview, pos: int, limit: int, frames: list[Frame | RecordRun], runs: bool
+    view: memoryview, pos: int, limit: int, frames: list[Frame | ColumnRun], make_run: RunFactory | None
 ) -> int:
     """Decode the whole, plain MESSAGEs from ``pos`` on into ``frames``; return where they end.
 
@@ -678,8 +587,8 @@ def _plain_messages(
     copy for the payload, the names looked up once per run. It stops at
     anything unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a
     short or incomplete frame, a bad length), which is left to the general
-    decoder, which also names the error. With ``runs``, data records that
-    continue the previous one's stream and id join its :class:`RecordRun`
+    decoder, which also names the error. With ``make_run``, data records
+    that continue the previous one's stream and id join its run (columns)
     instead of becoming a :class:`Message` each.
     """
     n = len(view)
@@ -703,7 +612,7 @@ def _plain_messages(
         elif start > end:
             break
         pos = end
-        if flags & not_data or not runs:
+        if flags & not_data or make_run is None:
             run_stream = -1
             append(Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
         elif message_id == next_id and stream_id == run_stream:
@@ -711,7 +620,7 @@ def _plain_messages(
             add_time(event_time)
             next_id += 1
         else:
-            run = RecordRun(stream_id, message_id, [view[start:end].tobytes()], [event_time])
+            run = make_run(stream_id, message_id, [view[start:end].tobytes()], [event_time])
             append(run)
             add_payload, add_time = run.payloads.append, run.event_times.append
             run_stream, next_id = stream_id, message_id + 1
@@ -843,12 +752,14 @@ class FrameSplitter:
     cannot make us hold a huge frame. After an error the splitter is dead:
     the spec says nothing else is read.
 
-    ``runs=True`` (the worker's): :meth:`drain` gives consecutive data
-    records of one stream as one :class:`RecordRun` (columns) rather than a
-    :class:`Message` each; anything else comes as it always does.
+    ``runs`` (the worker's, :meth:`MessageBatch.run
+    <aqueduct.connector.batch.MessageBatch.run>`): :meth:`drain` gives
+    consecutive data records of one stream as one run of columns made by
+    it, rather than a :class:`Message` each; anything else comes as it
+    always does.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: bool = False) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: RunFactory | None = None) -> None:
         self.max_frame_size = max_frame_size
         self.runs = runs
         self._buf = bytearray()
@@ -877,7 +788,7 @@ class FrameSplitter:
         except ConnectorFrameError as exc:
             raise self._die(exc) from None
 
-    def drain(self) -> tuple[list[Frame | RecordRun], ConnectorFrameError | None]:
+    def drain(self) -> tuple[list[Frame | ColumnRun], ConnectorFrameError | None]:
         """Every frame now whole, decoded in one pass over the buffer (no per-frame copy).
 
         Also returns the error of a bad frame after them, if any (the
@@ -886,7 +797,7 @@ class FrameSplitter:
         """
         if self._failed is not None:
             return [], self._failed
-        frames: list[Frame | RecordRun] = []
+        frames: list[Frame | ColumnRun] = []
         buf, pos, limit, runs = self._buf, self._pos, self.max_frame_size, self.runs
         with memoryview(buf) as view:
             try:
@@ -914,7 +825,7 @@ class FrameSplitter:
         self._pos = 0
         return exc
 
-    def feed(self, data: bytes) -> list[Frame | RecordRun]:
+    def feed(self, data: bytes) -> list[Frame | ColumnRun]:
         """Push ``data`` and return every frame now complete (raises on the first bad one)."""
         self.push(data)
         frames, error = self.drain()

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aqueduct.connector import frames as cf
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import (
     Ack,
     ConnectorFrameError,
@@ -20,7 +21,6 @@ from aqueduct.connector.frames import (
     Message,
     Notify,
     Ok,
-    RecordRun,
     Restart,
     StreamRef,
     decode,
@@ -219,7 +219,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
             del raw[data.draw(st.integers(0, len(raw) - 1)) :]
         else:
             raw += data.draw(st.binary(min_size=1, max_size=4))
-    for decoder in (decode, FrameSplitter().feed, FrameSplitter(runs=True).feed):
+    for decoder in (decode, FrameSplitter().feed, FrameSplitter(runs=MessageBatch.run).feed):
         try:
             decoder(bytes(raw))
         except ConnectorFrameError:
@@ -241,7 +241,7 @@ def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
     for _ in range(data.draw(st.integers(0, 3))):
         i = data.draw(st.integers(4, len(raw) - 1))
         raw[i] ^= data.draw(st.integers(1, 255))
-    for runs in (False, True):
+    for runs in (None, MessageBatch.run):
         try:
             expected = decode(bytes(raw))
         except ConnectorFrameError as exc:
@@ -253,8 +253,8 @@ def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
 
 
 def flat(frames: list) -> list:
-    """Frames with each RecordRun spelled out as its records."""
-    return [r for f in frames for r in (f if isinstance(f, RecordRun) else [f])]
+    """Frames with each run spelled out as its records."""
+    return [r for f in frames for r in (f if isinstance(f, MessageBatch) else [f])]
 
 
 @st.composite
@@ -279,10 +279,10 @@ def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
 @settings(deadline=None)
 @given(busy_streams(), st.data())
 def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.Frame], data: st.DataObject) -> None:
-    """runs=True: consecutive data records of a stream come as one RecordRun, nothing else changes."""
+    """With runs: consecutive data records of a stream come as one MessageBatch run, nothing else changes."""
     stream = b"".join(encode(f) for f in frames)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
-    plain, columns = FrameSplitter(), FrameSplitter(runs=True)
+    plain, columns = FrameSplitter(), FrameSplitter(runs=MessageBatch.run)
     got_plain: list = []
     got_runs: list = []
     last = 0
@@ -291,18 +291,18 @@ def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.F
         chunk = columns.feed(stream[last:cut])
         # A run is as long as the chunk allows: the next frame never continues it.
         for a, b in zip(chunk, chunk[1:], strict=False):
-            assert not (isinstance(a, RecordRun) and _continues(a, b))
+            assert not (isinstance(a, MessageBatch) and _continues(a, b))
         got_runs += chunk
         last = cut
     assert got_plain == frames
     assert flat(got_runs) == frames
     for run in got_runs:
-        if isinstance(run, RecordRun):  # only plain data records, ids consecutive
-            assert len(run) >= 1 and all(r.flags in (0, cf.EVENT_TIME) for r in run)
+        if isinstance(run, MessageBatch):  # only plain data records, ids consecutive
+            assert run.is_run and len(run) >= 1 and all(r.flags in (0, cf.EVENT_TIME) for r in run)
 
 
-def _continues(run: RecordRun, frame: object) -> bool:
-    if isinstance(frame, RecordRun):
+def _continues(run: MessageBatch, frame: object) -> bool:
+    if isinstance(frame, MessageBatch):
         first, sid = frame.first_id, frame.stream_id
     elif isinstance(frame, Message) and frame.flags in (0, cf.EVENT_TIME):
         first, sid = frame.message_id, frame.stream_id
@@ -311,8 +311,8 @@ def _continues(run: RecordRun, frame: object) -> bool:
     return (sid, first) == (run.stream_id, run.stop_id)
 
 
-def test_a_record_run_is_a_sequence_of_its_records() -> None:
-    run = RecordRun(7, 10, [b"a", b"b", b"c"], [None, 5, None])
+def test_a_batch_is_a_sequence_of_its_records() -> None:
+    run = MessageBatch.run(7, 10, [b"a", b"b", b"c"], [None, 5, None])
     records = [
         Message(0, 7, 10, None, None, b"a"),
         Message(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
@@ -324,23 +324,32 @@ def test_a_record_run_is_a_sequence_of_its_records() -> None:
         run[3]
     # Equal to the same records in any sequence form (an event compares the same either way).
     assert run == records and run == tuple(records) and records == run
-    assert run != records[:2] and run != RecordRun(7, 11, [b"a", b"b", b"c"], [None, 5, None])
-    assert RecordRun.of(records) == run and RecordRun.of(run) is run
-    run.extend(RecordRun(7, 13, [b"d"], [None]))
-    assert run.stop_id == 14 and run[-1] == Message(0, 7, 13, None, None, b"d")
-    with pytest.raises(ValueError, match="does not continue stream 7 at id 14"):
-        run.extend(RecordRun(7, 20, [b"e"], [None]))
-    with pytest.raises(ValueError, match="run of stream 8"):
-        run.extend(RecordRun(8, 14, [b"e"], [None]))
-    with pytest.raises(ValueError, match="2 payloads but 1 event times"):
-        RecordRun(7, 0, [b"a", b"b"], [None])
+    assert run != records[:2] and run != MessageBatch.run(7, 11, [b"a", b"b", b"c"], [None, 5, None])
+    assert MessageBatch.of(records) == run and MessageBatch.of(run) is run and MessageBatch.of(records).is_run
+    run.extend(MessageBatch.run(7, 13, [b"d"], [None]))
+    assert run.is_run and run.stop_id == 14 and run[-1] == Message(0, 7, 13, None, None, b"d")
+    with pytest.raises(ValueError, match="batch of stream 8 does not continue stream 7"):
+        run.extend(MessageBatch.run(8, 14, [b"e"], [None]))
+    with pytest.raises(ValueError, match="columns of unequal length"):
+        MessageBatch.run(7, 0, [b"a", b"b"], [None])
 
 
-def test_only_plain_consecutive_records_make_a_run() -> None:
-    ok = [Message(0, 7, m, None, None, b"x") for m in (4, 5)]
-    assert RecordRun.of(ok) is not None
-    assert RecordRun.of([]) is None
-    assert RecordRun.of([ok[0], Message(0, 7, 6, None, None, b"x")]) is None  # a gap
-    assert RecordRun.of([ok[0], Message(cf.EOS, 7, 5, None, None, b"x")]) is None
-    assert RecordRun.of([ok[0], Message(0, 7, 5, None, b"k", b"x")]) is None  # a key without its flag
-    assert RecordRun.of([ok[0], Message(0, 7, 5, None, None, None)]) is None  # no payload
+def test_a_batch_that_is_not_a_run_holds_general_columns() -> None:
+    """A gap, a flag or a key: flags, ids and keys per record; a run that meets one becomes general."""
+    run = MessageBatch.run(7, 4, [b"a", b"b"], [None, None])
+    eos = Message(cf.EOS | cf.KEY, 7, 9, None, b"k", b"z")
+    run.extend(MessageBatch.of([eos]))
+    assert not run.is_run and run.flags == [0, 0, cf.EOS | cf.KEY] and run.ids == [4, 5, 9]
+    assert list(run) == [Message(0, 7, 4, None, None, b"a"), Message(0, 7, 5, None, None, b"b"), eos]
+    boundary = Message.build(7, message_id=10, boundary=True)
+    run.extend(MessageBatch.of([boundary]))
+    assert run[-1] == boundary and run.payload_bytes() == 4  # payloads and the key
+    # The rows a session keeps: consecutive rows of a run stay a run; others are general.
+    plain = MessageBatch.run(7, 0, [b"a", b"b", b"c", b"d"], [None] * 4)
+    assert plain.select([1, 2]).is_run and list(plain.select([1, 2])) == list(plain)[1:3]
+    assert not plain.select([0, 2]).is_run and list(plain.select([0, 2])) == [plain[0], plain[2]]
+    assert plain.select([0, 1, 2, 3]) is plain
+    # What the log stored: data records (boundaries are not) and the duplicates it dropped.
+    assert run.stored() == (3, 0)
+    run.accepted = [True, False, True, True]
+    assert run.stored() == (2, 1)

@@ -53,7 +53,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -62,7 +62,8 @@ from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.latency import Histogram
 from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.commits import acks_for
-from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError, LogFull
+from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -70,7 +71,6 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, Message, RecordRun
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.logs import fields
@@ -372,33 +372,21 @@ class Ingest:
         state.unsynced += len(event.records)
         self._dirty.set()
         try:
-            self._append(event.stream_id, event.records)
+            self._append(event.records)
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, records: Sequence[Message]) -> None:
-        """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
-        if type(records) is RecordRun:  # columns: no record objects to build for a sum
-            self._unsynced_bytes += sum(map(len, records.payloads))
-        else:
-            self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
-        if self.log.append_run(records) is not None:  # a busy stream's usual batch: all new data
-            self.counters.messages += len(records)
-            return
-        append = self.log.appender(sid)
-        data = duplicates = 0
+    def _append(self, batch: MessageBatch) -> None:
+        """Buffer a batch in the log, which drops the ids it already holds (the session knows only its own)."""
+        self._unsynced_bytes += batch.payload_bytes()
         try:
-            for record in records:
-                try:
-                    append(record)
-                except DuplicateMessage:
-                    duplicates += 1
-                    continue
-                if not record.flags & BOUNDARY:  # Message.boundary, without a call per record
-                    data += 1
-        finally:  # a LogError ends the batch: count what was appended before it
-            self.counters.messages += data
-            self.counters.duplicates += duplicates
+            self.log.append(batch)
+        except LogError:  # it ends the batch: count what was appended before it
+            self.counters.messages += batch.stored()[0]
+            raise
+        data, duplicates = batch.stored()
+        self.counters.messages += data
+        self.counters.duplicates += duplicates
 
     # ------------------------------------------------------------ group commit
 

@@ -37,6 +37,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -312,5 +313,5 @@ class WallarooSession(SessionMachine[WorkerEvent]):
 
     def _flush(self) -> None:
         if self._run is not None:
-            self._events.append(RecordsAccepted(self._run.stream_id, tuple(self._run.records)))
+            self._events.append(RecordsAccepted(self._run.stream_id, MessageBatch.of(self._run.records)))
             self._run = None
