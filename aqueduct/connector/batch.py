@@ -99,10 +99,23 @@ class MessageBatch(Sequence[Message]):
         payloads = [m.payload for m in messages]
         if _is_run(messages):
             return cls(stream_id, messages[0].message_id, payloads, event_times)  # type: ignore[arg-type]
-        return cls(
-            stream_id, 0, payloads, event_times,
-            [m.flags for m in messages], [m.message_id for m in messages], [m.key for m in messages],
-        )  # fmt: skip
+        return cls.general(messages)
+
+    @classmethod
+    def general(cls, messages: Sequence[Message]) -> MessageBatch:
+        """General columns of one stream's ``messages`` (the caller knows they are one stream's), run or not.
+
+        What the worker session makes of the MESSAGEs its decoder did not
+        gather into runs, a chunk's consecutive ones of a stream at once.
+        """
+        batch = cls.__new__(cls)
+        batch.stream_id, batch.first_id, batch.accepted = messages[0].stream_id, 0, None
+        batch.payloads = [m.payload for m in messages]
+        batch.event_times = [m.event_time for m in messages]
+        batch.flags = [m.flags for m in messages]
+        batch.ids = [m.message_id for m in messages]
+        batch.keys = [m.key for m in messages]
+        return batch
 
     # ------------------------------------------------------------ reading it
 

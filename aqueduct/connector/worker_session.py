@@ -76,8 +76,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Message: (frozenset({C.STREAMING}), "_on_message"),
-        MessageBatch: (frozenset({C.STREAMING}), "_on_batch"),
+        MessageBatch: (frozenset({C.STREAMING}), "_on_batch"),  # every MESSAGE comes in one
     }
     ROLE = "worker"
 
@@ -173,6 +172,27 @@ class WorkerSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ processing
 
+    def _handle(self, frames: list[Frame | MessageBatch]) -> None:
+        """Handle a chunk's frames in order; MESSAGEs always as batches.
+
+        The decoder gathers a busy stream's data records into runs; the
+        MESSAGEs it did not (keys, flags, gaps) are gathered here, those of
+        one stream back to back into one batch, so the rules run per batch
+        on every path.
+        """
+        dispatch, n, i = self._dispatch, len(frames), 0
+        while i < n:  # bounded: every round handles at least one frame
+            frame = frames[i]
+            if type(frame) is Message:
+                j, sid = i + 1, frame.stream_id
+                while j < n and type(frames[j]) is Message and frames[j].stream_id == sid:  # type: ignore[union-attr]
+                    j += 1
+                dispatch(MessageBatch.general(frames[i:j]))  # type: ignore[arg-type]
+                i = j
+            else:
+                dispatch(frame)
+                i += 1
+
     def _admit(self, frames: list[Frame]) -> tuple[list[Frame], str | None]:
         channel_stream = self._channel_stream
         if channel_stream is None:
@@ -224,10 +244,6 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         point = stream.notify(notify.stream_name, notify.point_of_reference, mode)
         self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
-
-    def _on_message(self, message: Message) -> None:
-        """A MESSAGE the decoder did not gather into a run: the batch of one."""
-        self._on_batch(MessageBatch.of((message,)))
 
     def _on_batch(self, batch: MessageBatch) -> None:
         """One stream's MESSAGEs: a run of new ids taken whole, anything else by the rules per record.
