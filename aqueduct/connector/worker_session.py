@@ -300,13 +300,13 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if gathered is not None and gathered.stream_id == batch.stream_id:
             gathered.extend(batch)
         else:
-            self._flush()
+            self._emit_gathered()
             self._batch = batch
 
     def _input_handled(self) -> None:
         """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
         if self._unpersisted and self.state is C.STREAMING:
-            self._flush()
+            self._emit_gathered()
             self.ack((), self._unpersisted)
             self._unpersisted = 0
 
@@ -316,10 +316,10 @@ class WorkerSession(SessionMachine[WorkerEvent]):
     # ------------------------------------------------------------ events
 
     def _emit(self, event: WorkerEvent) -> None:
-        self._flush()
+        self._emit_gathered()
         self._events.append(event)
 
-    def _flush(self) -> None:
+    def _emit_gathered(self) -> None:
         """The records gathered of one stream become one RecordsAccepted."""
         batch = self._batch
         if batch is not None:

@@ -110,7 +110,7 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
         await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         assert ingest.buffered == 5
         with io_thread_held(log) as gate:
-            commit = asyncio.ensure_future(ingest.commit())
+            commit = asyncio.ensure_future(ingest.group_commit())
             await asyncio.sleep(0)  # the task starts the commit and waits for the thread
             commit.cancel()
             for _ in range(3):
@@ -130,10 +130,10 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
         log.close()
 
 
-async def test_group_commits_start_at_least_commit_interval_apart(tmp_path: Path) -> None:
+async def test_group_commits_start_at_least_group_commit_interval_apart(tmp_path: Path) -> None:
     """A paced producer gets a group commit per interval, not one per record: fewer fsyncs for Spark's disk."""
     log = DurableLog(tmp_path / "log")
-    ingest = Ingest(log, IngestConfig(commit_interval=0.2))
+    ingest = Ingest(log, IngestConfig(group_commit_interval=0.2))
     loop = asyncio.get_running_loop()
     starts: list[float] = []
     start_commit = log.start_commit

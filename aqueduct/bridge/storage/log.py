@@ -972,8 +972,6 @@ class DurableLog:
         """Group commit, waiting for it: :meth:`start_commit` and its result."""
         return self.start_commit(now).result()
 
-    flush = commit
-
     # -- positions ---------------------------------------------------------
 
     def snapshot(self, stream_id: int) -> StreamIndex:

@@ -236,7 +236,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         stream.name = notify.stream_name
         point = stream.points.start_from(from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._flush()  # records of other streams before it come first
+        self._emit_gathered()  # records of other streams before it come first
         self._events.append(StreamNotified(sid, notify.stream_name, point))
         self._unanswered[sid] = point
 
@@ -307,11 +307,11 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         """Gather a record; consecutive records of one stream become one RecordsAccepted."""
         run = self._run
         if run is None or run.stream_id != stream_id:
-            self._flush()
+            self._emit_gathered()
             run = self._run = _Run(stream_id, [])
         run.records.append(record)
 
-    def _flush(self) -> None:
+    def _emit_gathered(self) -> None:
         if self._run is not None:
             self._events.append(RecordsAccepted(self._run.stream_id, MessageBatch.of(self._run.records)))
             self._run = None
