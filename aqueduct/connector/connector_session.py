@@ -40,7 +40,6 @@ from aqueduct.connector.frames import (
     encode,
     encode_run,
     frame_name,
-    plain_run,
 )
 from aqueduct.connector.machine import SessionMachine, SessionOver
 from aqueduct.connector.states import (
@@ -105,7 +104,41 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
 
     def send(self, frame: Notify | Message) -> None:
-        """Queue a NOTIFY or MESSAGE, spending one credit."""
+        """Queue a NOTIFY or one MESSAGE (the batch of one), spending one credit."""
+        if type(frame) is Notify:
+            self._queue_by_the_rules(frame)
+        else:
+            self.send_messages((frame,))  # type: ignore[arg-type]
+
+    def send_messages(self, records: Sequence[Message]) -> None:
+        """Queue one stream's MESSAGEs in order, a credit each: the one way MESSAGEs leave.
+
+        A run of data records with consecutive ids on an open stream (what
+        ``ConnectorStream.send_many`` makes, and a busy stream's ``send``
+        calls, which the outbox gathers) is checked and encoded in one
+        step; anything else, or too few credits, goes by the rules record
+        by record, which raise the error the first bad one breaks (those
+        before it stay queued).
+        """
+        n = len(records)
+        encoded = None
+        if (
+            n
+            and self.state is C.STREAMING
+            and self.credits >= n
+            and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
+            is StreamState.OPEN  # one step of the stream's table covers the whole run
+        ):
+            encoded = encode_run(records)  # None unless they are a run
+        if encoded is None:
+            for record in records:
+                self._queue_by_the_rules(record)
+            return
+        self.credits -= n
+        self._out += _run_entries(records, encoded)
+
+    def _queue_by_the_rules(self, frame: Notify | Message) -> None:
+        """Check one NOTIFY or MESSAGE against the connection's and its stream's rules, encode and queue it."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")
         if self.credits == 0:
@@ -124,35 +157,10 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.credits -= 1
         self._out.append((frame, encoded))
 
-    def send_run(self, records: Sequence[Message]) -> None:
-        """Queue one stream's MESSAGEs, as :meth:`send` of each would; a plain run in one step.
-
-        A run of data records with consecutive ids on an open stream (what
-        ``ConnectorStream.send_many`` makes) is checked and encoded
-        together; anything else, or too few credits, goes record by record,
-        which raises the error :meth:`send` would.
-        """
-        n = len(records)
-        encoded = None
-        if (
-            self.state is C.STREAMING
-            and self.credits >= n
-            and plain_run(records)
-            and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
-            is StreamState.OPEN  # one step of the stream's table covers the whole run
-        ):
-            encoded = encode_run(records)
-        if encoded is None:
-            for record in records:
-                self.send(record)
-            return
-        self.credits -= n
-        self._out += _run_entries(records, encoded)
-
     def data_to_send(self) -> list[Outgoing]:
         """What was queued since the last call: frames, each with its encoding, for the transport to route.
 
-        A run queued with :meth:`send_run` comes as :class:`~aqueduct.connector.batch.MessageBatch`
+        A run queued with :meth:`send_messages` comes as :class:`~aqueduct.connector.batch.MessageBatch`
         entries (one stream's records, their frames back to back), at most
         :data:`RUN_ENTRY_BYTES` of frames each, rather than an entry per
         record: a transport routes and batches a run's records together.

@@ -50,7 +50,6 @@ __all__ = [
     "encode",
     "encode_run",
     "frame_name",
-    "plain_run",
     "validate_flags",
 ]
 
@@ -249,10 +248,6 @@ class Message:
         return _message_body(self)
 
 
-#: The flags of a stable data record: an id and a payload, perhaps an event time.
-_DATA_FLAGS = frozenset({0, EVENT_TIME})
-
-
 class ColumnRun(Protocol):
     """What the worker's decoder gathers a run of data records into (the connector's
     :class:`~aqueduct.connector.batch.MessageBatch`): it only appends to these columns."""
@@ -264,22 +259,6 @@ class ColumnRun(Protocol):
 RunFactory = Callable[[int, int, list[bytes], list["int | None"]], ColumnRun]
 """``(stream id, first id, payloads, event times) -> run``: how :class:`FrameSplitter`
 starts a run. Injected, so the codec stays below the batch type that holds them."""
-
-
-def plain_run(records: Sequence[Message]) -> bool:
-    """True if ``records`` are one stream's stable data records (no flag but EVENT_TIME), ids consecutive.
-
-    What a busy stream carries; the worker session and the durable log take
-    such a run in one step instead of a rule check per record. Anything
-    else (a key, a boundary, EOS, EPHEMERAL, UNSTABLE_REFERENCE, a gap in
-    the ids, another stream) goes record by record.
-    """
-    if not records or not {r.flags for r in records} <= _DATA_FLAGS or len({r.stream_id for r in records}) != 1:
-        return False
-    start = records[0].message_id
-    if type(start) is not int:  # a contradiction of its flags: the general path names it
-        return False
-    return [r.message_id for r in records] == list(range(start, start + len(records)))
 
 
 @dataclass(slots=True)
@@ -462,19 +441,29 @@ def encode(frame: Frame) -> bytes:
 
 
 #: What :func:`encode_run` compares a run's flags, payload types, event times and keys with.
-_UNTIMED, _BYTES, _NONE = frozenset({0}), frozenset({bytes}), frozenset({None})
+_UNTIMED, _DATA_FLAGS, _BYTES, _NONE = frozenset({0}), frozenset({0, EVENT_TIME}), frozenset({bytes}), frozenset({None})
 
 
 def encode_run(records: Sequence[Message]) -> list[bytes] | None:
-    """Each record's frame, for a run of common MESSAGEs; None if one needs the general way.
+    """Each record's frame, if ``records`` are a run; None if they are not one.
 
-    The sender's side of :func:`plain_run`: one pack per record and no
-    checks beyond the fast encoder's, which returns None for anything it
-    does not take (then :func:`encode` each validates and explains).
+    A run (the sender's side of :attr:`MessageBatch.is_run
+    <aqueduct.connector.batch.MessageBatch.is_run>`) is one stream's stable
+    data records (no flag but EVENT_TIME, no key, a payload) with
+    consecutive ids: what a busy stream carries, which a connector session
+    checks and sends in one step. One pack per record and no checks beyond
+    the fast encoder's; anything else (a key, a boundary, EOS, EPHEMERAL,
+    UNSTABLE_REFERENCE, a gap, another stream, a value out of range)
+    returns None, and :func:`encode` of each validates and explains.
     """
+    if not records or len({r.stream_id for r in records}) != 1:
+        return None
+    start = records[0].message_id
+    if type(start) is not int or [r.message_id for r in records] != list(range(start, start + len(records))):
+        return None
+    flags = {r.flags for r in records}
     if (
-        records
-        and {r.flags for r in records} == _UNTIMED
+        flags == _UNTIMED
         and {type(r.payload) for r in records} == _BYTES
         and {r.event_time for r in records} == _NONE
         and {r.key for r in records} == _NONE
@@ -488,6 +477,8 @@ def encode_run(records: Sequence[Message]) -> list[bytes] | None:
             ]
         except struct.error:
             return None
+    if not flags <= _DATA_FLAGS:
+        return None
     encoded = [_encode_plain_message(r) for r in records]
     return None if None in encoded else encoded  # type: ignore[return-value]
 

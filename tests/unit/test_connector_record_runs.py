@@ -219,7 +219,7 @@ def test_a_busy_streams_payload_is_one_run() -> None:
 def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
     outbox = Outbox()
     stream = outbox.open(1, "s", Mode.ORDERED)
-    outbox.push_many(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
+    outbox.push(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
     assert len(outbox) == 5  # the NOTIFY and four records
     first = outbox.take(3)
     assert isinstance(first[0], Notify) and [r.message_id for r in first[1]] == [0, 1]
@@ -231,7 +231,8 @@ def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(chunk, min_size=1, max_size=6), st.integers(0, 40))
 def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, str]], credits: int) -> None:
-    """send_run and send of each: the same bytes out, records, credits, stream states and errors."""
+    """send_messages of a batch, send of each (batches of one) and the rules applied to each
+    (the reference): the same bytes out, records, credits, stream states and errors."""
     def outcome(session: ConnectorSession, send: object) -> tuple[object, ...]:
         try:
             send()  # type: ignore[operator]
@@ -242,7 +243,7 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
         records = [r for frame, _ in out for r in (frame if isinstance(frame, MessageBatch) else [frame])]
         return error, b"".join(data for _, data in out), records, session.credits, dict(session.streams)
 
-    run, one_by_one = notified_connector(credits + 1), notified_connector(credits + 1)
+    run, one_by_one, by_rules = (notified_connector(credits + 1) for _ in range(3))
     next_id = 0
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
@@ -251,7 +252,13 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
             for r in records:
                 one_by_one.send(r)
 
-        assert outcome(run, lambda records=records: run.send_run(records)) == outcome(one_by_one, each)
+        def reference(records: list[Message] = records) -> None:
+            for r in records:
+                by_rules._queue_by_the_rules(r)
+
+        expected = outcome(by_rules, reference)
+        assert outcome(run, lambda records=records: run.send_messages(records)) == expected
+        assert outcome(one_by_one, each) == expected
         next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
 
 
@@ -259,14 +266,14 @@ def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
     """A run's entries are MessageBatch runs of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
     session = notified_connector(10_000)
     records = [Message(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
-    session.send_run(records)
+    session.send_messages(records)
     out = session.data_to_send()
     assert [type(frame) for frame, _ in out] == [MessageBatch] * len(out) and len(out) == 5
     assert all(len(data) <= RUN_ENTRY_BYTES for _, data in out)
     assert [r for frame, _ in out for r in frame] == records  # type: ignore[union-attr]
     assert b"".join(data for _, data in out) == b"".join(encode(r) for r in records)
     # A frame larger than an entry still goes, alone.
-    session.send_run([Message(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
+    session.send_messages([Message(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
     assert [len(frame) for frame, _ in session.data_to_send()] == [1, 1]  # type: ignore[arg-type]
 
 
@@ -279,7 +286,7 @@ def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
         session = notified_connector(10)
         try:
             if send == "run":
-                session.send_run(records)
+                session.send_messages(records)
             else:
                 for r in records:
                     session.send(r)

@@ -244,9 +244,9 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
             while created < total and len(outbox) < credits:
                 n = min(batch, total - created)
                 if n == 1:
-                    outbox.push(stream.make_message(payloads[created]))
+                    outbox.push([stream.make_message(payloads[created])])
                 else:
-                    outbox.push_many(stream.make_messages(payloads[created : created + n], None, False))
+                    outbox.push(stream.make_messages(payloads[created : created + n], None, False))
                 created += n
             outbox.send_into(conn)
             to_worker = b"".join(b for _, b in conn.data_to_send())
