@@ -172,10 +172,11 @@ class Notify:
 class Message:
     """One application message (a MESSAGE frame); costs one credit.
 
-    The same object goes from the connector session through the ingest into
-    the durable log (:meth:`~aqueduct.bridge.storage.log.DurableLog.append`): one
-    record type, one set of names (:attr:`ephemeral`, :attr:`boundary`,
-    :attr:`eos`, :attr:`stable`) for what its flags mean.
+    What a producer builds and sends; on the worker side messages travel
+    in columns, as a :class:`~aqueduct.connector.batch.MessageBatch` (a
+    sequence of these, built on access). One set of names
+    (:attr:`ephemeral`, :attr:`boundary`, :attr:`eos`, :attr:`stable`) for
+    what its flags mean.
 
     Optional fields are present exactly when the flags say so: ``message_id``
     unless EPHEMERAL, ``event_time`` with EVENT_TIME, ``key`` with KEY, and
