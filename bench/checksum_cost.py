@@ -38,7 +38,7 @@ from aqueduct.bridge.source.datasource import AqueductPartition, read_partition
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import RecordRun
+from aqueduct.connector.batch import MessageBatch
 
 
 def ingest(path: Path, streams: int, records: int, size: int, commits: int) -> float:
@@ -49,7 +49,7 @@ def ingest(path: Path, streams: int, records: int, size: int, commits: int) -> f
             log.open_stream(sid, f"s{sid}", "bench/1")
         for c in range(commits):
             for sid in range(streams):
-                log.append_run(RecordRun(sid, c * records, payloads, [None] * records))
+                log.append(MessageBatch.run(sid, c * records, payloads, [None] * records))
             log.commit()
     return time.perf_counter() - start
 

@@ -37,10 +37,10 @@ class MeteredIngest(Ingest):
         self.size = size
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._durable = 0
-        self.group_commits = 0  # commits that made records durable
+        self.group_commits = 0  # group commits that made records durable
 
-    async def commit(self) -> None:
-        await super().commit()
+    async def group_commit(self) -> None:  # type: ignore[override]
+        await super().group_commit()
         # The log's durable ends, not the ingest's counters: records that
         # arrived while this group was being written wait for the next one.
         # (The producer sends no BOUNDARY markers, so every record is data.)
@@ -55,7 +55,7 @@ class MeteredIngest(Ingest):
     async def handle(self, peer: WorkerPeer, event: WorkerEvent) -> None:
         await super().handle(peer, event)
         if isinstance(event, SessionEnded) and not self.ended.done():
-            await self.commit()
+            await self.group_commit()
             self.ended.set_result(None)
 
 

@@ -117,8 +117,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
 
-        async def commit(self) -> dict[int, int]:
-            ends = await super().commit()  # no boundaries: every record is its own epoch
+        async def group_commit(self) -> dict[int, int]:
+            ends = await super().group_commit()  # no boundaries: every record is its own epoch
             self.on_committed(ends)
             self.truncate_below(ends)
             return ends
@@ -193,7 +193,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         **ticker.summary(),
                     }), flush=True)
                 elif line.startswith("stop "):
-                    await ingest.commit()
+                    await ingest.group_commit()
                     expected = int(line.split()[1])
                     print(json.dumps({
                         "rss_peak_mb": peak / 1e6,

@@ -32,7 +32,7 @@ from typing import Any
 
 def build_log(path: Path, streams: int, rows: int, size: int) -> None:
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Record
+    from aqueduct.connector.frames import Message
 
     per_stream = max(1, rows // streams)
     payload = b"x" * size
@@ -40,8 +40,8 @@ def build_log(path: Path, streams: int, rows: int, size: int) -> None:
         for sid in range(streams):
             log.open_stream(sid, f"device-{sid}", "bench/1", boundaries=True)
             for i in range(per_stream):
-                log.append(Record.build(sid, payload, message_id=i))
-            log.append(Record.build(sid, message_id=per_stream, boundary=True))
+                log.append(Message.build(sid, payload, message_id=i))
+            log.append(Message.build(sid, message_id=per_stream, boundary=True))
         log.commit()
 
 
@@ -51,7 +51,7 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
 
     from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Record
+    from aqueduct.connector.frames import Message
 
     colds, steadies, parts = [], [], 0
     with DurableLog(path) as log:  # the writer keeps appending while the source plans
@@ -65,8 +65,8 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
             colds.append(time.perf_counter() - t)
             for _ in range(5):
                 for sid in next_id:
-                    log.append(Record.build(sid, b"x" * 100, message_id=next_id[sid]))
-                    log.append(Record.build(sid, message_id=next_id[sid] + 1, boundary=True))
+                    log.append(Message.build(sid, b"x" * 100, message_id=next_id[sid]))
+                    log.append(Message.build(sid, message_id=next_id[sid] + 1, boundary=True))
                     next_id[sid] += 2
                 log.commit()
                 t = time.perf_counter()

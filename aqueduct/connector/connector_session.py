@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
@@ -32,15 +33,13 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
-    RecordRun,
     Restart,
     encode,
     encode_run,
     frame_name,
-    plain_run,
 )
 from aqueduct.connector.machine import SessionMachine, SessionOver
 from aqueduct.connector.states import (
@@ -56,8 +55,8 @@ from aqueduct.proto.errors import LocalProtocolError
 C = ConnectionState
 
 #: What :meth:`ConnectorSession.data_to_send` gives: a frame, or a run of one
-#: stream's records (:class:`RecordRun`), with its bytes on the wire.
-Outgoing = tuple[Frame | RecordRun, bytes]
+#: stream's records (:class:`~aqueduct.connector.batch.MessageBatch`), with its bytes on the wire.
+Outgoing = tuple[Frame | MessageBatch, bytes]
 
 #: A run leaves the session in entries of at most this many bytes of frames
 #: (one frame may be larger), so a transport that cuts its payloads near a size
@@ -104,8 +103,42 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._queue(Hello(PROTOCOL_VERSION, self.cookie, self.program_name, self.instance_name))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
 
-    def send(self, frame: Notify | Record) -> None:
-        """Queue a NOTIFY or MESSAGE, spending one credit."""
+    def send(self, frame: Notify | Message) -> None:
+        """Queue a NOTIFY or one MESSAGE (the batch of one), spending one credit."""
+        if type(frame) is Notify:
+            self._queue_by_the_rules(frame)
+        else:
+            self.send_messages((frame,))  # type: ignore[arg-type]
+
+    def send_messages(self, records: Sequence[Message]) -> None:
+        """Queue one stream's MESSAGEs in order, a credit each: the one way MESSAGEs leave.
+
+        A run of data records with consecutive ids on an open stream (what
+        ``ConnectorStream.send_many`` makes, and a busy stream's ``send``
+        calls, which the outbox gathers) is checked and encoded in one
+        step; anything else, or too few credits, goes by the rules record
+        by record, which raise the error the first bad one breaks (those
+        before it stay queued).
+        """
+        n = len(records)
+        encoded = None
+        if (
+            n
+            and self.state is C.STREAMING
+            and self.credits >= n
+            and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
+            is StreamState.OPEN  # one step of the stream's table covers the whole run
+        ):
+            encoded = encode_run(records)  # None unless they are a run
+        if encoded is None:
+            for record in records:
+                self._queue_by_the_rules(record)
+            return
+        self.credits -= n
+        self._out += _run_entries(records, encoded)
+
+    def _queue_by_the_rules(self, frame: Notify | Message) -> None:
+        """Check one NOTIFY or MESSAGE against the connection's and its stream's rules, encode and queue it."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")
         if self.credits == 0:
@@ -124,35 +157,10 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.credits -= 1
         self._out.append((frame, encoded))
 
-    def send_run(self, records: Sequence[Record]) -> None:
-        """Queue one stream's MESSAGEs, as :meth:`send` of each would; a plain run in one step.
-
-        A run of data records with consecutive ids on an open stream (what
-        ``ConnectorStream.send_many`` makes) is checked and encoded
-        together; anything else, or too few credits, goes record by record,
-        which raises the error :meth:`send` would.
-        """
-        n = len(records)
-        encoded = None
-        if (
-            self.state is C.STREAMING
-            and self.credits >= n
-            and plain_run(records)
-            and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
-            is StreamState.OPEN  # one step of the stream's table covers the whole run
-        ):
-            encoded = encode_run(records)
-        if encoded is None:
-            for record in records:
-                self.send(record)
-            return
-        self.credits -= n
-        self._out += _run_entries(records, encoded)
-
     def data_to_send(self) -> list[Outgoing]:
         """What was queued since the last call: frames, each with its encoding, for the transport to route.
 
-        A run queued with :meth:`send_run` comes as :class:`RecordRun`
+        A run queued with :meth:`send_messages` comes as :class:`~aqueduct.connector.batch.MessageBatch`
         entries (one stream's records, their frames back to back), at most
         :data:`RUN_ENTRY_BYTES` of frames each, rather than an entry per
         record: a transport routes and batches a run's records together.
@@ -189,7 +197,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._out.append((frame, encode(frame)))
 
 
-def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoing]:
+def _run_entries(records: Sequence[Message], encoded: list[bytes]) -> list[Outgoing]:
     """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each."""
     if sum(map(len, encoded)) <= RUN_ENTRY_BYTES:  # the usual run: one entry
         return [_run_entry(records, encoded)]
@@ -203,5 +211,9 @@ def _run_entries(records: Sequence[Record], encoded: list[bytes]) -> list[Outgoi
     return entries
 
 
-def _run_entry(records: Sequence[Record], encoded: list[bytes]) -> Outgoing:
-    return RecordRun.columns_of(records), b"".join(encoded)
+def _run_entry(records: Sequence[Message], encoded: list[bytes]) -> Outgoing:
+    first = records[0]
+    run = MessageBatch.run(
+        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
+    )
+    return run, b"".join(encoded)

@@ -6,10 +6,10 @@ server) consumes; the connector machine's events drive the client library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aqueduct.connector.frames import Record, StreamRef
+from aqueduct.connector.batch import MessageBatch
+from aqueduct.connector.frames import StreamRef
 from aqueduct.wire.modes import Mode
 
 
@@ -43,10 +43,11 @@ class StreamNotified:
 class RecordsAccepted:
     """Worker side: new (deduplicated) records of one stream, in arrival order.
 
-    ``records`` is a :class:`~aqueduct.connector.frames.RecordRun` (columns,
-    no object per record) when they are consecutive data records, the
-    usual case of a busy stream; a tuple of records otherwise. Either is a
-    sequence of :class:`Record`, equal to the other form of the same records.
+    ``records`` is one :class:`~aqueduct.connector.batch.MessageBatch`
+    (columns, no object per record; a run when they are consecutive data
+    records, the usual case of a busy stream), which the bridge's ingest
+    hands to the log as it is. It is also a sequence of :class:`Message`,
+    equal to any other sequence of the same records.
 
     The sink returns one credit per record (with :meth:`WorkerSession.ack`)
     once they are durable; credits of frames that carry nothing to persist
@@ -54,7 +55,7 @@ class RecordsAccepted:
     """
 
     stream_id: int
-    records: Sequence[Record]
+    records: MessageBatch
 
 
 @dataclass(frozen=True, slots=True)

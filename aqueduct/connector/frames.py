@@ -13,9 +13,9 @@ connector library, TCP and Aqueduct transports.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Protocol
 
 __all__ = [
     "ACK_TAG",
@@ -39,8 +39,9 @@ __all__ = [
     "Frame",
     "FrameSplitter",
     "Hello",
-    "Record",
-    "RecordRun",
+    "Message",
+    "ColumnRun",
+    "RunFactory",
     "Notify",
     "Ok",
     "Restart",
@@ -49,7 +50,6 @@ __all__ = [
     "encode",
     "encode_run",
     "frame_name",
-    "plain_run",
     "validate_flags",
 ]
 
@@ -169,13 +169,14 @@ class Notify:
 
 
 @dataclass(slots=True)
-class Record:
+class Message:
     """One application message (a MESSAGE frame); costs one credit.
 
-    The same object goes from the connector session through the ingest into
-    the durable log (:meth:`~aqueduct.bridge.storage.log.DurableLog.append`): one
-    record type, one set of names (:attr:`ephemeral`, :attr:`boundary`,
-    :attr:`eos`, :attr:`stable`) for what its flags mean.
+    What a producer builds and sends; on the worker side messages travel
+    in columns, as a :class:`~aqueduct.connector.batch.MessageBatch` (a
+    sequence of these, built on access). One set of names
+    (:attr:`ephemeral`, :attr:`boundary`, :attr:`eos`, :attr:`stable`) for
+    what its flags mean.
 
     Optional fields are present exactly when the flags say so: ``message_id``
     unless EPHEMERAL, ``event_time`` with EVENT_TIME, ``key`` with KEY, and
@@ -204,7 +205,7 @@ class Record:
         boundary: bool = False,
         eos: bool = False,
         unstable: bool = False,
-    ) -> Record:
+    ) -> Message:
         """A record from what it means rather than its bits.
 
         A record without an id is EPHEMERAL (the codec's rule too), a
@@ -248,129 +249,17 @@ class Record:
         return _message_body(self)
 
 
-#: The flags of a stable data record: an id and a payload, perhaps an event time.
-_DATA_FLAGS = frozenset({0, EVENT_TIME})
+class ColumnRun(Protocol):
+    """What the worker's decoder gathers a run of data records into (the connector's
+    :class:`~aqueduct.connector.batch.MessageBatch`): it only appends to these columns."""
+
+    payloads: list[bytes]
+    event_times: list[int | None]
 
 
-class RecordRun(Sequence[Record]):
-    """Consecutive stable data records of one stream, held as columns: no object per record.
-
-    What a busy stream's channel carries, and what the worker's decoder
-    (``FrameSplitter(runs=True)``) makes of it: ids ``first_id ..
-    stop_id - 1``, one payload and one event time (or None) each, no
-    flag but EVENT_TIME (where the event time is not None), no key. The
-    worker session, the point rulebook and the durable log take it whole,
-    extending their columns from these lists; whoever wants the records one
-    by one iterates it (each :class:`Record` built on access).
-
-    It equals any sequence of the same records, so a batch compares the
-    same whichever form it took.
-    """
-
-    __slots__ = ("stream_id", "first_id", "payloads", "event_times")
-    TAG = MESSAGE_TAG
-    NAME = "MESSAGE"
-    __hash__ = None  # type: ignore[assignment]  # mutable, equal to lists
-
-    def __init__(
-        self, stream_id: int, first_id: int, payloads: list[bytes], event_times: list[int | None]
-    ) -> None:
-        if len(event_times) != len(payloads):
-            raise ValueError(f"RecordRun: {len(payloads)} payloads but {len(event_times)} event times")
-        self.stream_id = stream_id
-        self.first_id = first_id
-        self.payloads = payloads
-        self.event_times = event_times  # one per payload
-
-    @classmethod
-    def of(cls, records: Sequence[Record]) -> RecordRun | None:
-        """The run ``records`` make, or None unless :func:`plain_run` says they are one."""
-        if type(records) is cls:
-            return records
-        # A key without its flag, or no payload, contradicts the flags: record by record, as sent.
-        if not plain_run(records) or any(r.key is not None or r.payload is None for r in records):
-            return None
-        return cls.columns_of(records)
-
-    @classmethod
-    def columns_of(cls, records: Sequence[Record]) -> RecordRun:
-        """The columns of ``records`` known to form a run (:meth:`of` checks; a sender's run was checked)."""
-        first = records[0]
-        return cls(
-            first.stream_id,
-            first.message_id,  # type: ignore[arg-type]
-            [r.payload for r in records],  # type: ignore[misc]
-            [r.event_time for r in records],
-        )
-
-    @property
-    def stop_id(self) -> int:
-        """One past the last id."""
-        return self.first_id + len(self.payloads)
-
-    def extend(self, other: RecordRun) -> None:
-        """Append ``other``, the next ids of the same stream, to the columns."""
-        if other.stream_id != self.stream_id or other.first_id != self.stop_id:
-            raise ValueError(
-                f"run of stream {other.stream_id} from id {other.first_id} does not continue "
-                f"stream {self.stream_id} at id {self.stop_id}"
-            )
-        self.payloads += other.payloads
-        self.event_times += other.event_times
-
-    def __len__(self) -> int:
-        return len(self.payloads)
-
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Record]: ...
-    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self.payloads)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("RecordRun index out of range")
-        t = self.event_times[index]
-        flags = 0 if t is None else EVENT_TIME
-        return Record(flags, self.stream_id, self.first_id + index, t, None, self.payloads[index])
-
-    def __iter__(self) -> Iterator[Record]:
-        stream_id = self.stream_id
-        for message_id, t, payload in zip(
-            range(self.first_id, self.stop_id), self.event_times, self.payloads, strict=True
-        ):
-            yield Record(0 if t is None else EVENT_TIME, stream_id, message_id, t, None, payload)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RecordRun):
-            return (self.stream_id, self.first_id, self.payloads, self.event_times) == (
-                other.stream_id, other.first_id, other.payloads, other.event_times
-            )
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"RecordRun(stream {self.stream_id}, ids {self.first_id}..{self.stop_id - 1})"
-
-
-def plain_run(records: Sequence[Record]) -> bool:
-    """True if ``records`` are one stream's stable data records (no flag but EVENT_TIME), ids consecutive.
-
-    What a busy stream carries; the worker session and the durable log take
-    such a run in one step instead of a rule check per record. Anything
-    else (a key, a boundary, EOS, EPHEMERAL, UNSTABLE_REFERENCE, a gap in
-    the ids, another stream) goes record by record.
-    """
-    if not records or not {r.flags for r in records} <= _DATA_FLAGS or len({r.stream_id for r in records}) != 1:
-        return False
-    start = records[0].message_id
-    if type(start) is not int:  # a contradiction of its flags: the general path names it
-        return False
-    return [r.message_id for r in records] == list(range(start, start + len(records)))
+RunFactory = Callable[[int, int, list[bytes], list["int | None"]], ColumnRun]
+"""``(stream id, first id, payloads, event times) -> run``: how :class:`FrameSplitter`
+starts a run. Injected, so the codec stays below the batch type that holds them."""
 
 
 @dataclass(slots=True)
@@ -401,7 +290,7 @@ class Restart:
         return b""
 
 
-Frame = Hello | Ok | Error | Notify | Record | Ack | Restart
+Frame = Hello | Ok | Error | Notify | Message | Ack | Restart
 
 
 
@@ -500,7 +389,7 @@ _MESSAGE_HEAD_TIME = struct.Struct(">IBHQQQ")
 _PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
 
 
-def _message_body(m: Record) -> bytes:
+def _message_body(m: Message) -> bytes:
     flags = m.flags
     validate_flags(flags, bool(m.payload))
     if not (
@@ -523,7 +412,7 @@ def _message_body(m: Record) -> bytes:
     return b"".join((head, event_time, key, m.payload or b""))
 
 
-def _explain_fields(m: Record) -> None:
+def _explain_fields(m: Message) -> None:
     """Raise the error naming which optional field disagrees with the flags."""
     _check_optional("message id", not m.flags & EPHEMERAL, m.message_id, "EPHEMERAL (absent)")
     _check_optional("event time", bool(m.flags & EVENT_TIME), m.event_time, "EVENT_TIME")
@@ -531,7 +420,7 @@ def _explain_fields(m: Record) -> None:
     _check_optional("payload", not m.flags & BOUNDARY, m.payload, "BOUNDARY (absent)")
 
 
-def _explain_ranges(m: Record) -> None:
+def _explain_ranges(m: Message) -> None:
     """Raise the error naming the integer field that does not fit a u64."""
     _u64("MESSAGE", "stream id", m.stream_id)
     if m.message_id is not None:
@@ -542,7 +431,7 @@ def _explain_ranges(m: Record) -> None:
 
 def encode(frame: Frame) -> bytes:
     """Encode one frame, length prefix included."""
-    if type(frame) is Record:
+    if type(frame) is Message:
         plain = _encode_plain_message(frame)
         if plain is not None:
             return plain
@@ -553,19 +442,29 @@ def encode(frame: Frame) -> bytes:
 
 
 #: What :func:`encode_run` compares a run's flags, payload types, event times and keys with.
-_UNTIMED, _BYTES, _NONE = frozenset({0}), frozenset({bytes}), frozenset({None})
+_UNTIMED, _DATA_FLAGS, _BYTES, _NONE = frozenset({0}), frozenset({0, EVENT_TIME}), frozenset({bytes}), frozenset({None})
 
 
-def encode_run(records: Sequence[Record]) -> list[bytes] | None:
-    """Each record's frame, for a run of common MESSAGEs; None if one needs the general way.
+def encode_run(records: Sequence[Message]) -> list[bytes] | None:
+    """Each record's frame, if ``records`` are a run; None if they are not one.
 
-    The sender's side of :func:`plain_run`: one pack per record and no
-    checks beyond the fast encoder's, which returns None for anything it
-    does not take (then :func:`encode` each validates and explains).
+    A run (the sender's side of :attr:`MessageBatch.is_run
+    <aqueduct.connector.batch.MessageBatch.is_run>`) is one stream's stable
+    data records (no flag but EVENT_TIME, no key, a payload) with
+    consecutive ids: what a busy stream carries, which a connector session
+    checks and sends in one step. One pack per record and no checks beyond
+    the fast encoder's; anything else (a key, a boundary, EOS, EPHEMERAL,
+    UNSTABLE_REFERENCE, a gap, another stream, a value out of range)
+    returns None, and :func:`encode` of each validates and explains.
     """
+    if not records or len({r.stream_id for r in records}) != 1:
+        return None
+    start = records[0].message_id
+    if type(start) is not int or [r.message_id for r in records] != list(range(start, start + len(records))):
+        return None
+    flags = {r.flags for r in records}
     if (
-        records
-        and {r.flags for r in records} == _UNTIMED
+        flags == _UNTIMED
         and {type(r.payload) for r in records} == _BYTES
         and {r.event_time for r in records} == _NONE
         and {r.key for r in records} == _NONE
@@ -579,11 +478,13 @@ def encode_run(records: Sequence[Record]) -> list[bytes] | None:
             ]
         except struct.error:
             return None
+    if not flags <= _DATA_FLAGS:
+        return None
     encoded = [_encode_plain_message(r) for r in records]
     return None if None in encoded else encoded  # type: ignore[return-value]
 
 
-def _encode_plain_message(m: Record) -> bytes | None:
+def _encode_plain_message(m: Message) -> bytes | None:
     """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
 
     Every other case, and any value out of range, goes the general way,
@@ -669,7 +570,7 @@ class _Reader:
 
 
 def _plain_messages(
-    view: memoryview, pos: int, limit: int, frames: list[Frame | RecordRun], runs: bool
+    view: memoryview, pos: int, limit: int, frames: list[Frame | ColumnRun], make_run: RunFactory | None
 ) -> int:
     """Decode the whole, plain MESSAGEs from ``pos`` on into ``frames``; return where they end.
 
@@ -678,14 +579,14 @@ def _plain_messages(
     copy for the payload, the names looked up once per run. It stops at
     anything unusual (another frame type, a key, EPHEMERAL, BOUNDARY, a
     short or incomplete frame, a bad length), which is left to the general
-    decoder, which also names the error. With ``runs``, data records that
-    continue the previous one's stream and id join its :class:`RecordRun`
-    instead of becoming a :class:`Record` each.
+    decoder, which also names the error. With ``make_run``, data records
+    that continue the previous one's stream and id join its run (columns)
+    instead of becoming a :class:`Message` each.
     """
     n = len(view)
     head, head_size, unpack_time = _MESSAGE_HEAD.unpack_from, _MESSAGE_HEAD.size, _U64.unpack_from
     append, not_plain, tag_message = frames.append, ~_PLAIN_FLAGS, MESSAGE_TAG
-    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Record of its own
+    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Message of its own
     run_stream = next_id = -1  # the stream and next id of the run that frames[-1] is (-1: none)
     add_payload, add_time = [].append, [].append  # that run's column appends, set as it starts
     while n - pos >= head_size:  # bounded: every round consumes one frame
@@ -703,22 +604,22 @@ def _plain_messages(
         elif start > end:
             break
         pos = end
-        if flags & not_data or not runs:
+        if flags & not_data or make_run is None:
             run_stream = -1
-            append(Record(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
+            append(Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
         elif message_id == next_id and stream_id == run_stream:
             add_payload(view[start:end].tobytes())
             add_time(event_time)
             next_id += 1
         else:
-            run = RecordRun(stream_id, message_id, [view[start:end].tobytes()], [event_time])
+            run = make_run(stream_id, message_id, [view[start:end].tobytes()], [event_time])
             append(run)
             add_payload, add_time = run.payloads.append, run.event_times.append
             run_stream, next_id = stream_id, message_id + 1
     return pos
 
 
-def _read_message(r: _Reader) -> Record:
+def _read_message(r: _Reader) -> Message:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
     stream_id = r.u64("stream id")
@@ -730,7 +631,7 @@ def _read_message(r: _Reader) -> Record:
         validate_flags(flags, has_payload=r.left() > 0)
     else:
         payload = r.rest()
-    return Record(flags, stream_id, message_id, event_time, key, payload)
+    return Message(flags, stream_id, message_id, event_time, key, payload)
 
 
 def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
@@ -781,7 +682,7 @@ _READERS = {
     Ok: _read_ok,
     Error: _read_error,
     Notify: _read_notify,
-    Record: _read_message,
+    Message: _read_message,
     Ack: _read_ack,
     Restart: _read_restart,
 }
@@ -843,12 +744,14 @@ class FrameSplitter:
     cannot make us hold a huge frame. After an error the splitter is dead:
     the spec says nothing else is read.
 
-    ``runs=True`` (the worker's): :meth:`drain` gives consecutive data
-    records of one stream as one :class:`RecordRun` (columns) rather than a
-    :class:`Record` each; anything else comes as it always does.
+    ``runs`` (the worker's, :meth:`MessageBatch.run
+    <aqueduct.connector.batch.MessageBatch.run>`): :meth:`drain` gives
+    consecutive data records of one stream as one run of columns made by
+    it, rather than a :class:`Message` each; anything else comes as it
+    always does.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: bool = False) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, runs: RunFactory | None = None) -> None:
         self.max_frame_size = max_frame_size
         self.runs = runs
         self._buf = bytearray()
@@ -877,7 +780,7 @@ class FrameSplitter:
         except ConnectorFrameError as exc:
             raise self._die(exc) from None
 
-    def drain(self) -> tuple[list[Frame | RecordRun], ConnectorFrameError | None]:
+    def drain(self) -> tuple[list[Frame | ColumnRun], ConnectorFrameError | None]:
         """Every frame now whole, decoded in one pass over the buffer (no per-frame copy).
 
         Also returns the error of a bad frame after them, if any (the
@@ -886,7 +789,7 @@ class FrameSplitter:
         """
         if self._failed is not None:
             return [], self._failed
-        frames: list[Frame | RecordRun] = []
+        frames: list[Frame | ColumnRun] = []
         buf, pos, limit, runs = self._buf, self._pos, self.max_frame_size, self.runs
         with memoryview(buf) as view:
             try:
@@ -914,7 +817,7 @@ class FrameSplitter:
         self._pos = 0
         return exc
 
-    def feed(self, data: bytes) -> list[Frame | RecordRun]:
+    def feed(self, data: bytes) -> list[Frame | ColumnRun]:
         """Push ``data`` and return every frame now complete (raises on the first bad one)."""
         self.push(data)
         frames, error = self.drain()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE, Record, RecordRun
+from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
 from aqueduct.wire.modes import Mode
@@ -75,8 +75,8 @@ class InboundStream:
         self.points.set_mode(mode)
         return self.points.start_from(point)
 
-    def accepts(self, record: Record, in_order: bool) -> bool:
-        """Whether a MESSAGE may arrive now (the stream is open).
+    def accepts(self, message_id: int | None, in_order: bool) -> bool:
+        """Whether a MESSAGE with this id may arrive now (the stream is open).
 
         On unordered input a message sent before the EOS may arrive after it,
         so a stream closed by EOS still takes ids below the EOS id.
@@ -87,48 +87,45 @@ class InboundStream:
             self.state is StreamState.CLOSED
             and not in_order
             and self.eos_id is not None
-            and record.message_id is not None
-            and record.message_id < self.eos_id
+            and message_id is not None
+            and message_id < self.eos_id
         )
 
-    def out_of_order(self, record: Record, in_order: bool) -> bool:
+    def out_of_order(self, message_id: int | None, in_order: bool) -> bool:
         """True if in-order input carries an id not above the previous one.
 
         Ids of a resumable stream strictly increase; accepting a lower id
         would silently drop it as a duplicate, so it is an error instead.
         """
-        mid = record.message_id
-        return in_order and mid is not None and self.last_id is not None and mid <= self.last_id
+        return in_order and message_id is not None and self.last_id is not None and message_id <= self.last_id
 
-    def receive(self, record: Record, in_order: bool) -> bool:
-        """Record ``record``; return False if it is a duplicate to drop.
+    def receive(self, flags: int, message_id: int | None, in_order: bool) -> bool:
+        """Take one MESSAGE (its flag bits and id); return False if it is a duplicate to drop.
 
-        The caller has checked :meth:`accepts`.
+        The caller has checked :meth:`accepts`. Flags and id rather than a
+        :class:`~aqueduct.connector.frames.Message`: the session reads them
+        from a batch's columns.
         """
-        # The flag bits, not Record's properties: this runs once per record.
-        flags = record.flags
-        mid = record.message_id
         if flags & EOS and self.state is StreamState.OPEN:
             self.state = step(STREAM_TRANSITIONS, self.state, "eos")
-            self.eos_id = mid
-        if mid is None:
+            self.eos_id = message_id
+        if message_id is None:
             return True  # EPHEMERAL
         if in_order:
-            self.last_id = mid
-        return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(mid)
+            self.last_id = message_id
+        return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(message_id)
 
-    def receive_run(self, run: RecordRun, in_order: bool) -> bool:
-        """Take a run of new records at once, if it can be; else change nothing.
+    def receive_run(self, start: int, stop: int, in_order: bool) -> bool:
+        """Take a run of new data records, ids ``start .. stop - 1``, at once if it can be; else change nothing.
 
-        A run is what a busy stream's channel carries: data records (no
-        flag but EVENT_TIME) with consecutive ids. Taken whole when all its
-        ids are above what the stream holds and the stream is open, leaving
-        the state :meth:`receive` of each would; otherwise (a possible
-        duplicate, an id not above the last, a closed stream) it returns
-        False and the caller takes the records one by one, which also names
-        any error.
+        A run is what a busy stream's channel carries
+        (:attr:`MessageBatch.is_run <aqueduct.connector.batch.MessageBatch.is_run>`).
+        Taken whole when all its ids are above what the stream holds and
+        the stream is open, leaving the state :meth:`receive` of each would;
+        otherwise (a possible duplicate, an id not above the last, a closed
+        stream) it returns False and the caller applies the rules record by
+        record, which also names any error.
         """
-        start, stop = run.first_id, run.stop_id
         if self.state is not StreamState.OPEN or (in_order and self.last_id is not None and start <= self.last_id):
             return False
         if not self.points.receive_run(start, stop):

@@ -135,14 +135,14 @@ class SessionMachine(Generic[EventT]):
 
     def _on_error(self, error: Any) -> None:
         """The peer sent ERROR: the session is over."""
-        self._flush()
+        self._emit_gathered()
         self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
         self._events.append(SessionEnded(error.reason, "peer"))  # type: ignore[arg-type]
         raise SessionOver()
 
     def _fail(self, reason: str) -> SessionOver:
         """Queue ERROR ``reason`` and end the session; the caller raises the result."""
-        self._flush()
+        self._emit_gathered()
         self._send_error(reason)
         self.state = step(CONNECTION_TRANSITIONS, self.state, "error")
         self._events.append(SessionEnded(reason, "local"))  # type: ignore[arg-type]
@@ -165,10 +165,10 @@ class SessionMachine(Generic[EventT]):
     def _input_handled(self) -> None:
         """A chunk of input was handled without ending the session (e.g. return credits)."""
 
-    def _flush(self) -> None:
+    def _emit_gathered(self) -> None:
         """Turn anything gathered (a run of records) into events, before an event that follows it."""
 
     def _take_events(self) -> list[EventT]:
-        self._flush()
+        self._emit_gathered()
         events, self._events = self._events, []
         return events

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
-from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Notify, Record, StreamRef
+from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Message, Notify, StreamRef
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.modes import Mode
@@ -46,7 +46,7 @@ class OutboundStream:
     #: latest committed point of reference (from ACK)
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
-    unacked: deque[Record] = field(default_factory=deque)
+    unacked: deque[Message] = field(default_factory=deque)
 
     def make_message(
         self,
@@ -58,7 +58,7 @@ class OutboundStream:
         eos: bool = False,
         ephemeral: bool = False,
         unstable: bool = False,
-    ) -> Record:
+    ) -> Message:
         """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
         self._check_sendable(ephemeral)
         mid: int | None = None
@@ -74,9 +74,9 @@ class OutboundStream:
             # The common data record, built directly: a keyword call per record
             # is a visible share of a producer's CPU.
             flags = 0 if event_time is None else EVENT_TIME
-            message = Record(flags, self.stream_id, mid, event_time, None, payload)
+            message = Message(flags, self.stream_id, mid, event_time, None, payload)
         else:
-            message = Record.build(
+            message = Message.build(
                 self.stream_id,
                 payload,
                 message_id=mid,
@@ -100,7 +100,7 @@ class OutboundStream:
 
     def make_messages(
         self, payloads: Sequence[bytes], event_times: Sequence[int | None] | None, ephemeral: bool
-    ) -> list[Record]:
+    ) -> list[Message]:
         """Build the next data MESSAGEs at once (as :meth:`make_message` each), buffering them if reliable."""
         self._check_sendable(ephemeral)
         sid, n = self.stream_id, len(payloads)
@@ -112,7 +112,7 @@ class OutboundStream:
             ids = range(self.next_id, self.next_id + n)
             base = 0
         messages = [
-            Record(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
+            Message(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
             for m, t, p in zip(ids, times, payloads, strict=True)
         ]
         if not ephemeral:
@@ -129,7 +129,7 @@ class OutboundStream:
         self.acked = max(self.acked, point)
         self._drop_below(point)
 
-    def resume(self, point: int | None) -> tuple[Notify, list[Record]] | None:
+    def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
         """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
 
         Messages below ``point`` are durable on the worker, so they are not
@@ -172,8 +172,8 @@ class Outbox:
         self.streams: dict[int, OutboundStream] = {}
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
-        #: a frame, or a run of one stream's records queued together (``push_many``)
-        self._queue: deque[Notify | Record | list[Record]] = deque()
+        #: a NOTIFY, or one stream's records queued together (one for ``send``, a round for ``send_many``)
+        self._queue: deque[Notify | list[Message]] = deque()
         self._frames = 0  # frames in the queue, a run counting each of its records
 
     def __len__(self) -> int:
@@ -190,7 +190,7 @@ class Outbox:
                 notify, resend = plan
                 self.push(notify)
                 for record in resend:  # one by one: a buffer's worth as one run would be copied at every split
-                    self.push(record)
+                    self.push([record])
                 self.resent += len(resend)
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
@@ -206,16 +206,12 @@ class Outbox:
         self.push(plan[0])
         return stream
 
-    def push(self, frame: Notify | Record) -> None:
-        self._queue.append(frame)
-        self._frames += 1
+    def push(self, item: Notify | list[Message]) -> None:
+        """Queue a NOTIFY, or one stream's records (taken, and handed to the session, together)."""
+        self._queue.append(item)
+        self._frames += 1 if type(item) is Notify else len(item)  # type: ignore[arg-type]
 
-    def push_many(self, messages: list[Record]) -> None:
-        """Queue one stream's records as a run: taken, and handed to the session, together."""
-        self._queue.append(messages)
-        self._frames += len(messages)
-
-    def take(self, limit: int) -> list[Notify | Record | list[Record]]:
+    def take(self, limit: int) -> list[Notify | list[Message]]:
         """Pop up to ``limit`` frames (one credit each); a run is split where the limit falls."""
         queue, taken, left = self._queue, [], min(limit, self._frames)
         self._frames -= left
@@ -244,25 +240,25 @@ class Outbox:
     def send_into(self, session: ConnectorSession) -> int:
         """Hand the session as many queued frames as it has credits; return how many were MESSAGEs.
 
-        Consecutive records of one stream go to the session as one run
-        (:meth:`ConnectorSession.send_run`), whether ``send_many`` queued
-        them together or ``send`` one by one: the session checks and encodes
-        a run in one step, and a run is exactly its records sent in order.
+        Consecutive records of one stream go to the session together
+        (:meth:`ConnectorSession.send_messages`), whether ``send_many``
+        queued them together or ``send`` one by one: the session checks and
+        encodes a run in one step.
         """
         if session.state is not ConnectionState.STREAMING:
             return 0
         messages = 0
-        run: list[Record] = []
+        run: list[Message] = []
         for item in self.take(session.credits):
-            records = item if type(item) is list else [item] if type(item) is Record else None
-            if run and (records is None or run[0].stream_id != records[0].stream_id):  # type: ignore[union-attr]
-                session.send_run(run)
+            records = item if type(item) is list else None
+            if run and (records is None or run[0].stream_id != records[0].stream_id):
+                session.send_messages(run)
                 run = []
             if records is None:  # a NOTIFY
                 session.send(item)  # type: ignore[arg-type]
             else:
-                run += records  # type: ignore[arg-type]
-                messages += len(records)  # type: ignore[arg-type]
+                run += records
+                messages += len(records)
         if run:
-            session.send_run(run)
+            session.send_messages(run)
         return messages

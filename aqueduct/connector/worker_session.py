@@ -3,7 +3,8 @@
 Bytes (or whole-frame payloads) go in, events and bytes come out; no
 sockets, no asyncio, no clock. Durability is pluggable: the machine asks a
 ``durable`` callback for the points of reference to put in OK, reports
-deduplicated messages as :class:`RecordsAccepted`, and the sink calls
+deduplicated messages as :class:`RecordsAccepted` (one
+:class:`~aqueduct.connector.batch.MessageBatch` per stream and chunk), and the sink calls
 :meth:`WorkerSession.ack` once they are durable / committed.
 
 Every protocol violation queues the exact ERROR frame and ends the session;
@@ -17,6 +18,7 @@ import hmac
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -32,10 +34,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
-    RecordRun,
     Restart,
     StreamRef,
     encode,
@@ -75,8 +76,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Record: (frozenset({C.STREAMING}), "_on_message"),
-        RecordRun: (frozenset({C.STREAMING}), "_on_run"),
+        MessageBatch: (frozenset({C.STREAMING}), "_on_batch"),  # every MESSAGE comes in one
     }
     ROLE = "worker"
 
@@ -84,8 +84,8 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self, config: WorkerConfig | None = None, durable: DurableLookup = _nothing_durable
     ) -> None:
         self.config = config or WorkerConfig()
-        # runs=True: a busy stream's records arrive as RecordRun columns, taken whole.
-        super().__init__(FrameSplitter(self.config.max_frame_size, runs=True), frame_name)
+        # A busy stream's records arrive as MessageBatch runs (columns), taken whole.
+        super().__init__(FrameSplitter(self.config.max_frame_size, runs=MessageBatch.run), frame_name)
         self.program_name = ""
         self.instance_name = ""
         self.streams: dict[int, InboundStream] = {}
@@ -93,9 +93,8 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
-        #: the records gathered of one stream: the run they form while they form one
-        self._batch: list[Record] | RecordRun = []
-        self._batch_stream = -1
+        #: the accepted records gathered of one stream, until an event of another kind or stream
+        self._batch: MessageBatch | None = None
         # What the input being read came with (set per call, read per frame):
         self._in_order = True  # its channel delivers in order (TCP, ORDERED)
         self._channel_stream: int | None = None  # the stream whose channel carried it
@@ -173,12 +172,33 @@ class WorkerSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ processing
 
+    def _handle(self, frames: list[Frame | MessageBatch]) -> None:
+        """Handle a chunk's frames in order; MESSAGEs always as batches.
+
+        The decoder gathers a busy stream's data records into runs; the
+        MESSAGEs it did not (keys, flags, gaps) are gathered here, those of
+        one stream back to back into one batch, so the rules run per batch
+        on every path.
+        """
+        dispatch, n, i = self._dispatch, len(frames), 0
+        while i < n:  # bounded: every round handles at least one frame
+            frame = frames[i]
+            if type(frame) is Message:
+                j, sid = i + 1, frame.stream_id
+                while j < n and type(frames[j]) is Message and frames[j].stream_id == sid:  # type: ignore[union-attr]
+                    j += 1
+                dispatch(MessageBatch.general(frames[i:j]))  # type: ignore[arg-type]
+                i = j
+            else:
+                dispatch(frame)
+                i += 1
+
     def _admit(self, frames: list[Frame]) -> tuple[list[Frame], str | None]:
         channel_stream = self._channel_stream
         if channel_stream is None:
             return frames, None
         for i, frame in enumerate(frames):
-            if not (type(frame) in (RecordRun, Record) and frame.stream_id == channel_stream):
+            if not (type(frame) in (MessageBatch, Message) and frame.stream_id == channel_stream):
                 return frames[:i], (
                     f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                     "only that stream's MESSAGE frames go there"
@@ -225,63 +245,68 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._unpersisted += 1
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
-    def _on_run(self, run: RecordRun) -> None:
-        """A busy stream's records, as the decoder gathered them: whole if it can, else one by one."""
-        if not self._take_run(run):
-            for record in run:
-                self._on_message(record)
+    def _on_batch(self, batch: MessageBatch) -> None:
+        """One stream's MESSAGEs: a run of new ids taken whole, anything else by the rules per record.
 
-    def _take_run(self, run: RecordRun) -> bool:
-        """Accept the whole ``run`` at once, as columns.
-
-        Exactly what :meth:`_on_message` of each record would do when every
-        one is accepted; False, with nothing changed, when some record needs
-        the rules one by one (a duplicate, too few credits, a closed or
+        The whole-run step leaves exactly the state the rules applied to each
+        record would; it is refused (changing nothing) when some record needs
+        them one by one (a possible duplicate, too few credits, a closed or
         unknown stream, ...), which also name any error.
         """
-        n = len(run)
-        stream = self.streams.get(run.stream_id)
-        if self._credits < n or stream is None or not stream.receive_run(run, self._in_order):
-            return False
-        self._credits -= n
-        if self._batch_stream != run.stream_id:
-            self._flush()
-            self._batch_stream = run.stream_id
-        batch = self._batch
-        if not batch:
-            self._batch = run  # the usual case: the sink gets the decoder's columns
-        elif type(batch) is RecordRun and batch.stop_id == run.first_id:
-            batch.extend(run)
-        else:
-            self._batch = [*batch, *run]
-        return True
-
-    def _on_message(self, record: Record) -> None:
-        self._spend_credit()
-        in_order = self._in_order
-        stream = self.streams.get(record.stream_id)
-        if stream is None or not stream.accepts(record, in_order):
-            raise self._fail(f"message for unknown stream {record.stream_id}")
-        if stream.out_of_order(record, in_order):
-            raise self._fail(
-                f"MESSAGE: id {record.message_id} not above {stream.last_id} on stream "
-                f"{record.stream_id} (ids must increase)"
-            )
-        if not stream.receive(record, in_order):
-            self._unpersisted += 1
+        n = len(batch)
+        stream = self.streams.get(batch.stream_id)
+        if (
+            batch.flags is None  # a run
+            and self._credits >= n
+            and stream is not None
+            and stream.receive_run(batch.first_id, batch.stop_id, self._in_order)
+        ):
+            self._credits -= n
+            self._gather(batch)
             return
-        if self._batch_stream != record.stream_id:
-            self._flush()
-            self._batch_stream = record.stream_id
-        batch = self._batch
-        if type(batch) is RecordRun:
-            self._batch = batch = list(batch)
-        batch.append(record)
+        kept, error = self._by_the_rules(stream, batch)
+        if kept:
+            self._gather(batch.select(kept))
+        if error is not None:
+            raise self._fail(error)
+
+    def _by_the_rules(self, stream: InboundStream | None, batch: MessageBatch) -> tuple[list[int], str | None]:
+        """Apply the spec's rules to each record in order: the rows that are new, and the first broken rule.
+
+        A duplicate's credit goes back at once (:meth:`_input_handled`); the
+        rows before a broken rule are kept, as the spec wants everything
+        before a bad frame processed.
+        """
+        in_order, sid = self._in_order, batch.stream_id
+        flags, ids, _ = batch.columns()
+        kept: list[int] = []
+        for row, (f, mid) in enumerate(zip(flags, ids, strict=True)):  # bounded by the batch
+            if self._credits == 0:
+                return kept, "credit exceeded"
+            self._credits -= 1
+            if stream is None or not stream.accepts(mid, in_order):
+                return kept, f"message for unknown stream {sid}"
+            if stream.out_of_order(mid, in_order):
+                return kept, f"MESSAGE: id {mid} not above {stream.last_id} on stream {sid} (ids must increase)"
+            if stream.receive(f, mid, in_order):
+                kept.append(row)
+            else:
+                self._unpersisted += 1
+        return kept, None
+
+    def _gather(self, batch: MessageBatch) -> None:
+        """Add accepted records to the batch of their stream; another stream's starts a new one."""
+        gathered = self._batch
+        if gathered is not None and gathered.stream_id == batch.stream_id:
+            gathered.extend(batch)
+        else:
+            self._emit_gathered()
+            self._batch = batch
 
     def _input_handled(self) -> None:
         """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
         if self._unpersisted and self.state is C.STREAMING:
-            self._flush()
+            self._emit_gathered()
             self.ack((), self._unpersisted)
             self._unpersisted = 0
 
@@ -291,14 +316,12 @@ class WorkerSession(SessionMachine[WorkerEvent]):
     # ------------------------------------------------------------ events
 
     def _emit(self, event: WorkerEvent) -> None:
-        self._flush()
+        self._emit_gathered()
         self._events.append(event)
 
-    def _flush(self) -> None:
-        """The records gathered of one stream become one RecordsAccepted (a run stays columns)."""
+    def _emit_gathered(self) -> None:
+        """The records gathered of one stream become one RecordsAccepted."""
         batch = self._batch
-        if batch:
-            records = batch if type(batch) is RecordRun else tuple(batch)
-            self._events.append(RecordsAccepted(self._batch_stream, records))
-            self._batch = []
-        self._batch_stream = -1
+        if batch is not None:
+            self._events.append(RecordsAccepted(batch.stream_id, batch))
+            self._batch = None

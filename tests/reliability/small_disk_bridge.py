@@ -120,7 +120,7 @@ async def main(args: argparse.Namespace) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(Exception):
-            await ingest.commit()
+            await ingest.group_commit()
     print(json.dumps({"stored": stored(log)}), flush=True)
     log.close()
 

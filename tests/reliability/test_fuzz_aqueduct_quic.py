@@ -33,7 +33,8 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as qe
 
 import aqueduct
-from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Notify, Record
+from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Notify
+from aqueduct.connector.frames import Message as ConnectorMessage
 from aqueduct.connector.frames import encode as encode_connector
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
@@ -136,7 +137,7 @@ def stream_seeds(rng: random.Random) -> list[bytes]:
     """Valid client -> server frame sequences (the fuzz starting points)."""
     hello = connector_hello(0)
     notify = encode_connector(Notify(1, "fuzz/1", 0))
-    message = encode_connector(Record(0, 1, 0, payload=b"m"))
+    message = encode_connector(ConnectorMessage(0, 1, 0, payload=b"m"))
     control = AttachmentRef(server_sent_chanid(0), ())
     stream = AttachmentRef(client_stream_chanid(1), (("connector-mode", b"ordered"),))
     return [

@@ -31,9 +31,9 @@ from aqueduct.connector.frames import (
     Frame,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     Restart,
     encode,
 )
@@ -54,19 +54,19 @@ GOOD = ("well-behaved-producer", "steady-0")
 def valid_tails(rng: random.Random) -> list[bytes]:
     """Valid frame sequences a connector may send after HELLO (the fuzz seeds)."""
     notify = encode(Notify(1, "fuzz/1", 0))
-    plain = b"".join(encode(Record(0, 1, i, payload=rng.randbytes(rng.randint(0, 40)))) for i in range(3))
+    plain = b"".join(encode(Message(0, 1, i, payload=rng.randbytes(rng.randint(0, 40)))) for i in range(3))
     rich = encode(
-        Record(KEY | EVENT_TIME, 1, 0, event_time=1_700_000_000_000_000, key=b"k", payload=b"v")
+        Message(KEY | EVENT_TIME, 1, 0, event_time=1_700_000_000_000_000, key=b"k", payload=b"v")
     )
     return [
         notify,
         notify + plain,
         notify + rich,
-        notify + encode(Record(BOUNDARY, 1, 0, payload=None)),
-        notify + encode(Record(EPHEMERAL, 1, None, payload=b"e")),
-        notify + encode(Record(UNSTABLE_REFERENCE | EOS, 1, 5, payload=b"u")),
+        notify + encode(Message(BOUNDARY, 1, 0, payload=None)),
+        notify + encode(Message(EPHEMERAL, 1, None, payload=b"e")),
+        notify + encode(Message(UNSTABLE_REFERENCE | EOS, 1, 5, payload=b"u")),
         notify + plain + encode(Error("producer gave up")),
-        encode(Notify(2, "fuzz/2", 7)) + encode(Record(0, 2, 7, payload=b"x" * 300)),
+        encode(Notify(2, "fuzz/2", 7)) + encode(Message(0, 2, 7, payload=b"x" * 300)),
     ]
 
 

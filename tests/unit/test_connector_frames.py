@@ -11,16 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aqueduct.connector import frames as cf
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import (
     Ack,
     ConnectorFrameError,
     Error,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
-    RecordRun,
     Restart,
     StreamRef,
     decode,
@@ -53,7 +53,7 @@ def _frame_from_fields(kind: str, f: dict) -> cf.Frame:
     if kind == "MESSAGE":
         payload = bytes.fromhex(f["payload_hex"]) if "payload_hex" in f else None
         key = f["key"].encode() if "key" in f else None
-        return Record(
+        return Message(
             f["flags"], f["stream_id"], f.get("message_id"), f.get("event_time"), key, payload
         )
     if kind == "ACK":
@@ -119,17 +119,17 @@ def test_splitter_keeps_frames_before_a_bad_one_available() -> None:
 @pytest.mark.parametrize(
     ("message", "rule"),
     [
-        (Record(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
-        (Record(0, 1, None, payload=b"x"), "message id is required"),
-        (Record(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
-        (Record(0, 1, 0, key=b"k"), "key is forbidden"),
-        (Record(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
-        (Record(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
-        (Record(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
-        (Record(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
+        (Message(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
+        (Message(0, 1, None, payload=b"x"), "message id is required"),
+        (Message(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
+        (Message(0, 1, 0, key=b"k"), "key is forbidden"),
+        (Message(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
+        (Message(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
+        (Message(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
+        (Message(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
     ],
 )
-def test_encoder_refuses_what_the_decoder_would_refuse(message: Record, rule: str) -> None:
+def test_encoder_refuses_what_the_decoder_would_refuse(message: Message, rule: str) -> None:
     with pytest.raises(ConnectorFrameError, match=rule):
         encode(message)
 
@@ -143,13 +143,13 @@ short_bytes = st.binary(max_size=40)
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> Record:
+def messages(draw: st.DrawFn) -> Message:
     flags = draw(st.integers(0, 63))
     if flags & cf.EPHEMERAL:
         flags &= ~(cf.BOUNDARY | cf.UNSTABLE_REFERENCE)
     if flags & cf.BOUNDARY:
         flags &= ~cf.KEY
-    return Record(
+    return Message(
         flags,
         draw(u64),
         None if flags & cf.EPHEMERAL else draw(u64),
@@ -219,7 +219,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
             del raw[data.draw(st.integers(0, len(raw) - 1)) :]
         else:
             raw += data.draw(st.binary(min_size=1, max_size=4))
-    for decoder in (decode, FrameSplitter().feed, FrameSplitter(runs=True).feed):
+    for decoder in (decode, FrameSplitter().feed, FrameSplitter(runs=MessageBatch.run).feed):
         try:
             decoder(bytes(raw))
         except ConnectorFrameError:
@@ -229,7 +229,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
 @settings(deadline=None)
 @given(messages(), st.data())
 def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
-    message: Record, data: st.DataObject
+    message: Message, data: st.DataObject
 ) -> None:
     """The splitter decodes plain MESSAGEs on its own fast path: it must give what decode gives.
 
@@ -241,7 +241,7 @@ def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
     for _ in range(data.draw(st.integers(0, 3))):
         i = data.draw(st.integers(4, len(raw) - 1))
         raw[i] ^= data.draw(st.integers(1, 255))
-    for runs in (False, True):
+    for runs in (None, MessageBatch.run):
         try:
             expected = decode(bytes(raw))
         except ConnectorFrameError as exc:
@@ -253,8 +253,8 @@ def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
 
 
 def flat(frames: list) -> list:
-    """Frames with each RecordRun spelled out as its records."""
-    return [r for f in frames for r in (f if isinstance(f, RecordRun) else [f])]
+    """Frames with each run spelled out as its records."""
+    return [r for f in frames for r in (f if isinstance(f, MessageBatch) else [f])]
 
 
 @st.composite
@@ -271,7 +271,7 @@ def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
         for m in range(max(0, start), max(0, start) + draw(st.integers(1, 6))):
             timed = draw(st.booleans())
             flags = draw(st.sampled_from([0, 0, 0, cf.EOS, cf.UNSTABLE_REFERENCE])) | (cf.EVENT_TIME if timed else 0)
-            out.append(Record(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
+            out.append(Message(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
             next_ids[sid] = m + 1
     return out
 
@@ -279,10 +279,10 @@ def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
 @settings(deadline=None)
 @given(busy_streams(), st.data())
 def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.Frame], data: st.DataObject) -> None:
-    """runs=True: consecutive data records of a stream come as one RecordRun, nothing else changes."""
+    """With runs: consecutive data records of a stream come as one MessageBatch run, nothing else changes."""
     stream = b"".join(encode(f) for f in frames)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
-    plain, columns = FrameSplitter(), FrameSplitter(runs=True)
+    plain, columns = FrameSplitter(), FrameSplitter(runs=MessageBatch.run)
     got_plain: list = []
     got_runs: list = []
     last = 0
@@ -291,32 +291,32 @@ def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.F
         chunk = columns.feed(stream[last:cut])
         # A run is as long as the chunk allows: the next frame never continues it.
         for a, b in zip(chunk, chunk[1:], strict=False):
-            assert not (isinstance(a, RecordRun) and _continues(a, b))
+            assert not (isinstance(a, MessageBatch) and _continues(a, b))
         got_runs += chunk
         last = cut
     assert got_plain == frames
     assert flat(got_runs) == frames
     for run in got_runs:
-        if isinstance(run, RecordRun):  # only plain data records, ids consecutive
-            assert len(run) >= 1 and all(r.flags in (0, cf.EVENT_TIME) for r in run)
+        if isinstance(run, MessageBatch):  # only plain data records, ids consecutive
+            assert run.is_run and len(run) >= 1 and all(r.flags in (0, cf.EVENT_TIME) for r in run)
 
 
-def _continues(run: RecordRun, frame: object) -> bool:
-    if isinstance(frame, RecordRun):
+def _continues(run: MessageBatch, frame: object) -> bool:
+    if isinstance(frame, MessageBatch):
         first, sid = frame.first_id, frame.stream_id
-    elif isinstance(frame, Record) and frame.flags in (0, cf.EVENT_TIME):
+    elif isinstance(frame, Message) and frame.flags in (0, cf.EVENT_TIME):
         first, sid = frame.message_id, frame.stream_id
     else:
         return False
     return (sid, first) == (run.stream_id, run.stop_id)
 
 
-def test_a_record_run_is_a_sequence_of_its_records() -> None:
-    run = RecordRun(7, 10, [b"a", b"b", b"c"], [None, 5, None])
+def test_a_batch_is_a_sequence_of_its_records() -> None:
+    run = MessageBatch.run(7, 10, [b"a", b"b", b"c"], [None, 5, None])
     records = [
-        Record(0, 7, 10, None, None, b"a"),
-        Record(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
-        Record(0, 7, 12, None, None, b"c"),
+        Message(0, 7, 10, None, None, b"a"),
+        Message(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
+        Message(0, 7, 12, None, None, b"c"),
     ]
     assert list(run) == records and len(run) == 3 and run.stop_id == 13
     assert run[1] == records[1] and run[-1] == records[2] and run[1:] == records[1:]
@@ -324,23 +324,32 @@ def test_a_record_run_is_a_sequence_of_its_records() -> None:
         run[3]
     # Equal to the same records in any sequence form (an event compares the same either way).
     assert run == records and run == tuple(records) and records == run
-    assert run != records[:2] and run != RecordRun(7, 11, [b"a", b"b", b"c"], [None, 5, None])
-    assert RecordRun.of(records) == run and RecordRun.of(run) is run
-    run.extend(RecordRun(7, 13, [b"d"], [None]))
-    assert run.stop_id == 14 and run[-1] == Record(0, 7, 13, None, None, b"d")
-    with pytest.raises(ValueError, match="does not continue stream 7 at id 14"):
-        run.extend(RecordRun(7, 20, [b"e"], [None]))
-    with pytest.raises(ValueError, match="run of stream 8"):
-        run.extend(RecordRun(8, 14, [b"e"], [None]))
-    with pytest.raises(ValueError, match="2 payloads but 1 event times"):
-        RecordRun(7, 0, [b"a", b"b"], [None])
+    assert run != records[:2] and run != MessageBatch.run(7, 11, [b"a", b"b", b"c"], [None, 5, None])
+    assert MessageBatch.of(records) == run and MessageBatch.of(run) is run and MessageBatch.of(records).is_run
+    run.extend(MessageBatch.run(7, 13, [b"d"], [None]))
+    assert run.is_run and run.stop_id == 14 and run[-1] == Message(0, 7, 13, None, None, b"d")
+    with pytest.raises(ValueError, match="batch of stream 8 does not continue stream 7"):
+        run.extend(MessageBatch.run(8, 14, [b"e"], [None]))
+    with pytest.raises(ValueError, match="columns of unequal length"):
+        MessageBatch.run(7, 0, [b"a", b"b"], [None])
 
 
-def test_only_plain_consecutive_records_make_a_run() -> None:
-    ok = [Record(0, 7, m, None, None, b"x") for m in (4, 5)]
-    assert RecordRun.of(ok) is not None
-    assert RecordRun.of([]) is None
-    assert RecordRun.of([ok[0], Record(0, 7, 6, None, None, b"x")]) is None  # a gap
-    assert RecordRun.of([ok[0], Record(cf.EOS, 7, 5, None, None, b"x")]) is None
-    assert RecordRun.of([ok[0], Record(0, 7, 5, None, b"k", b"x")]) is None  # a key without its flag
-    assert RecordRun.of([ok[0], Record(0, 7, 5, None, None, None)]) is None  # no payload
+def test_a_batch_that_is_not_a_run_holds_general_columns() -> None:
+    """A gap, a flag or a key: flags, ids and keys per record; a run that meets one becomes general."""
+    run = MessageBatch.run(7, 4, [b"a", b"b"], [None, None])
+    eos = Message(cf.EOS | cf.KEY, 7, 9, None, b"k", b"z")
+    run.extend(MessageBatch.of([eos]))
+    assert not run.is_run and run.flags == [0, 0, cf.EOS | cf.KEY] and run.ids == [4, 5, 9]
+    assert list(run) == [Message(0, 7, 4, None, None, b"a"), Message(0, 7, 5, None, None, b"b"), eos]
+    boundary = Message.build(7, message_id=10, boundary=True)
+    run.extend(MessageBatch.of([boundary]))
+    assert run[-1] == boundary and run.payload_bytes() == 4  # payloads and the key
+    # The rows a session keeps: consecutive rows of a run stay a run; others are general.
+    plain = MessageBatch.run(7, 0, [b"a", b"b", b"c", b"d"], [None] * 4)
+    assert plain.select([1, 2]).is_run and list(plain.select([1, 2])) == list(plain)[1:3]
+    assert not plain.select([0, 2]).is_run and list(plain.select([0, 2])) == [plain[0], plain[2]]
+    assert plain.select([0, 1, 2, 3]) is plain
+    # What the log stored: data records (boundaries are not) and the duplicates it dropped.
+    assert run.stored() == (3, 0)
+    run.accepted = [True, False, True, True]
+    assert run.stored() == (2, 1)

@@ -1,18 +1,22 @@
-"""Runs of records taken in one step must be exactly the records taken one by one.
+"""A batch taken in one step must be exactly its records taken one by one.
 
-A busy stream's channel carries payloads of consecutive new data records;
-the worker session (:meth:`WorkerSession._take_run`), the rulebook
+A busy stream's channel carries payloads of consecutive new data records,
+which the decoder gathers into a :class:`MessageBatch` run; the worker
+session (:meth:`WorkerSession._on_batch`), the rulebook
 (:meth:`StreamPoints.receive_run`) and the durable log
-(:meth:`DurableLog.append_run`, checked against the log's model in
-test_log_model) take such a run at once. Anything unusual must fall back to
-the per-record rules, with the same events, errors, credits and points.
+(:meth:`DurableLog.append`, checked against the log's model in
+test_log_model) take such a run at once. Anything unusual goes by the
+per-record rules inside the same call, with the same events, errors,
+credits and points.
 """
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, ConnectorSession
 from aqueduct.connector.events import RecordsAccepted, SessionEnded
 from aqueduct.connector.frames import (
@@ -22,12 +26,10 @@ from aqueduct.connector.frames import (
     PROTOCOL_VERSION,
     UNSTABLE_REFERENCE,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
-    RecordRun,
     encode,
-    plain_run,
 )
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.outbound import Outbox
@@ -48,11 +50,20 @@ def notified_connector(credits: int) -> ConnectorSession:
     return session
 
 
-class RecordByRecord(WorkerSession):
-    """The reference: every record through the receive table, never as a run."""
+def general(records: MessageBatch | list[Message]) -> MessageBatch:
+    """``records`` as general columns (flag, id and key each), which every stop takes record by record."""
+    flags, ids, keys = MessageBatch.of(records).columns()
+    return MessageBatch(
+        records[0].stream_id, 0, [r.payload for r in records], [r.event_time for r in records],
+        list(flags), list(ids), list(keys),
+    )  # fmt: skip
 
-    def _take_run(self, run: RecordRun) -> bool:
-        return False
+
+class RecordByRecord(WorkerSession):
+    """The reference: every batch by the rules record by record, never taken whole as a run."""
+
+    def _on_batch(self, batch: MessageBatch) -> None:
+        super()._on_batch(general(batch))
 
 
 @given(
@@ -80,19 +91,27 @@ def test_a_run_of_points_is_its_ids_one_by_one(
     assert (run.point, list(run.received)) == (one_by_one.point, list(one_by_one.received))
 
 
-def test_plain_run_is_consecutive_stable_data() -> None:
-    def recs(ids: list[int | None], flags: int = 0) -> list[Record]:
-        return [Record(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
+def test_a_run_is_consecutive_stable_data() -> None:
+    def recs(ids: list[int | None], flags: int = 0) -> list[Message]:
+        return [Message(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
 
-    assert plain_run(recs([4, 5, 6]))
-    assert plain_run(recs([4, 5, 6], EVENT_TIME))
-    assert not plain_run([])
-    assert not plain_run(recs([4, 6, 7]))  # a gap
-    assert not plain_run(recs([5, 4]))
-    assert not plain_run(recs([4, 5], EOS))
-    assert not plain_run(recs([4, 5], UNSTABLE_REFERENCE))
-    assert not plain_run(recs([None, None], EPHEMERAL))
-    assert not plain_run([Record(0, STREAM, 4, None, None, b"x"), Record(0, STREAM + 1, 5, None, None, b"x")])
+    def is_run(records: list[Message]) -> bool:
+        return MessageBatch.of(records).is_run
+
+    assert is_run(recs([4, 5, 6]))
+    assert is_run(recs([4, 5, 6], EVENT_TIME))
+    assert not is_run(recs([4, 6, 7]))  # a gap
+    assert not is_run(recs([5, 4]))
+    assert not is_run(recs([4, 5], EOS))
+    assert not is_run(recs([4, 5], UNSTABLE_REFERENCE))
+    assert not is_run(recs([None, None], EPHEMERAL))
+    assert not is_run([Message(0, STREAM, 4, 5, None, b"x")])  # an event time without its flag
+    assert not is_run([Message(0, STREAM, 4, None, b"k", b"x")])  # a key without its flag
+    assert not is_run([Message(0, STREAM, 4, None, None, None)])  # no payload
+    with pytest.raises(ValueError, match="several streams"):
+        MessageBatch.of([Message(0, STREAM, 4, None, None, b"x"), Message(0, STREAM + 1, 5, None, None, b"x")])
+    with pytest.raises(ValueError, match="no messages"):
+        MessageBatch.of([])
 
 
 # One chunk: a run from some start, then what to do to it.
@@ -103,7 +122,7 @@ chunk = st.tuples(
 )
 
 
-def _records(next_id: int, start: int, count: int, kind: str) -> list[Record]:
+def _records(next_id: int, start: int, count: int, kind: str) -> list[Message]:
     ids: list[int | None] = list(range(max(0, next_id + start), max(0, next_id + start) + count))
     flags = {"timed": EVENT_TIME, "unstable": UNSTABLE_REFERENCE, "ephemeral": EPHEMERAL}.get(kind, 0)
     if kind == "gap" and count > 2:
@@ -113,7 +132,7 @@ def _records(next_id: int, start: int, count: int, kind: str) -> list[Record]:
     if kind == "ephemeral":
         ids = [None] * count
     records = [
-        Record(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
+        Message(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
     ]
     if kind == "eos":
         records[-1].flags |= EOS
@@ -187,11 +206,12 @@ def test_a_busy_streams_payload_is_one_run() -> None:
     session = WorkerSession(WorkerConfig(initial_credits=100))
     session.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
     session.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.ORDERED])
-    records = [Record(0, STREAM, m, None, None, b"x") for m in range(64)]
+    records = [Message(0, STREAM, m, None, None, b"x") for m in range(64)]
     events = session.receive_payload(b"".join(encode(r) for r in records), mode=Mode.ORDERED, channel_stream=STREAM)
-    assert events == [RecordsAccepted(STREAM, tuple(records))]
-    # As the decoder's columns: no Record object was built for them.
-    assert type(events[0].records) is RecordRun and events[0].records.payloads == [b"x"] * 64
+    assert events == [RecordsAccepted(STREAM, tuple(records))]  # type: ignore[arg-type]
+    # As the decoder's columns: no Message object was built for them.
+    batch = events[0].records  # type: ignore[union-attr]
+    assert batch.is_run and batch.payloads == [b"x"] * 64
     assert session._credits == 100 - 64  # the NOTIFY's credit came back at once
     assert session.streams[STREAM].point_of_reference == 64
 
@@ -199,7 +219,7 @@ def test_a_busy_streams_payload_is_one_run() -> None:
 def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
     outbox = Outbox()
     stream = outbox.open(1, "s", Mode.ORDERED)
-    outbox.push_many(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
+    outbox.push(stream.make_messages([b"a", b"b", b"c", b"d"], None, False))
     assert len(outbox) == 5  # the NOTIFY and four records
     first = outbox.take(3)
     assert isinstance(first[0], Notify) and [r.message_id for r in first[1]] == [0, 1]
@@ -211,7 +231,8 @@ def test_the_outbox_splits_a_run_where_the_credits_end() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(chunk, min_size=1, max_size=6), st.integers(0, 40))
 def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, str]], credits: int) -> None:
-    """send_run and send of each: the same bytes out, records, credits, stream states and errors."""
+    """send_messages of a batch, send of each (batches of one) and the rules applied to each
+    (the reference): the same bytes out, records, credits, stream states and errors."""
     def outcome(session: ConnectorSession, send: object) -> tuple[object, ...]:
         try:
             send()  # type: ignore[operator]
@@ -219,47 +240,53 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
         except Exception as exc:  # noqa: BLE001 - the comparison is the point
             error = (type(exc), str(exc))
         out = session.data_to_send()
-        records = [r for frame, _ in out for r in (frame if isinstance(frame, RecordRun) else [frame])]
+        records = [r for frame, _ in out for r in (frame if isinstance(frame, MessageBatch) else [frame])]
         return error, b"".join(data for _, data in out), records, session.credits, dict(session.streams)
 
-    run, one_by_one = notified_connector(credits + 1), notified_connector(credits + 1)
+    run, one_by_one, by_rules = (notified_connector(credits + 1) for _ in range(3))
     next_id = 0
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
 
-        def each(records: list[Record] = records) -> None:
+        def each(records: list[Message] = records) -> None:
             for r in records:
                 one_by_one.send(r)
 
-        assert outcome(run, lambda records=records: run.send_run(records)) == outcome(one_by_one, each)
+        def reference(records: list[Message] = records) -> None:
+            for r in records:
+                by_rules._queue_by_the_rules(r)
+
+        expected = outcome(by_rules, reference)
+        assert outcome(run, lambda records=records: run.send_messages(records)) == expected
+        assert outcome(one_by_one, each) == expected
         next_id = max([next_id] + [r.message_id + 1 for r in records if r.message_id is not None])
 
 
 def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
-    """A run's entries are RecordRuns of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
+    """A run's entries are MessageBatch runs of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
     session = notified_connector(10_000)
-    records = [Record(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
-    session.send_run(records)
+    records = [Message(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
+    session.send_messages(records)
     out = session.data_to_send()
-    assert [type(frame) for frame, _ in out] == [RecordRun] * len(out) and len(out) == 5
+    assert [type(frame) for frame, _ in out] == [MessageBatch] * len(out) and len(out) == 5
     assert all(len(data) <= RUN_ENTRY_BYTES for _, data in out)
     assert [r for frame, _ in out for r in frame] == records  # type: ignore[union-attr]
     assert b"".join(data for _, data in out) == b"".join(encode(r) for r in records)
     # A frame larger than an entry still goes, alone.
-    session.send_run([Record(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
+    session.send_messages([Message(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
     assert [len(frame) for frame, _ in session.data_to_send()] == [1, 1]  # type: ignore[arg-type]
 
 
 def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
     """A record whose fields contradict its flags is refused by the general encoder, run or not."""
-    records = [Record(0, STREAM, m, None, None, b"x") for m in range(3)]
+    records = [Message(0, STREAM, m, None, None, b"x") for m in range(3)]
     records[1].key = b"k"  # a key without the KEY flag
     errors = []
     for send in ("run", "each"):
         session = notified_connector(10)
         try:
             if send == "run":
-                session.send_run(records)
+                session.send_messages(records)
             else:
                 for r in records:
                     session.send(r)

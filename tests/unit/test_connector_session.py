@@ -21,9 +21,9 @@ from aqueduct.connector.frames import (
     Ack,
     Error,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     Restart,
     StreamRef,
     encode,
@@ -67,14 +67,14 @@ def test_handshake() -> None:
 def test_costly_frames_need_credits_and_open_streams() -> None:
     session = streaming(credits=2)
     with pytest.raises(LocalProtocolError, match="stream 1: message not allowed in state start"):
-        session.send(Record(0, 1, 0, payload=b""))
+        session.send(Message(0, 1, 0, payload=b""))
     session.send(Notify(1, "s", 0))
-    session.send(Record(EOS, 1, 0, payload=b""))
+    session.send(Message(EOS, 1, 0, payload=b""))
     with pytest.raises(NoCredits):
         session.send(Notify(1, "s", 1))
     assert session.receive_data(encode(Ack(1, ((1, 1),)))) == [Acked(1, ((1, 1),))]
     with pytest.raises(LocalProtocolError, match="message not allowed in state closed"):
-        session.send(Record(0, 1, 1, payload=b""))
+        session.send(Message(0, 1, 1, payload=b""))
     session.send(Notify(1, "s", 1))
     assert session.streams[1] is StreamState.OPEN
 
@@ -244,9 +244,9 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
             while created < total and len(outbox) < credits:
                 n = min(batch, total - created)
                 if n == 1:
-                    outbox.push(stream.make_message(payloads[created]))
+                    outbox.push([stream.make_message(payloads[created])])
                 else:
-                    outbox.push_many(stream.make_messages(payloads[created : created + n], None, False))
+                    outbox.push(stream.make_messages(payloads[created : created + n], None, False))
                 created += n
             outbox.send_into(conn)
             to_worker = b"".join(b for _, b in conn.data_to_send())

@@ -21,9 +21,9 @@ from aqueduct.connector.frames import (
     Error,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
     Ok,
-    Record,
     Restart,
     StreamRef,
     encode,
@@ -37,8 +37,8 @@ from aqueduct.wire.rangeset import RangeSet
 HELLO = Hello(PROTOCOL_VERSION, b"", "gen", "gen-1")
 
 
-def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> Record:
-    return Record(flags, stream_id, mid, payload=payload)
+def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> Message:
+    return Message(flags, stream_id, mid, payload=payload)
 
 
 def replies(session: WorkerSession) -> list:

@@ -67,9 +67,9 @@ def test_a_byte_budget_follows_the_size_of_the_records_that_arrive() -> None:
     size = RecordSize()
     assert size.records_in(100 * 1024) == 100 * 1024 // ASSUMED_RECORD_BYTES
     for _ in range(40):  # 10 KiB records, commit after commit
-        size.committed(records=8, nbytes=8 * 10 * 1024)
+        size.made_durable(records=8, nbytes=8 * 10 * 1024)
     assert size.records_in(100 * 1024) == 10
-    size.committed(records=0, nbytes=0)  # an empty group says nothing about sizes
+    size.made_durable(records=0, nbytes=0)  # an empty group says nothing about sizes
     assert size.records_in(100 * 1024) == 10
     assert size.records_in(10) == 1  # never no credit at all
 

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource, AqueductStreamReader
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Record
+from aqueduct.connector.frames import Message
 
 STREAMS = 6
 
@@ -72,12 +72,12 @@ class Producers:
             else:
                 mid = self._next(sid)
                 payload = b"s%d-m%d-%s" % (sid, mid, self.rng.randbytes(self.rng.randint(0, 6)).hex().encode())
-                self.log.append(Record.build(sid, payload, message_id=mid))
+                self.log.append(Message.build(sid, payload, message_id=mid))
                 self.sent[(sid, mid)] = (payload, self.epoch[sid])
         self.log.commit()
 
     def close(self, sid: int) -> None:
-        self.log.append(Record.build(sid, message_id=self._next(sid), boundary=True))
+        self.log.append(Message.build(sid, message_id=self._next(sid), boundary=True))
         self.epoch[sid] += 1
 
     def close_all(self) -> None:
@@ -141,9 +141,9 @@ def test_a_caught_up_default_trigger_waits_for_the_boundary(tmp_path: Path) -> N
 
         def append(n: int, *, boundary: bool) -> None:
             for _ in range(n):
-                log.append(Record.build(1, b"x", message_id=next(ids)))
+                log.append(Message.build(1, b"x", message_id=next(ids)))
             if boundary:
-                log.append(Record.build(1, message_id=next(ids), boundary=True))
+                log.append(Message.build(1, message_id=next(ids), boundary=True))
             log.commit()
 
         r = reader(log)

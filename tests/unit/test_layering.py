@@ -50,6 +50,7 @@ def _sans_io_modules() -> list[Path]:
         if p.stem
         in {
             "frames",
+            "batch",
             "states",
             "events",
             "inbound",

@@ -25,8 +25,8 @@ from aqueduct.connector.frames import (
     Ack,
     FrameSplitter,
     Hello,
+    Message,
     Notify,
-    Record,
     encode,
 )
 from aqueduct.connector.worker.server import WorkerPeer
@@ -61,10 +61,10 @@ def test_truncation_requested_during_a_commit_runs_after_it(tmp_path: Path) -> N
     with DurableLog(path, segment_bytes=1024) as log:
         log.open_stream(1, "s", CONNECTOR)
         for i in range(20):
-            log.append(Record.build(1, b"p" * 100, message_id=i))
+            log.append(Message.build(1, b"p" * 100, message_id=i))
             log.commit()
         with io_thread_held(log) as gate:
-            log.append(Record.build(1, b"late", message_id=20))
+            log.append(Message.build(1, b"late", message_id=20))
             in_flight = log.start_commit()
             cut = log.truncate(1, 15)  # queued behind the commit; the caller does not wait
             assert not in_flight.done() and not cut.done()
@@ -82,7 +82,7 @@ def test_close_waits_for_a_commit_in_flight(tmp_path: Path) -> None:
     log = DurableLog(path)
     log.open_stream(1, "s", CONNECTOR)
     for i in range(3):
-        log.append(Record.build(1, b"x", message_id=i))
+        log.append(Message.build(1, b"x", message_id=i))
     with ThreadPoolExecutor(1) as caller, io_thread_held(log) as gate:
         in_flight = log.start_commit()
         closing = caller.submit(log.close)
@@ -106,11 +106,11 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
     peer = WorkerPeer(ingest, WorkerConfig(initial_credits=16), send, lambda: None)
     try:
         frames = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
-        frames += [Record(0, 1, i, payload=b"x") for i in range(5)]
+        frames += [Message(0, 1, i, payload=b"x") for i in range(5)]
         await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         assert ingest.buffered == 5
         with io_thread_held(log) as gate:
-            commit = asyncio.ensure_future(ingest.commit())
+            commit = asyncio.ensure_future(ingest.group_commit())
             await asyncio.sleep(0)  # the task starts the commit and waits for the thread
             commit.cancel()
             for _ in range(3):
@@ -130,10 +130,10 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
         log.close()
 
 
-async def test_group_commits_start_at_least_commit_interval_apart(tmp_path: Path) -> None:
+async def test_group_commits_start_at_least_group_commit_interval_apart(tmp_path: Path) -> None:
     """A paced producer gets a group commit per interval, not one per record: fewer fsyncs for Spark's disk."""
     log = DurableLog(tmp_path / "log")
-    ingest = Ingest(log, IngestConfig(commit_interval=0.2))
+    ingest = Ingest(log, IngestConfig(group_commit_interval=0.2))
     loop = asyncio.get_running_loop()
     starts: list[float] = []
     start_commit = log.start_commit
@@ -153,7 +153,7 @@ async def test_group_commits_start_at_least_commit_interval_apart(tmp_path: Path
         frames = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
         await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         for i in range(6):  # one record every 50 ms
-            await peer.receive_payload(encode(Record(0, 1, i, payload=b"x")), mode=Mode.ORDERED)
+            await peer.receive_payload(encode(Message(0, 1, i, payload=b"x")), mode=Mode.ORDERED)
             await asyncio.sleep(0.05)
         await wait_until(lambda: log.durable_end(1) == 6, "all six records durable", TIMEOUT)
         gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]

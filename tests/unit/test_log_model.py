@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import segment_bases, segment_name
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import EVENT_TIME, Record, RecordRun
+from aqueduct.connector.batch import MessageBatch
+from aqueduct.connector.frames import EVENT_TIME, Message
 from aqueduct.wire.modes import Mode
 
 ORDERED, UNORDERED = 1, 2
@@ -36,6 +37,14 @@ class Rec:
     stable: bool
     boundary: bool
     event_time: int | None = None  # microseconds
+
+
+def general(records: list[Message]) -> MessageBatch:
+    """``records`` as general columns (flag, id and key each), which every stop takes record by record."""
+    return MessageBatch(
+        records[0].stream_id, 0, [r.payload for r in records], [r.event_time for r in records],
+        [r.flags for r in records], [r.message_id for r in records], [r.key for r in records],
+    )  # fmt: skip
 
 
 def micros(t: datetime | None) -> int | None:
@@ -83,7 +92,7 @@ class LogMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir)
 
     def _append(self, sid: int, rec: Rec) -> None:
-        self.log.append(Record.build(
+        self.log.append(Message.build(
             sid,
             rec.payload,
             message_id=rec.message_id,
@@ -120,7 +129,8 @@ class LogMachine(RuleBasedStateMachine):
     def append_ordered_run(self, skip: int, count: int, timed: bool, columns: bool) -> None:
         """A busy stream's batch: consecutive stable ids, taken in one step (same result as one by one).
 
-        ``columns``: as the worker hands it over (a RecordRun), else as a list of records.
+        ``columns``: as the worker hands it over (a run of columns), else as general
+        columns, which the log takes record by record: the same result.
         """
         start = self.next_ordered_id + skip
         self._append_run(ORDERED, start, count, timed, columns)
@@ -140,15 +150,14 @@ class LogMachine(RuleBasedStateMachine):
 
     def _append_run(self, sid: int, start: int, count: int, timed: bool, columns: bool = False) -> None:
         records = [
-            Record(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
+            Message(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
         ]
-        offset = self.log.append_run(RecordRun.of(records) if columns else records)  # type: ignore[arg-type]
-        if offset is None:  # not new to the log as a whole: the record-by-record path
-            for record in records:
-                self.log.append(record)
-        else:
-            assert offset == len(self.committed[sid]) + len(self.pending[sid])
+        batch = MessageBatch.of(records) if columns else general(records)
+        assert batch.is_run == columns
+        offset = self.log.append(batch)
+        assert offset == len(self.committed[sid]) + len(self.pending[sid])
+        assert batch.accepted is None and batch.stored() == (count, 0)  # every id was new to the log
         self.pending[sid].extend(Rec(r.payload, r.message_id, True, False, r.event_time) for r in records)
 
     @rule()

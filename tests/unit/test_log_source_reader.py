@@ -26,7 +26,7 @@ from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.offset import OffsetError
 from aqueduct.bridge.storage.schema import SPARK_SCHEMA
-from aqueduct.connector.frames import Record
+from aqueduct.connector.frames import Message
 from tests.log_locations import LogLocation
 
 WHERE: LogLocation
@@ -72,10 +72,10 @@ def test_spark_schema_is_exactly_the_arrow_schema_read_yields() -> None:
 
 def test_offsets_are_canonical_json_and_cover_complete_epochs_only(log: DurableLog) -> None:
     for i in range(3):
-        log.append(Record.build(10, b"e0-%d" % i, message_id=i))
-    log.append(Record.build(10, message_id=3, boundary=True))
-    log.append(Record.build(10, b"open", message_id=4))  # epoch 1 still open
-    log.append(Record.build(2, b"x", message_id=0))
+        log.append(Message.build(10, b"e0-%d" % i, message_id=i))
+    log.append(Message.build(10, message_id=3, boundary=True))
+    log.append(Message.build(10, b"open", message_id=4))  # epoch 1 still open
+    log.append(Message.build(2, b"x", message_id=0))
     log.commit()
     r = reader(log)
     start = r.initialOffset()
@@ -92,8 +92,8 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
     ids = iter(range(100))
     for size in (2, 5, 1):
         for _ in range(size):
-            log.append(Record.build(10, b"", message_id=next(ids)))
-        log.append(Record.build(10, message_id=next(ids), boundary=True))
+            log.append(Message.build(10, b"", message_id=next(ids)))
+        log.append(Message.build(10, message_id=next(ids), boundary=True))
     log.commit()
     r = reader(log, maxRecordsPerTrigger="4")
     assert r.getDefaultReadLimit() == ReadMaxRows(4)
@@ -108,11 +108,11 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
 
 
 def test_available_now_ignores_data_appended_after_prepare(log: DurableLog) -> None:
-    log.append(Record.build(2, b"before", message_id=0))
+    log.append(Message.build(2, b"before", message_id=0))
     log.commit()
     r = reader(log)
     r.prepareForTriggerAvailableNow()
-    log.append(Record.build(2, b"after", message_id=1))
+    log.append(Message.build(2, b"after", message_id=1))
     log.commit()
     assert r.latestOffset(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
 
@@ -121,7 +121,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
     r = reader(log)
     start = r.initialOffset()
     log.open_stream(7, "late", "c/2")
-    log.append(Record.build(7, b"hi"))
+    log.append(Message.build(7, b"hi"))
     log.commit()
     end = r.latestOffset(start, ReadAllAvailable())
     assert end == {"2": 0, "7": 1, "10": 0}
@@ -130,7 +130,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
 
 def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> None:
     for i in range(3):
-        log.append(Record.build(2, b"", message_id=10 + i))
+        log.append(Message.build(2, b"", message_id=10 + i))
     log.commit()
     r = reader(log, consumer="q1")
     r.commit({"2": 2, "10": 0})
@@ -177,7 +177,7 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
         r = reader(lg)
         start = r.initialOffset()  # {} : the stream is still empty
         for i in range(3):
-            lg.append(Record.build(1, b"", message_id=i))
+            lg.append(Message.build(1, b"", message_id=i))
             lg.commit()
         assert lg.truncate(1, 2).result() == 2  # as if another query had committed up to 2
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
@@ -188,9 +188,9 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
 def epochs(log: DurableLog) -> None:
     """Stream 10: epochs [0, 3) and [3, 6) closed, one record of a third open; stream 2: 2 records."""
     for i in range(7):
-        log.append(Record.build(10, b"e%d" % i, message_id=i, boundary=i in (2, 5)))
+        log.append(Message.build(10, b"e%d" % i, message_id=i, boundary=i in (2, 5)))
     for i in range(2):
-        log.append(Record.build(2, b"x", message_id=i))
+        log.append(Message.build(2, b"x", message_id=i))
     log.commit()
 
 
@@ -233,7 +233,7 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
     with DurableLog(tmp_path / "log", segment_bytes=1) as lg:
         lg.open_stream(1, "s", "c/1")
         for i in range(3):
-            lg.append(Record.build(1, b"", message_id=i))
+            lg.append(Message.build(1, b"", message_id=i))
             lg.commit()
         assert lg.truncate(1, 2).result() == 2
         with pytest.raises(AqueductDataLoss, match="stream 1 at 0, but the log keeps it only from 2"):
@@ -243,7 +243,7 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
 def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: DurableLog) -> None:
     """Spark plans the next batch only after the previous one committed; commit() comes a batch later still."""
     for i in range(3):
-        log.append(Record.build(2, b"", message_id=i))
+        log.append(Message.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()

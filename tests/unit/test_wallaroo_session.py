@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aqueduct.connector.events import HelloAccepted, RecordsAccepted, SessionEnded, StreamNotified
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
+from aqueduct.connector.frames import Message as ConnectorMessage
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
@@ -79,7 +80,7 @@ def test_notify_ack_waits_for_the_sink_and_a_refusal_ends_only_that_stream() -> 
     session.stream_opened(1)  # too late: refused
     session.stream_opened(2)
     assert replies(session) == [NotifyAck(False, 1, NO_POINT), NotifyAck(True, 2, NO_POINT)]
-    assert feed(session, Message(2, 0, payload=b"x")) == [RecordsAccepted(2, (Record(0, 2, 0, None, None, b"x"),))]
+    assert feed(session, Message(2, 0, payload=b"x")) == [RecordsAccepted(2, (ConnectorMessage(0, 2, 0, None, None, b"x"),))]
     assert not session.ended
     feed(session, Message(1, 0, payload=b"y"))  # the refused stream may not be sent on
     assert replies(session)[-1] == Error(
@@ -92,7 +93,7 @@ def test_notify_ack_carries_the_durable_point_and_older_ids_are_dropped() -> Non
     assert feed(session, Notify(1, "s", NO_POINT)) == [StreamNotified(1, "s", 42)]
     assert replies(session)[-1] == NotifyAck(True, 1, 41)  # the last id held, inclusive
     events = feed(session, Message(1, 40), Message(1, 41), Message(1, 42, payload=b"x"))
-    assert events == [RecordsAccepted(1, (Record(0, 1, 42, None, None, b"x"),))]
+    assert events == [RecordsAccepted(1, (ConnectorMessage(0, 1, 42, None, None, b"x"),))]
     assert replies(session) == [Ack(2)]  # the two duplicates' credits
 
 
@@ -115,9 +116,9 @@ def test_messages_become_records_and_eos_a_boundary_that_costs_nothing() -> None
         RecordsAccepted(
             1,
             (
-                Record(EVENT_TIME | KEY, 1, 0, 1_700_000_000_000_000, b"k", b"p"),
-                Record(0, 1, 3, None, None, b""),  # empty payload: none, but not a boundary
-                Record(EOS | BOUNDARY | UNSTABLE_REFERENCE, 1, 3, None, None, None),
+                ConnectorMessage(EVENT_TIME | KEY, 1, 0, 1_700_000_000_000_000, b"k", b"p"),
+                ConnectorMessage(0, 1, 3, None, None, b""),  # empty payload: none, but not a boundary
+                ConnectorMessage(EOS | BOUNDARY | UNSTABLE_REFERENCE, 1, 3, None, None, None),
             ),
         )
     ]
@@ -193,7 +194,7 @@ def test_messages_before_a_bad_frame_are_still_reported() -> None:
     session = streaming()
     feed(session, Notify(1, "s", NO_POINT))
     events = feed(session, Message(1, 0, payload=b"a"), bytes([0, 0, 0, 1, 201]))
-    assert events[0] == RecordsAccepted(1, (Record(0, 1, 0, None, None, b"a"),))
+    assert events[0] == RecordsAccepted(1, (ConnectorMessage(0, 1, 0, None, None, b"a"),))
     assert isinstance(events[1], SessionEnded)
 
 

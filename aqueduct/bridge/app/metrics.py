@@ -168,7 +168,7 @@ class BridgeCollector:
         yield gauge("credits_withheld", "Credits earned but held back while the backlog exceeds --max-lag.",
                     c.withheld_credits)  # fmt: skip
         yield counter("microbatches", "Spark micro-batches whose commit this bridge heard of.", snap.batches)
-        h = c.commit_seconds
+        h = c.group_commit_seconds
         yield HistogramMetricFamily(
             "aqueduct_group_commit_seconds", "Time of each group commit: writing and fsyncing the group.",
             buckets=h.cumulative(), sum_value=h.total,

@@ -325,7 +325,7 @@ class Bridge:
             self.positions.poll()
         if self.ingest is not None:
             try:
-                await self.ingest.commit()
+                await self.ingest.group_commit()
             except LogError as exc:  # full or failed: producers still hold what is not durable
                 logger.warning("stopping without the last records durable: %s", exc)
         if self.metrics is not None:

@@ -112,7 +112,7 @@ class RecordSize:
     def __init__(self, assumed: int = ASSUMED_RECORD_BYTES) -> None:
         self.mean = float(assumed)
 
-    def committed(self, records: int, nbytes: int) -> None:
+    def made_durable(self, records: int, nbytes: int) -> None:
         """A group commit made ``records`` records of ``nbytes`` bytes durable."""
         if records:
             self.mean += _SMOOTHING * (nbytes / records - self.mean)

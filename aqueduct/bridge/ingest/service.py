@@ -13,7 +13,7 @@ when producers may send more and what they may forget:
 * **Backlog bound.** A log that Spark does not keep up with would otherwise
   grow without limit on disk. While the *consumable* backlog (records in
   complete epochs that Spark has not committed, summed over streams)
-  exceeds ``max_lag``, credits earned by commits are withheld; they are
+  exceeds ``max_lag``, credits earned by group commits are withheld; they are
   released as Spark commits. Records of a still-open epoch do not count:
   Spark cannot read them until the producer sends the BOUNDARY, which needs
   credits, so counting them could deadlock.
@@ -41,9 +41,16 @@ when producers may send more and what they may forget:
 Everything here runs on the bridge's event loop thread, except the group
 commit's file work: the log writes and fsyncs each group on its own I/O
 thread while the loop keeps reading and the next group accumulates; the
-credits a group earned go out when its commit is done. The transports call
+credits a group earned go out when its group commit is done. The transports call
 :meth:`Ingest.durable_streams` and :meth:`Ingest.handle` (the
 ``WorkerSink`` protocol of :mod:`aqueduct.connector.worker.server`).
+
+Two commits meet here and each has one name: the **group commit**
+(:meth:`Ingest.group_commit`, ``group_commit_delay``/``_interval``: the
+log's writes and fsync, after which records are *durable* and earn their
+credits back) and the **sink commit** (Spark committed a micro-batch in its
+sink: :meth:`Ingest.on_committed`, :meth:`Ingest.committed_offsets`; the
+bare words *commit* and *committed* mean this one, and only it moves acks).
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -62,7 +69,8 @@ from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.latency import Histogram
 from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.commits import acks_for
-from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError, LogFull
+from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -70,7 +78,6 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, Record, RecordRun
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.logs import fields
@@ -117,13 +124,13 @@ class IngestConfig:
     """Flow-control policy of the ingest service."""
 
     max_lag: int = 200_000  # records Spark may lag behind before credits stop
-    commit_delay: float = 0.002  # seconds to gather a group before committing
+    group_commit_delay: float = 0.002  # seconds to gather a group before its group commit
     #: seconds from one group commit's start to the next one's at the least. Spark writes its
     #: Parquet files and checkpoint to the same disks: a paced producer otherwise gets a group
     #: commit (an fsync or more) every few ms, and at hundreds of fsyncs a second Spark's
     #: micro-batch took 2.3x as long (docs/performance.md, issue 29). A record arriving after
-    #: a quiet spell still waits only ``commit_delay``.
-    commit_interval: float = 0.02
+    #: a quiet spell still waits only ``group_commit_delay``.
+    group_commit_interval: float = 0.02
     #: credits all sessions may hold together (None: each session has its own,
     #: unbounded in total); see :mod:`aqueduct.bridge.ingest.credit_budget`
     credit_budget: int | None = None
@@ -141,7 +148,7 @@ class IngestConfig:
 
 T = TypeVar("T")
 
-#: seconds between retries of a commit the full disk refused: first, factor, most
+#: seconds between retries of a group commit the full disk refused: first, factor, most
 FULL_RETRY = (0.05, 2.0, 5.0)
 
 
@@ -149,7 +156,7 @@ FULL_RETRY = (0.05, 2.0, 5.0)
 class _Session:
     connector: str
     unsynced: int = 0  # credits spent on records not yet in a group commit
-    committing: int = 0  # credits spent on records of a group commit in flight
+    in_group_commit: int = 0  # credits spent on records of a group commit in flight
     withheld: int = 0  # credits earned but held back by the backlog bound
 
 
@@ -186,7 +193,7 @@ class IngestCounters:
     refusals: Counter[str] = field(default_factory=Counter)
     durable_bytes: int = 0  # payload and key bytes of the records group commits made durable
     credits_granted: int = 0  # credits sent with OK (unless shared) and after group commits
-    commit_seconds: Histogram = field(default_factory=Histogram)  # group commits, writes and fsyncs
+    group_commit_seconds: Histogram = field(default_factory=Histogram)  # group commits, writes and fsyncs
 
 
 class Ingest:
@@ -200,13 +207,13 @@ class Ingest:
         #: connector -> its open sessions, oldest HELLO first (usually one; two while it
         #: reconnects); its acks go to the newest (:meth:`_ack_target`)
         self._connector_sessions: dict[str, list[WorkerPeer]] = {}
-        self._committed: dict[int, int] = {}  # stream -> offset Spark committed
+        self._committed: dict[int, int] = {}  # stream -> offset Spark committed in its sink
         #: stream -> offset whose point connectors may be told: durable in acked.json
         self._acked: dict[int, int] = {}
         #: stream -> point computed for an ACK, sent once acked.json holds its offset
         self._unsent: dict[int, int] = {}
         self._ack_writes: set[asyncio.Task[None]] = set()
-        #: why commits wait for space, and since when (time.monotonic()); None while they succeed
+        #: why group commits wait for space, and since when (time.monotonic()); None while they succeed
         self.disk_full: tuple[str, float] | None = None
         self._acks_unrecorded = False  # acked.json could not be written: said once
         self._complete: dict[int, int] = {}  # stream -> end of its last complete epoch
@@ -222,7 +229,7 @@ class Ingest:
         self._dirty = asyncio.Event()
         #: mean record size, for turning ``memory_budget`` into credits
         self._record_size = RecordSize()
-        self._unsynced_bytes = 0  # payload and key bytes appended since the last commit
+        self._unsynced_bytes = 0  # payload and key bytes appended since the last group commit
         self._budget = (
             CreditBudget(self._budget_records(), self.config.session_credits)
             if self.config.shares_credits
@@ -292,7 +299,7 @@ class Ingest:
         until an ACK says they are committed. An ACK sent to a session that
         has died since (or sent to none, while the connector was away) is
         lost, so without this a connector with nothing new to send would
-        wait for a commit that already happened.
+        wait for a sink commit that already happened.
         """
         points = [
             (sid, self.log.reference_at(sid, self._acked[sid]))
@@ -372,51 +379,39 @@ class Ingest:
         state.unsynced += len(event.records)
         self._dirty.set()
         try:
-            self._append(event.stream_id, event.records)
+            self._append(event.records)
         except LogError as exc:  # e.g. an id beyond Spark's signed 64-bit range
             await peer.fail(str(exc))
 
-    def _append(self, sid: int, records: Sequence[Record]) -> None:
-        """Buffer a batch in the log, dropping ids it already holds (the session knows only its own)."""
-        if type(records) is RecordRun:  # columns: no record objects to build for a sum
-            self._unsynced_bytes += sum(map(len, records.payloads))
-        else:
-            self._unsynced_bytes += sum(len(r.payload or b"") + len(r.key or b"") for r in records)
-        if self.log.append_run(records) is not None:  # a busy stream's usual batch: all new data
-            self.counters.messages += len(records)
-            return
-        append = self.log.appender(sid)
-        data = duplicates = 0
+    def _append(self, batch: MessageBatch) -> None:
+        """Buffer a batch in the log, which drops the ids it already holds (the session knows only its own)."""
+        self._unsynced_bytes += batch.payload_bytes()
         try:
-            for record in records:
-                try:
-                    append(record)
-                except DuplicateMessage:
-                    duplicates += 1
-                    continue
-                if not record.flags & BOUNDARY:  # Record.boundary, without a call per record
-                    data += 1
-        finally:  # a LogError ends the batch: count what was appended before it
-            self.counters.messages += data
-            self.counters.duplicates += duplicates
+            self.log.append(batch)
+        except LogError:  # it ends the batch: count what was appended before it
+            self.counters.messages += batch.stored()[0]
+            raise
+        data, duplicates = batch.stored()
+        self.counters.messages += data
+        self.counters.duplicates += duplicates
 
     # ------------------------------------------------------------ group commit
 
     async def run(self) -> None:
         """Group-commit loop: runs until cancelled (a commit in flight is finished first).
 
-        Commits start at least ``commit_interval`` apart. While the disk is
-        full it commits again after a growing pause, new records or not: the
-        log holds the refused group.
+        Group commits start at least ``group_commit_interval`` apart. While
+        the disk is full it tries again after a growing pause, new records
+        or not: the log holds the refused group.
         """
         loop = asyncio.get_running_loop()
-        last = -self.config.commit_interval
+        last = -self.config.group_commit_interval
         first, factor, most = FULL_RETRY
         pause = first
         while True:
             if self.disk_full is None:
                 await self._dirty.wait()
-                await asyncio.sleep(max(self.config.commit_delay, last + self.config.commit_interval - loop.time()))
+                await asyncio.sleep(max(self.config.group_commit_delay, last + self.config.group_commit_interval - loop.time()))
                 pause = first
             else:
                 await asyncio.sleep(pause)
@@ -424,10 +419,10 @@ class Ingest:
             self._dirty.clear()
             last = loop.time()
             with contextlib.suppress(LogFull):
-                await self.commit()
+                await self.group_commit()
 
-    async def commit(self) -> dict[int, int]:
-        """Make everything buffered durable, then return the credits it earned.
+    async def group_commit(self) -> dict[int, int]:
+        """Make everything buffered durable (one group commit), then return the credits it earned.
 
         Returns the new durable end offset of each stream the group touched.
 
@@ -439,7 +434,7 @@ class Ingest:
         for peer, n in earned.items():
             state = self._sessions[peer]
             state.unsynced -= n
-            state.committing += n
+            state.in_group_commit += n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
         started = time.perf_counter()
         try:
@@ -447,21 +442,21 @@ class Ingest:
         except LogFull as exc:
             self._refused(earned, group_bytes, exc)
             raise
-        self.counters.commit_seconds.observe(time.perf_counter() - started)
+        self.counters.group_commit_seconds.observe(time.perf_counter() - started)
         self.counters.durable_bytes += group_bytes
         if self.disk_full is not None:
-            logger.warning("the log's disk has room again: commits go on (%.1f s without)",
+            logger.warning("the log's disk has room again: group commits go on (%.1f s without)",
                            time.monotonic() - self.disk_full[1])  # fmt: skip
             self.disk_full = None
         for sid in ends:
             self._move(sid, complete=self.log.complete_offset(sid))
         if self._budget is not None and self.config.memory_budget is not None:
-            self._record_size.committed(sum(earned.values()), group_bytes)
+            self._record_size.made_durable(sum(earned.values()), group_bytes)
             self._budget.resize(self._budget_records())
         for peer, n in earned.items():
             state = self._sessions.get(peer)  # None: the session ended meanwhile
             if state is not None:
-                state.committing -= n
+                state.in_group_commit -= n
                 state.withheld += n if self._budget is None else self._budget.earned(peer, n)
                 if state.withheld:
                     self._owed.add(peer)
@@ -471,11 +466,11 @@ class Ingest:
         return ends
 
     def _refused(self, earned: Mapping[WorkerPeer, int], group_bytes: int, exc: LogFull) -> None:
-        """A commit found the disk full: its credits wait for the retry that makes it durable."""
+        """A group commit found the disk full: its credits wait for the retry that makes it durable."""
         for peer, n in earned.items():
             state = self._sessions.get(peer)
             if state is not None:
-                state.committing -= n
+                state.in_group_commit -= n
                 state.unsynced += n
         self._unsynced_bytes += group_bytes
         if self.disk_full is None:
@@ -500,7 +495,7 @@ class Ingest:
     @property
     def buffered(self) -> int:
         """Records in memory not yet durable (bounded by the sessions' credits)."""
-        return sum(s.unsynced + s.committing for s in self._sessions.values())
+        return sum(s.unsynced + s.in_group_commit for s in self._sessions.values())
 
     @property
     def lag(self) -> int:
@@ -583,7 +578,7 @@ class Ingest:
 
         What a connector is told must survive a crash: the restarted bridge
         answers from that file, never from the commit files that trail it.
-        A failed write (a full disk) sends nothing; the next commit's write
+        A failed write (a full disk) sends nothing; the next sink commit's write
         carries these points too. Writes finish in order (the log's one I/O
         thread), so points only move forward.
         """

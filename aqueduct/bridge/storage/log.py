@@ -49,7 +49,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -91,7 +91,8 @@ from aqueduct.bridge.storage.view import (
     StreamMeta,
     check_log_dir,
 )
-from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Record, RecordRun
+from aqueduct.connector.batch import MessageBatch
+from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Message
 from aqueduct.connector.points import StreamPoints
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
@@ -329,71 +330,92 @@ class _StreamWriter:
     def is_duplicate(self, message_id: int) -> bool:
         return self.points.holds(message_id)
 
-    def append(self, record: Record) -> int:
-        """Buffer one record (see :meth:`DurableLog.append`); runs once per record received."""
-        # The flag bits rather than Record's properties: a property call per
-        # record and flag is a visible share of ingest.
-        flags = record.flags
-        message_id = record.message_id
-        boundary = bool(flags & BOUNDARY)
-        if message_id is None:
-            if boundary:
-                raise LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
-        elif not 0 <= message_id <= MAX_INT64:
-            raise _out_of_range("message id", message_id)
-        event_time = record.event_time
-        if event_time is not None and not 0 <= event_time <= MAX_INT64:
-            raise _out_of_range("event time", event_time)
-        stable = not flags & _NO_STABLE_REFERENCE  # Record.stable
-        points = self.points
-        p = self.pending
-        if not p.payload:
-            p.reference_before = points.point
-            self._pending_streams.add(self)
-        if stable and not points.receive(message_id):  # type: ignore[arg-type]
-            raise DuplicateMessage(
-                f"stream {self.meta.stream_id}: message id {message_id} was already "
-                f"received (point of reference {points.point})"
-            )
-        p.message_id.append(message_id)
-        p.event_time.append(event_time)
-        p.key.append(record.key)
-        p.payload.append(record.payload or b"")
-        p.epoch.append(self.next_epoch)
-        p.boundary.append(boundary)
-        p.stable.append(stable)
-        p.reference.append(points.point)
+    def append(self, batch: MessageBatch) -> int:
+        """Buffer a batch of this stream's records (see :meth:`DurableLog.append`); return the first one's offset.
+
+        A run of new ids goes in one step (:meth:`_append_run`); anything
+        else, or a run that may hold a duplicate, record by record
+        (:meth:`_append_rows`), with the same result.
+        """
         offset = self.end
-        self.end += 1
-        if boundary:
-            self.uses_boundaries = True
-        if boundary or not self.uses_boundaries:
-            self.next_epoch += 1
-            self.complete = self.end
+        if batch.flags is None and self._append_run(batch):
+            return offset
+        self._append_rows(batch)
         return offset
 
-    def append_run(self, run: RecordRun) -> int | None:
-        """Buffer a run of this stream's new records at once; return the first one's offset.
+    def _append_rows(self, batch: MessageBatch) -> None:
+        """Buffer each record by the rules, marking in ``batch.accepted`` the duplicates it drops.
+
+        Runs once per record of an unusual batch. The flag bits rather than
+        Message's properties: a property call per record and flag is a
+        visible share of ingest. A record that breaks a rule raises
+        :class:`LogError`; the records before it stay buffered, it and
+        those after it are marked not accepted.
+        """
+        flags, ids, keys = batch.columns()
+        n = len(batch)
+        points, p, next_epoch = self.points, self.pending, self.next_epoch
+        accepted: list[bool] | None = None
+        rows = zip(flags, ids, batch.event_times, keys, batch.payloads, strict=True)
+        for row, (f, message_id, event_time, key, payload) in enumerate(rows):  # bounded by the batch
+            boundary = bool(f & BOUNDARY)
+            error = None
+            if message_id is None:
+                if boundary:
+                    error = LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
+            elif not 0 <= message_id <= MAX_INT64:
+                error = _out_of_range("message id", message_id)
+            if event_time is not None and not 0 <= event_time <= MAX_INT64 and error is None:
+                error = _out_of_range("event time", event_time)
+            if error is not None:
+                batch.accepted = (accepted or [True] * n)[:row] + [False] * (n - row)
+                self.next_epoch = next_epoch
+                raise error
+            stable = not f & _NO_STABLE_REFERENCE  # Message.stable
+            if not p.payload:
+                p.reference_before = points.point
+                self._pending_streams.add(self)
+            if stable and not points.receive(message_id):  # type: ignore[arg-type]
+                if accepted is None:
+                    accepted = [True] * n
+                accepted[row] = False
+                continue
+            p.message_id.append(message_id)
+            p.event_time.append(event_time)
+            p.key.append(key)
+            p.payload.append(payload or b"")
+            p.epoch.append(next_epoch)
+            p.boundary.append(boundary)
+            p.stable.append(stable)
+            p.reference.append(points.point)
+            self.end += 1
+            if boundary:
+                self.uses_boundaries = True
+            if boundary or not self.uses_boundaries:
+                next_epoch += 1
+                self.complete = self.end
+        self.next_epoch = next_epoch
+        batch.accepted = accepted
+
+    def _append_run(self, run: MessageBatch) -> bool:
+        """Buffer a run of new ids at once; False, buffering nothing, unless every id is new and fits.
 
         The columns grow by extension from the run's own (no object per
         record) instead of eight appends and the rule checks per record,
-        with exactly the result :meth:`append` of each would leave. Returns
-        None, buffering nothing, unless every id is new to the stream and
-        fits: the caller then appends record by record, which deals with
-        duplicates and names any error.
+        with exactly the result :meth:`_append_rows` would leave.
         """
         n = len(run)
         start, stop = run.first_id, run.stop_id
         event_times = run.event_times
-        if n == 0 or len(event_times) != n or start < 0 or stop - 1 > MAX_INT64:
-            return None
+        if n == 0 or start < 0 or stop - 1 > MAX_INT64:
+            return False
         times = [t for t in event_times if t is not None]
         if times and (min(times) < 0 or max(times) > MAX_INT64):
-            return None
+            return False
         points = self.points
         before = points.point
         if not points.receive_run(start, stop):
-            return None
+            return False
         p = self.pending
         if not p.payload:
             p.reference_before = before
@@ -401,7 +423,7 @@ class _StreamWriter:
         p.message_id.extend(range(start, stop))
         p.event_time.extend(event_times)
         p.key.extend([None] * n)
-        p.payload.extend(run.payloads)
+        p.payload.extend(run.payloads)  # type: ignore[arg-type]
         if self.uses_boundaries:  # the run's records all fall in the open epoch
             p.epoch.extend([self.next_epoch] * n)
         else:  # each record is an epoch of its own
@@ -411,11 +433,11 @@ class _StreamWriter:
         p.stable.extend([True] * n)
         # The point after each record: it follows the ids unless a gap below the run holds it.
         p.reference.extend(range(start + 1, stop + 1) if points.point == stop else [before] * n)
-        offset = self.end
         self.end += n
         if not self.uses_boundaries:
             self.complete = self.end
-        return offset
+        run.accepted = None
+        return True
 
     def seal(self, now_us: int) -> _Sealed | None:
         """Take the pending records and the stream state after them (caller's thread).
@@ -833,40 +855,32 @@ class DurableLog:
         """True if a stable message with this id must be dropped (already held)."""
         return self._stream(stream_id).is_duplicate(message_id)
 
-    def append(self, record: Record) -> int:
-        """Buffer one record of its stream; return its offset. Durable only after :meth:`commit`.
+    def append(self, messages: MessageBatch | Message) -> int:
+        """Buffer one stream's records; return the first one's offset. Durable only after :meth:`commit`.
 
-        The record is the connector's (:class:`~aqueduct.connector.frames.Record`):
-        an EPHEMERAL or UNSTABLE_REFERENCE one never moves the point of
-        reference; ``event_time`` is in microseconds since the Unix epoch. A
-        stable id already received raises :class:`DuplicateMessage` (use
-        :meth:`is_duplicate` to drop quietly).
+        ``messages`` is the worker session's batch
+        (:class:`~aqueduct.connector.batch.MessageBatch`), appended in one
+        step when it is a run of new ids, else record by record; a single
+        :class:`~aqueduct.connector.frames.Message` is the batch of one. An
+        EPHEMERAL or UNSTABLE_REFERENCE record never moves the point of
+        reference; ``event_time`` is in microseconds since the Unix epoch.
+
+        A stable id already received is dropped: the batch's
+        :attr:`~aqueduct.connector.batch.MessageBatch.accepted` says which
+        (None: none was), and a lone message raises
+        :class:`DuplicateMessage` instead (use :meth:`is_duplicate` to drop
+        quietly). A record that breaks a rule raises :class:`LogError`; the
+        records before it stay buffered.
         """
-        return self._stream(record.stream_id).append(record)
-
-    def append_run(self, records: Sequence[Record]) -> int | None:
-        """Buffer a run of one stream's new, plain records in one step, if it is one.
-
-        ``records`` is usually the worker's :class:`RecordRun` (columns,
-        taken as they are); other records are checked to form one
-        (:meth:`RecordRun.of`). Returns the first record's offset, or None
-        (nothing buffered) when the records must go through :meth:`append`
-        one by one: several streams, some flag other than EVENT_TIME, ids
-        that are not consecutive, or an id the stream may already hold.
-        Same result as appending each.
-        """
-        run = RecordRun.of(records)
-        if run is None:
-            return None
-        return self._stream(run.stream_id).append_run(run)
-
-    def appender(self, stream_id: int) -> Callable[[Record], int]:
-        """:meth:`append` bound to one stream's writer, for appending a batch of its records.
-
-        Skips the per-record stream lookup; the records must belong to
-        ``stream_id`` (the ingest's batches come from one stream).
-        """
-        return self._stream(stream_id).append
+        batch = messages if type(messages) is MessageBatch else MessageBatch.of((messages,))  # type: ignore[arg-type]
+        writer = self._stream(batch.stream_id)
+        offset = writer.append(batch)
+        if batch is not messages and batch.accepted is not None:
+            raise DuplicateMessage(
+                f"stream {batch.stream_id}: message id {messages.message_id} was already "  # type: ignore[union-attr]
+                f"received (point of reference {writer.points.point})"
+            )
+        return offset
 
     def start_commit(self, now: float | None = None) -> Future[dict[int, int]]:
         """Group commit in the background: make every buffered record durable and visible.
@@ -958,8 +972,6 @@ class DurableLog:
         """Group commit, waiting for it: :meth:`start_commit` and its result."""
         return self.start_commit(now).result()
 
-    flush = commit
-
     # -- positions ---------------------------------------------------------
 
     def snapshot(self, stream_id: int) -> StreamIndex:
@@ -1019,7 +1031,7 @@ class DurableLog:
         return result
 
     def write_acked(self, positions: Mapping[int, int]) -> Future[None]:
-        """Record, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
+        """Message, for ``aqueduct-bridge status``, the offsets whose points were acked (I/O thread)."""
         return self._write(partial(write_acked, self.path, dict(positions)), None)
 
     def close(self) -> None:

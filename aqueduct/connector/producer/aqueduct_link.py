@@ -12,10 +12,11 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 import aqueduct.runtime as rt
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
 from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
 from aqueduct.connector.errors import HandshakeFailed, WorkerBusy
-from aqueduct.connector.frames import Notify, Record, RecordRun
+from aqueduct.connector.frames import Message, Notify
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
 from aqueduct.runtime.retry_hint import retry_within
 from aqueduct.wire.modes import Mode
@@ -171,7 +172,7 @@ def _batches(
 ) -> list[tuple[int | None, list[Outgoing]]]:
     """Group consecutive frames going to the same channel into payloads.
 
-    A run entry (:class:`RecordRun`) goes whole, on its stream's channel.
+    A run entry (:class:`~aqueduct.connector.batch.MessageBatch`) goes whole, on its stream's channel.
     UNRELIABLE payloads are datagrams, so those get one frame each.
     """
     out: list[tuple[int | None, list[Outgoing]]] = []
@@ -191,4 +192,4 @@ def _batches(
 
 
 #: Entries that go on their stream's channel; the rest go on the entrypoint.
-_ROUTED = (Record, RecordRun)
+_ROUTED = (Message, MessageBatch)

@@ -51,7 +51,7 @@ from aqueduct.connector.errors import (
     WorkerBusy,
 )
 from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Record
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Message
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 
@@ -183,7 +183,7 @@ class ConnectorStream:
             ephemeral,
             unstable,
         )
-        c._enqueue(message)
+        c._enqueue([message])
         if c._fatal is not None or not c._has_credit_for_queue():
             await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
         return message.message_id
@@ -220,7 +220,7 @@ class ConnectorStream:
             upto = done + min(room, len(payloads) - done)
             times = None if event_times is None else event_times[done:upto]
             first = state.next_id
-            c._enqueue_many(state.make_messages(payloads[done:upto], times, ephemeral))
+            c._enqueue(state.make_messages(payloads[done:upto], times, ephemeral))
             ids.extend(range(first, state.next_id))
             done = upto
             if c._fatal is not None or not c._has_credit_for_queue():
@@ -410,12 +410,9 @@ class Connector:
         stream = self._outbox.streams.get(stream_id)
         return stream.mode if stream is not None else ORDERED
 
-    def _enqueue(self, message: Record) -> None:
-        self._outbox.push(message)
-        self._kick.set()
-
-    def _enqueue_many(self, messages: list[Record]) -> None:
-        self._outbox.push_many(messages)
+    def _enqueue(self, messages: list[Message]) -> None:
+        """Queue one stream's new records (one from ``send``, a round from ``send_many``)."""
+        self._outbox.push(messages)
         self._kick.set()
 
     def _credit_room(self) -> int:
@@ -517,7 +514,7 @@ class Connector:
             for record in stream.unacked:
                 self._report(error, stream, record)
 
-    def _report(self, error: Exception | None, stream: OutboundStream, record: Record) -> None:
+    def _report(self, error: Exception | None, stream: OutboundStream, record: Message) -> None:
         assert self.on_delivery is not None and record.message_id is not None
         delivery = Delivery(stream.stream_id, stream.stream_name, record.message_id, record.payload, record.key)
         try:

@@ -37,6 +37,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -44,7 +45,8 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Record
+from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
+from aqueduct.connector.frames import Message as ConnectorMessage
 from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
@@ -86,10 +88,10 @@ def from_v3(point: int) -> int:
     return 0 if point == NO_POINT else point + 1
 
 
-def _record(message: Message) -> Record:
+def _record(message: Message) -> ConnectorMessage:
     """The ingest's record for a v3 MESSAGE (event time 0 and an empty key mean none)."""
     flags = (EVENT_TIME if message.event_time else 0) | (KEY if message.key else 0)
-    return Record(
+    return ConnectorMessage(
         flags,
         message.stream_id,
         message.message_id,
@@ -99,14 +101,14 @@ def _record(message: Message) -> Record:
     )
 
 
-def _end_record(stream_id: int, last_id: int) -> Record:
+def _end_record(stream_id: int, last_id: int) -> ConnectorMessage:
     """The ingest's record for EOS_MESSAGE: an EOS BOUNDARY closing the stream's epoch.
 
     EOS_MESSAGE carries no id, so the record reuses the last id with
     UNSTABLE_REFERENCE: it neither moves the point of reference nor takes
     an id from (or is deduplicated against) the stream's messages.
     """
-    return Record(EOS | BOUNDARY | UNSTABLE_REFERENCE, stream_id, last_id, payload=None)
+    return ConnectorMessage(EOS | BOUNDARY | UNSTABLE_REFERENCE, stream_id, last_id, payload=None)
 
 
 @dataclass(slots=True)
@@ -114,7 +116,7 @@ class _Run:
     """Records of one stream received back to back: one RecordsAccepted when taken."""
 
     stream_id: int
-    records: list[Record]
+    records: list[ConnectorMessage]
 
 
 @dataclass(slots=True)
@@ -234,7 +236,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         stream.name = notify.stream_name
         point = stream.points.start_from(from_v3(notify.point_of_reference))
         self._unpersisted += 1
-        self._flush()  # records of other streams before it come first
+        self._emit_gathered()  # records of other streams before it come first
         self._events.append(StreamNotified(sid, notify.stream_name, point))
         self._unanswered[sid] = point
 
@@ -301,15 +303,15 @@ class WallarooSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ events
 
-    def _add(self, stream_id: int, record: Record) -> None:
+    def _add(self, stream_id: int, record: ConnectorMessage) -> None:
         """Gather a record; consecutive records of one stream become one RecordsAccepted."""
         run = self._run
         if run is None or run.stream_id != stream_id:
-            self._flush()
+            self._emit_gathered()
             run = self._run = _Run(stream_id, [])
         run.records.append(record)
 
-    def _flush(self) -> None:
+    def _emit_gathered(self) -> None:
         if self._run is not None:
-            self._events.append(RecordsAccepted(self._run.stream_id, tuple(self._run.records)))
+            self._events.append(RecordsAccepted(self._run.stream_id, MessageBatch.of(self._run.records)))
             self._run = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import aqueduct.runtime as rt
 from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
-from aqueduct.connector.worker.server import FLUSH_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
+from aqueduct.connector.worker.server import CLOSING_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome
 from aqueduct.runtime.payload import PayloadError
@@ -94,7 +94,7 @@ async def _serve_connection(
         # that only sees "connection closed" retries for ever. Finishing the
         # reply channel waits until the peer has received everything on it.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(control.finish(), FLUSH_TIMEOUT)
+            await asyncio.wait_for(control.finish(), CLOSING_TIMEOUT)
         with contextlib.suppress(Exception):
             await conn.close(close_reason())
 
@@ -124,7 +124,7 @@ async def _serve_connection(
         # This stream ended the session while the entrypoint reader waits for
         # input that may never come: close once the ERROR has left.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(peer.wait_flushed(), FLUSH_TIMEOUT)
+            await asyncio.wait_for(peer.wait_sent(), CLOSING_TIMEOUT)
         peer.abort()
 
     async def feed_entry(message: rt.Message) -> None:

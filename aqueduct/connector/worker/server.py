@@ -28,7 +28,7 @@ SessionFactory = Callable[[WorkerConfig, DurableLookup], WorkerSession]
 """Makes a connection's sans-IO session: a :class:`WorkerSession`, or for another wire one
 with the same interface and events (:class:`~aqueduct.connector.wallaroo.worker_session.WallarooSession`)."""
 
-FLUSH_TIMEOUT = 5.0
+CLOSING_TIMEOUT = 5.0
 """Seconds a closing session waits for its last frames to leave."""
 
 
@@ -132,7 +132,7 @@ class WorkerPeer:
     async def connection_lost(self) -> None:
         await self._deliver(self.session.connection_lost())
 
-    async def wait_flushed(self) -> None:
+    async def wait_sent(self) -> None:
         """Wait until the output that ended the session (ERROR / RESTART) was sent."""
         self._wake.set()
         await self._closed.wait()
@@ -200,7 +200,7 @@ class WorkerServer:
                 await read_loop
             if peer.ended:  # let the ERROR / RESTART reach the connector before closing
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(peer.wait_flushed(), FLUSH_TIMEOUT)
+                    await asyncio.wait_for(peer.wait_sent(), CLOSING_TIMEOUT)
             await peer.connection_lost()
         finally:
             await peer.aclose()
@@ -213,7 +213,7 @@ class WorkerServer:
         for peer in list(self.peers):
             peer.abort()
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=FLUSH_TIMEOUT)
+            await asyncio.wait(list(self._tasks), timeout=CLOSING_TIMEOUT)
 
     async def __aenter__(self) -> WorkerServer:
         return self
