@@ -32,6 +32,7 @@ from aqueduct.proto.events import (
     Attachment,
     ChannelCancelled,
     ChannelFinished,
+    ChannelLost,
     ConnectionTerminated,
     Event,
     HandshakeCompleted,
@@ -122,16 +123,7 @@ class Connection:
         self._max_datagram = config.max_datagram_size
         self._terminated = False
         self._intake = Intake(self.side, config, self._hs, self._table, self._stats)
-        self._lifecycle = ChannelLifecycle(
-            self.side,
-            self._table,
-            self._transit,
-            self._parking,
-            self._events,
-            self._out,
-            self._stats,
-            self._new_state,
-        )
+        self._lifecycle = ChannelLifecycle(self.side, self._table, self._transit, self._parking, self._out)
         if is_client:
             self._table.reserve(ENTRYPOINT)
         self._table.add(self._new_state(ENTRYPOINT))
@@ -289,7 +281,7 @@ class Connection:
         if not ok:
             lost = ch.take_evicted()
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         announce = self._announce
         if announce.senders and not announce.armed:
             announce.arm(now)
@@ -338,7 +330,7 @@ class Connection:
             return
         if not ch.is_sender:
             raise LocalProtocolError(f"cancel: we hold the receiver of channel {chanid}, not the sender")
-        self._lifecycle.cancel(ch)
+        self._channels_lost(self._lifecycle.cancel(ch))
 
     def close_receiver(self, chanid: int, now: float) -> None:
         """The application dropped its receiver: CLOSE_RECEIVER (nacks what is not acked).
@@ -350,8 +342,11 @@ class Connection:
             return
         if ch.is_sender:
             raise LocalProtocolError(f"close_receiver: we hold the sender of channel {chanid}")
-        if not self._lifecycle.close_receiver(ch, now):
+        lost = self._lifecycle.close_receiver(ch, now)
+        if lost is None:
             self._timers.schedule(chanid, ch.next_deadline())  # held: the deadline closes it
+        else:
+            self._channels_lost(lost)
 
     def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
         """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
@@ -460,7 +455,7 @@ class Connection:
                 raise RemoteProtocolError(
                     f"FORGET_CHANNEL: only the creator may send it, and we created channel {chanid}"
                 )
-            self._lifecycle.forget(chanid)
+            self._forget(chanid)
             return
         ch = self._channels.get(chanid)
         if ch is None:
@@ -482,14 +477,14 @@ class Connection:
         elif isinstance(frame, AckNackUnreliable):
             lost = ch.on_ack_nack(frame.ranges)
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         elif isinstance(frame, Dequeued):
             ch.on_dequeued(frame.num_bytes)
         else:  # CloseReceiver
             lost = ch.on_close_receiver()
             self._lifecycle.free(ch.chanid)
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         announce = self._announce
         if announce.senders and not announce.armed:  # queued datagrams left
             announce.arm(now)
@@ -503,13 +498,18 @@ class Connection:
         stats.messages_received += 1
         stats.bytes_received += cost
         if frame.attachments:
-            children, released = self._lifecycle.accept_attachments(frame)
+            accepted = self._lifecycle.accept_attachments(frame)
+            for c in accepted.created:
+                child = self._table.add(self._new_state(c))
+                child.echo()
+                child.attached = True
+            children = accepted.attachments
             ids = tuple(a.chanid for a in children)
             ch.delivered(frame, unreliable, cost, ids)
             self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
             self._parking.adopt(ch.chanid, ids)
-            for event in released:
-                self._emit(event)
+            for c in accepted.lost:
+                self._emit(ChannelLost(c))
         else:
             ch.delivered(frame, unreliable, cost, ())
             self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
@@ -554,7 +554,7 @@ class Connection:
             ch.on_cancel()
             self._table.sender_ended.add(ch.chanid)
             self._emit(ChannelCancelled(ch.chanid))
-            self._lifecycle.close_receiver(ch, now, hold=False)
+            self._channels_lost(self._lifecycle.close_receiver(ch, now, hold=False) or ())
             return
         self._after_receive(ch, now)
 
@@ -565,8 +565,11 @@ class Connection:
         closes once they are announced (or its deadline passed) instead.
         """
         if ch.closing_deadline is not None:
-            if not self._lifecycle.close_receiver(ch, now):
+            lost = self._lifecycle.close_receiver(ch, now)
+            if lost is None:
                 self._timers.schedule(ch.chanid, ch.next_deadline())
+            else:
+                self._channels_lost(lost)
             return
         if ch.finish_total is not None and ch.complete:
             ch.finish_close(now)
@@ -576,6 +579,25 @@ class Connection:
             self._timers.schedule(ch.chanid, ch.next_deadline())
 
     # ================================================================ lifecycle
+
+    def _channels_lost(self, lost: Iterable[int]) -> None:
+        """Channels we created were lost (``ChannelLifecycle`` says which): count them, tell the application."""
+        for chanid in lost:
+            self._stats.channels_lost += 1
+            self._events.append(ChannelLost(chanid))
+
+    def _forget(self, chanid: int) -> None:
+        """FORGET_CHANNEL from the creator: the channel and what it carried are lost.
+
+        The channel's own ``ChannelLost`` is not due when its handle can never
+        exist (``Parking.forgotten``), nor when its state had already ended.
+        """
+        had_state, lost = self._lifecycle.forget(chanid)
+        if had_state:
+            self._stats.channels_lost += 1
+        if not self._parking.forgotten(chanid) and had_state:
+            self._emit(ChannelLost(chanid))
+        self._channels_lost(lost)
 
     def _new_state(self, chanid: int) -> Channel:
         cfg = self.config
