@@ -225,7 +225,12 @@ class Connection:
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         """One QUIC DATAGRAM: a batch of one (see ``receive_datagrams``)."""
-        self.receive_datagrams((data,), now)
+        if self._terminated:
+            return
+        try:
+            self._take(self._intake.datagrams((data,), now), now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
 
     def receive_datagrams(self, datas: Iterable[bytes], now: float) -> None:
         """QUIC DATAGRAMs read together, in order (see :meth:`.intake.Intake.datagrams`)."""
