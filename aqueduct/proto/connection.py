@@ -225,12 +225,7 @@ class Connection:
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         """One QUIC DATAGRAM: a batch of one (see ``receive_datagrams``)."""
-        if self._terminated:
-            return
-        try:
-            self._take(self._intake.datagrams((data,), now), now)
-        except (RemoteProtocolError, WireError) as e:
-            self._violation(str(e))
+        self.receive_datagrams((data,), now)
 
     def receive_datagrams(self, datas: Iterable[bytes], now: float) -> None:
         """QUIC DATAGRAMs read together, in order (see :meth:`.intake.Intake.datagrams`)."""
