@@ -6,8 +6,9 @@ The runtime feeds transport input (``receive_stream_data``, ``receive_datagram``
 application). Nothing here reads a clock: every call that may start a timer
 takes ``now``; ``get_timer()`` says when ``handle_timer`` wants to run.
 
-This module routes; every other job has a room: transport input becomes
-routed frames in ``intake.py``, ids / lookup / tombstones are
+This module routes; every other job has a room: transport input is
+decoded in ``intake.py``, which returns what it decoded for this module to
+route, ids / lookup / tombstones are
 ``channels.py``, attachments and loss propagation ``lifecycle.py``, the
 SENT_UNRELIABLE reports ``announce.py``, the event queue ``queue.py``; the
 per-channel rules live in ``sender.py`` and ``receiver.py``, accessibility
@@ -19,7 +20,7 @@ points turn it into a close with code 1 (spec section 6).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from aqueduct.proto.announce import ANNOUNCE_TIMER, Announcements
@@ -31,6 +32,7 @@ from aqueduct.proto.events import (
     Attachment,
     ChannelCancelled,
     ChannelFinished,
+    ChannelLost,
     ConnectionTerminated,
     Event,
     HandshakeCompleted,
@@ -39,7 +41,14 @@ from aqueduct.proto.events import (
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
-from aqueduct.proto.intake import Intake
+from aqueduct.proto.intake import (
+    DatagramReceived,
+    Decoded,
+    FramesRouted,
+    Intake,
+    PlainRunAccepted,
+    RouteToReceived,
+)
 from aqueduct.proto.lifecycle import ChannelLifecycle
 from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
@@ -71,7 +80,6 @@ from aqueduct.wire.frames import (
     Message,
     SentUnreliable,
     Version,
-    read_plain_messages,
 )
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.varint import Headers
@@ -114,30 +122,8 @@ class Connection:
         self._rtt: float | None = None
         self._max_datagram = config.max_datagram_size
         self._terminated = False
-        self._intake = Intake(
-            self.side,
-            config,
-            self._hs,
-            self._table,
-            self._stats,
-            terminated=lambda: self._terminated,
-            route=self._route,
-            routed=self._routed,
-            receive_plain_run=self._receive_plain_run,
-            deliver_plain=self._deliver_plain,
-            prefix_frame=self._prefix_frame,
-            violation=self._violation,
-        )
-        self._lifecycle = ChannelLifecycle(
-            self.side,
-            self._table,
-            self._transit,
-            self._parking,
-            self._events,
-            self._out,
-            self._stats,
-            self._new_state,
-        )
+        self._intake = Intake(self.side, config, self._hs, self._table, self._stats)
+        self._lifecycle = ChannelLifecycle(self.side, self._table, self._transit, self._parking, self._out)
         if is_client:
             self._table.reserve(ENTRYPOINT)
         self._table.add(self._new_state(ENTRYPOINT))
@@ -225,20 +211,30 @@ class Connection:
         return max(2 * self._rtt, self.config.min_receipt_deadline)
 
     def receive_stream_data(self, stream_id: int, data: bytes, end_stream: bool, now: float) -> None:
-        """Bytes of an incoming QUIC stream (see :class:`~.intake.Intake`)."""
-        self._intake.receive_stream_data(stream_id, data, end_stream, now)
+        """Bytes of an incoming QUIC stream, decoded by the intake and routed here."""
+        if self._terminated:
+            return
+        try:
+            self._take(self._intake.stream_data(stream_id, data, end_stream, now), now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
 
     def receive_stream_reset(self, stream_id: int, code: int, now: float) -> None:
         """A reset incoming stream: a partial frame is dropped, whole frames stay processed."""
-        self._intake.receive_stream_reset(stream_id)
+        self._intake.stream_reset(stream_id)
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         """One QUIC DATAGRAM: a batch of one (see ``receive_datagrams``)."""
-        self._intake.receive_datagrams((data,), now)
+        self.receive_datagrams((data,), now)
 
     def receive_datagrams(self, datas: Iterable[bytes], now: float) -> None:
-        """QUIC DATAGRAMs read together, in order (see :meth:`.intake.Intake.receive_datagrams`)."""
-        self._intake.receive_datagrams(datas, now)
+        """QUIC DATAGRAMs read together, in order (see :meth:`.intake.Intake.datagrams`)."""
+        if self._terminated:
+            return
+        try:
+            self._take(self._intake.datagrams(datas, now), now)
+        except (RemoteProtocolError, WireError) as e:
+            self._violation(str(e))
 
     def handle_timer(self, now: float) -> None:
         if self._terminated:
@@ -285,7 +281,7 @@ class Connection:
         if not ok:
             lost = ch.take_evicted()
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         announce = self._announce
         if announce.senders and not announce.armed:
             announce.arm(now)
@@ -334,7 +330,7 @@ class Connection:
             return
         if not ch.is_sender:
             raise LocalProtocolError(f"cancel: we hold the receiver of channel {chanid}, not the sender")
-        self._lifecycle.cancel(ch)
+        self._channels_lost(self._lifecycle.cancel(ch))
 
     def close_receiver(self, chanid: int, now: float) -> None:
         """The application dropped its receiver: CLOSE_RECEIVER (nacks what is not acked).
@@ -346,8 +342,11 @@ class Connection:
             return
         if ch.is_sender:
             raise LocalProtocolError(f"close_receiver: we hold the sender of channel {chanid}")
-        if not self._lifecycle.close_receiver(ch, now):
+        lost = self._lifecycle.close_receiver(ch, now)
+        if lost is None:
             self._timers.schedule(chanid, ch.next_deadline())  # held: the deadline closes it
+        else:
+            self._channels_lost(lost)
 
     def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
         """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
@@ -367,6 +366,31 @@ class Connection:
 
     # ================================================================ dispatch
 
+    def _take(self, decoded: Iterator[Decoded], now: float) -> None:
+        """Act on what the intake decoded, one result after the other (it decodes lazily).
+
+        The order matters: the intake decodes the next result only after this
+        acted on the one before (a ROUTE_TO's answer routes the frames
+        behind it, CONNECTION_HEADERS releases held input).
+        """
+        routed = self._routed
+        for result in decoded:
+            kind = type(result)
+            if kind is PlainRunAccepted:
+                self._deliver_plain(result, now)
+            elif kind is FramesRouted:
+                chanid = result.chanid
+                for frame in result.frames:
+                    routed(chanid, frame, False, now)
+            elif kind is DatagramReceived:
+                chanid = self._route(result.chanid)
+                if chanid is not None:
+                    routed(chanid, result.frame, True, now)
+            elif kind is RouteToReceived:
+                result.stream.routed_to(self._route(result.chanid))
+            else:
+                self._prefix_frame(result.frame, now)
+
     def _prefix_frame(self, frame: Frame, now: float) -> None:
         hs = self._hs
         if isinstance(frame, Version):
@@ -384,7 +408,7 @@ class Connection:
             if not self.is_client:
                 hs.send_headers()
             self._events.append(HandshakeCompleted(frame.headers))
-            self._intake.release_held(now)
+            self._take(self._intake.release_held(), now)
 
     def _route(self, chanid: int) -> int | None:
         """ROUTE_TO ``chanid``: the channel to route to, or None to ignore the sequence."""
@@ -431,7 +455,7 @@ class Connection:
                 raise RemoteProtocolError(
                     f"FORGET_CHANNEL: only the creator may send it, and we created channel {chanid}"
                 )
-            self._lifecycle.forget(chanid)
+            self._forget(chanid)
             return
         ch = self._channels.get(chanid)
         if ch is None:
@@ -453,14 +477,14 @@ class Connection:
         elif isinstance(frame, AckNackUnreliable):
             lost = ch.on_ack_nack(frame.ranges)
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         elif isinstance(frame, Dequeued):
             ch.on_dequeued(frame.num_bytes)
         else:  # CloseReceiver
             lost = ch.on_close_receiver()
             self._lifecycle.free(ch.chanid)
             if lost:
-                self._lifecycle.lose(lost)
+                self._channels_lost(self._lifecycle.lose(lost))
         announce = self._announce
         if announce.senders and not announce.armed:  # queued datagrams left
             announce.arm(now)
@@ -474,13 +498,18 @@ class Connection:
         stats.messages_received += 1
         stats.bytes_received += cost
         if frame.attachments:
-            children, released = self._lifecycle.accept_attachments(frame)
+            accepted = self._lifecycle.accept_attachments(frame)
+            for c in accepted.created:
+                child = self._table.add(self._new_state(c))
+                child.echo()
+                child.attached = True
+            children = accepted.attachments
             ids = tuple(a.chanid for a in children)
             ch.delivered(frame, unreliable, cost, ids)
             self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
             self._parking.adopt(ch.chanid, ids)
-            for event in released:
-                self._emit(event)
+            for c in accepted.lost:
+                self._emit(ChannelLost(c))
         else:
             ch.delivered(frame, unreliable, cost, ())
             self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
@@ -496,35 +525,14 @@ class Connection:
             # already set, its timer is armed (accept sets it, flush clears it).
             self._timers.schedule(ch.chanid, ch.next_deadline())
 
-    def _receive_plain_run(self, chanid: int, data: bytes | bytearray, now: float) -> bytes | bytearray:
-        """Take the plain MESSAGEs leading ``data`` in one step; return the rest for the decoder.
-
-        The per-message path builds a frame and an event per message; on an
-        ORDERED stream nearly every message is plain (see
-        ``read_plain_messages``), so a whole chunk becomes one
-        ``MessageRunReceived``. Oneshot channels and anything unusual take the
-        general path.
-        """
-        ch = self._channels.get(chanid)
-        if ch is None or ch.is_sender or ch.oneshot:
-            return data
-        first, payloads, costs, pos = read_plain_messages(data, 0, self.config.limits.max_payload_bytes)
-        if not payloads:
-            return data
-        fresh = ch.ack_due is None
-        ch.accept_run(first, len(payloads), now)
-        self._deliver_plain(ch, payloads, costs, fresh, now)
-        return data[pos:]
-
-    def _deliver_plain(
-        self, ch: ReceiverChannel, payloads: list[bytes], costs: list[int], fresh: bool, now: float
-    ) -> None:
+    def _deliver_plain(self, run: PlainRunAccepted, now: float) -> None:
         """Accepted plain messages go to the application as one ``MessageRunReceived``.
 
         The event queue gathers consecutive runs of one channel (the
         datagrams or chunks of one read batch) into one event, queued whole
         (:mod:`.queue`); a parked channel's run is parked as it is.
         """
+        ch, payloads, costs = run.channel, run.payloads, run.costs
         cost = sum(costs)
         stats = self._stats
         stats.messages_received += len(payloads)
@@ -534,7 +542,7 @@ class Connection:
             self._events.add_run(ch.chanid, payloads, costs)
         else:
             self._emit(MessageRunReceived(ch.chanid, payloads, costs))
-        self._after_delivery(ch, fresh, now)
+        self._after_delivery(ch, run.fresh, now)
 
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:
         if isinstance(frame, SentUnreliable):
@@ -546,7 +554,7 @@ class Connection:
             ch.on_cancel()
             self._table.sender_ended.add(ch.chanid)
             self._emit(ChannelCancelled(ch.chanid))
-            self._lifecycle.close_receiver(ch, now, hold=False)
+            self._channels_lost(self._lifecycle.close_receiver(ch, now, hold=False) or ())
             return
         self._after_receive(ch, now)
 
@@ -557,8 +565,11 @@ class Connection:
         closes once they are announced (or its deadline passed) instead.
         """
         if ch.closing_deadline is not None:
-            if not self._lifecycle.close_receiver(ch, now):
+            lost = self._lifecycle.close_receiver(ch, now)
+            if lost is None:
                 self._timers.schedule(ch.chanid, ch.next_deadline())
+            else:
+                self._channels_lost(lost)
             return
         if ch.finish_total is not None and ch.complete:
             ch.finish_close(now)
@@ -568,6 +579,25 @@ class Connection:
             self._timers.schedule(ch.chanid, ch.next_deadline())
 
     # ================================================================ lifecycle
+
+    def _channels_lost(self, lost: Iterable[int]) -> None:
+        """Channels we created were lost (``ChannelLifecycle`` says which): count them, tell the application."""
+        for chanid in lost:
+            self._stats.channels_lost += 1
+            self._events.append(ChannelLost(chanid))
+
+    def _forget(self, chanid: int) -> None:
+        """FORGET_CHANNEL from the creator: the channel and what it carried are lost.
+
+        The channel's own ``ChannelLost`` is not due when its handle can never
+        exist (``Parking.forgotten``), nor when its state had already ended.
+        """
+        had_state, lost = self._lifecycle.forget(chanid)
+        if had_state:
+            self._stats.channels_lost += 1
+        if not self._parking.forgotten(chanid) and had_state:
+            self._emit(ChannelLost(chanid))
+        self._channels_lost(lost)
 
     def _new_state(self, chanid: int) -> Channel:
         cfg = self.config

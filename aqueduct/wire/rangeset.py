@@ -64,6 +64,14 @@ class RangeSet:
         if stop <= start:
             return
         starts, stops = self._starts, self._stops
+        if stops and start >= stops[-1]:  # at or past the end: O(1), as ``insert`` (the receiver's case)
+            if start == stops[-1]:
+                stops[-1] = stop
+            else:
+                starts.append(start)
+                stops.append(stop)
+            self._count += stop - start
+            return
         i = bisect_left(stops, start)  # first range ending at or after start
         j = bisect_right(starts, stop)  # ranges from i to j-1 overlap or touch
         if i == j:

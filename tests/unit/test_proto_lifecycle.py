@@ -232,6 +232,8 @@ def test_three_level_cascade_through_an_acked_message():
     # it, and its application never saw anything of them (a's handle never arrived)
     assert not [e for e in p.of("server", MessageReceived) if e.chanid in (a, b, c)]
     assert ChannelLost(a) not in p.of("server", ChannelLost)
+    # each side counts every channel it lost, with or without an event for it
+    assert p.client.stats().channels_lost == 3 and p.server.stats().channels_lost == 3
     finish_entrypoint(p)
     assert_empty(p)
 
@@ -286,6 +288,7 @@ def test_forgotten_remote_channel_is_never_recreated():
     assert x not in p.server.channels
     # x's handle never reached the server application, so neither did anything sent on x
     assert received(p, "server", x) == [] and p.of("server", ChannelLost) == []
+    assert p.client.stats().channels_lost == 1 and p.server.stats().channels_lost == 1
     finish_entrypoint(p)
     assert_empty(p)
 
