@@ -11,9 +11,12 @@ segments) and then through a bridge's Flight server on loopback
 figure is the median throughput of each, in MB of payload per second, and
 their ratio (issue 27's target: at least 0.7). Beside them, the
 ceiling of Flight itself on this machine: the same stored batches, held in
-memory, sent by a bare ``pyarrow.flight`` server over the same TLS in one
-``DoGet`` (no log, no planning, no per-slice calls). Progress goes to
-stderr; ``--json`` writes the row.
+memory, sent by a bare ``pyarrow.flight`` server (no log, no planning, no
+per-slice calls) four ways: one ``DoGet`` over the same TLS, two parallel
+``DoGet`` streams, smaller (1,000-record) batches, and no TLS at all: the
+profile that says whether streams, message sizes or encryption would
+close the gap. Progress goes to stderr; ``--json`` writes the row;
+``--quick`` is a smoke run.
 """
 
 from __future__ import annotations
@@ -65,35 +68,66 @@ def read_all(options: dict[str, str], partitions: int) -> tuple[float, int, int]
     return time.perf_counter() - started, rows, size
 
 
-def flight_ceiling(log: Path, certs: Any, repeat: int) -> tuple[float, int]:
-    """Median seconds for a bare Flight server to send the log's stored batches from memory; their bytes."""
+def flight_ceilings(log: Path, certs: Any, repeat: int) -> tuple[dict[str, float], int]:
+    """What Flight itself achieves here with the log's stored batches held in memory (no log, no planning).
+
+    Medians of ``repeat`` reads, in seconds, of: one ``DoGet`` over the
+    bridge's TLS (``tls``), the same split over two ``DoGet`` streams read in
+    parallel (``tls_2_streams``), one ``DoGet`` re-chunked into batches of
+    1,000 records (``tls_small_batches``), and one ``DoGet`` without TLS
+    (``plaintext``); and the payload bytes each moves.
+    """
+    import threading
+
     import pyarrow as pa
     import pyarrow.flight as flight
 
     from aqueduct.bridge.storage.schema import STORED_SCHEMA
     from aqueduct.bridge.storage.view import load_streams
 
-    table = pa.Table.from_batches(
+    stored = pa.Table.from_batches(
         [b for s in load_streams(log).values() for b in s.read(s.earliest, s.end)], STORED_SCHEMA
     )
+    small = pa.Table.from_batches(stored.to_batches(max_chunksize=1_000), STORED_SCHEMA)
+    half = (stored.num_rows + 1) // 2
 
     class Bare(flight.FlightServerBase):
         def do_get(self, context: Any, ticket: Any) -> Any:
+            which = ticket.ticket
+            table = small if which == b"small" else stored
+            if which.startswith(b"half"):
+                table = stored.slice(half * int(which[4:]), half)
             return flight.RecordBatchStream(table)
 
+    def read(client: Any, tickets: list[bytes]) -> float:
+        threads = [threading.Thread(target=lambda t=t: client.do_get(flight.Ticket(t)).read_all()) for t in tickets]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - started
+
     tls = [flight.CertKeyPair(certs.server_cert.read_bytes(), certs.server_key.read_bytes())]
-    server = Bare(flight.Location.for_grpc_tls("127.0.0.1", 0), tls_certificates=tls)
-    client = flight.FlightClient(f"grpc+tls://127.0.0.1:{server.port}", tls_root_certs=certs.ca.read_bytes())
-    times = []
+    secure = Bare(flight.Location.for_grpc_tls("127.0.0.1", 0), tls_certificates=tls)
+    plain = Bare(flight.Location.for_grpc_tcp("127.0.0.1", 0))
+    clients = {
+        "tls": flight.FlightClient(f"grpc+tls://127.0.0.1:{secure.port}", tls_root_certs=certs.ca.read_bytes()),
+        "plaintext": flight.FlightClient(f"grpc+tcp://127.0.0.1:{plain.port}"),
+    }
+    ways = {"tls": ("tls", [b"all"]), "tls_2_streams": ("tls", [b"half0", b"half1"]),
+            "tls_small_batches": ("tls", [b"small"]), "plaintext": ("plaintext", [b"all"])}  # fmt: skip
+    times: dict[str, list[float]] = {w: [] for w in ways}
     try:
         for _ in range(repeat):
-            started = time.perf_counter()
-            client.do_get(flight.Ticket(b"all")).read_all()
-            times.append(time.perf_counter() - started)
+            for way, (client, tickets) in ways.items():
+                times[way].append(read(clients[client], tickets))
     finally:
-        client.close()
-        server.shutdown()
-    return statistics.median(times), table.column("payload").nbytes
+        for c in clients.values():
+            c.close()
+        secure.shutdown()
+        plain.shutdown()
+    return {w: statistics.median(t) for w, t in times.items()}, stored.column("payload").nbytes
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -124,7 +158,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     read[way] = (rows, size)
                     print(f"flight_read: run {i + 1}/{args.repeat} {way}: {size / seconds / 1e6:,.0f} MB/s",
                           file=sys.stderr, flush=True)  # fmt: skip
-            ceiling_s, ceiling_bytes = flight_ceiling(log, certs, args.repeat)
+            ceilings, ceiling_bytes = flight_ceilings(log, certs, args.repeat)
         finally:
             server.shutdown()
     assert read["local"] == read["flight"], f"the two reads differ: {read}"
@@ -135,8 +169,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "local_s": round(local, 4), "flight_s": round(flight, 4),
         "local_mb_s": round(size / local / 1e6, 1), "flight_mb_s": round(size / flight / 1e6, 1),
         "ratio": round(local / flight, 3), "target": 0.7,
-        "bare_flight_mb_s": round(ceiling_bytes / ceiling_s / 1e6, 1),
-        "bare_flight_ratio": round(local / ceiling_s * ceiling_bytes / size, 3),
+        "bare_flight": {way: {"mb_s": round(ceiling_bytes / s / 1e6, 1),
+                              "ratio": round(local / s * ceiling_bytes / size, 3)} for way, s in ceilings.items()},
     }  # fmt: skip
 
 
@@ -148,14 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epoch", type=int, default=5_000, help="records per epoch and commit (default: %(default)s)")
     p.add_argument("--partitions", type=int, default=8, help="minPartitions of the read (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="runs of each read; medians (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="100,000 records, 3 runs: a smoke run")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the result row here")
     args = p.parse_args(argv)
+    if args.quick:
+        args.records, args.repeat = 100_000, 3
     row = measure(args)
     print(
         f"flight_read: {row['records']:,} records, {row['payload_bytes'] / 1e6:,.0f} MB: local "
         f"{row['local_mb_s']:,} MB/s, Flight {row['flight_mb_s']:,} MB/s, ratio {row['ratio']} "
-        f"(target >= {row['target']}); a bare Flight server sends the same batches from memory at "
-        f"{row['bare_flight_mb_s']:,} MB/s (ratio {row['bare_flight_ratio']})"
+        f"(target >= {row['target']}); a bare Flight server sending the same batches from memory: "
+        + ", ".join(f"{way} {r['mb_s']:,} MB/s (ratio {r['ratio']})" for way, r in row["bare_flight"].items())
     )
     if args.json:
         args.json.write_text(json.dumps(row, indent=2) + "\n")

@@ -152,4 +152,12 @@ def test_flight_read_bench_reads_the_same_rows_both_ways_and_reports_the_ratio(t
     out = tmp_path / "flight.json"
     assert main(["--records", "2000", "--size", "32", "--epoch", "100", "--repeat", "1", "--json", str(out)]) == 0
     row = json.loads(out.read_text())
-    assert row["records"] == 2000 and row["ratio"] > 0 and row["bare_flight_mb_s"] > 0
+    assert row["records"] == 2000 and row["ratio"] > 0
+    assert set(row["bare_flight"]) == {"tls", "tls_2_streams", "tls_small_batches", "plaintext"}
+    assert all(way["mb_s"] > 0 for way in row["bare_flight"].values())
+
+
+def test_bridges_scaleout_script_explains_itself():
+    proc = run_module("bench.bridges_scaleout", "--help")
+    assert proc.returncode == 0
+    assert "--quick" in proc.stdout and "--json" in proc.stdout

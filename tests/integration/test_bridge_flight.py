@@ -250,3 +250,51 @@ def test_a_flipped_byte_is_reported_over_flight_never_sent(log: DurableLog, flig
     lost = set(range(bad.first_offset, bad.end_offset))
     assert lost.isdisjoint(kept.column("message_id").to_pylist())  # fill(): ids are the offsets
     assert corrupt_ranges(log.path) == [(7, bad.first_offset, bad.end_offset)]  # the bridge recorded it
+
+
+def test_a_read_resumed_past_a_skipped_corrupt_batch_reads_no_record_twice(
+    log: DurableLog, flights: FlightLogs
+) -> None:
+    """failOnDataLoss=false and a stream broken mid-read: the resume starts after the last batch received.
+
+    Each batch carries the offset after it; counting rows instead would
+    fall one skipped batch short and read records twice.
+    """
+    import pyarrow.flight as flight
+
+    from aqueduct.bridge.network.flight_server import LogFlightServer
+
+    stream = load_streams(log.path)[7]
+    bad = stream.entries[1]
+    segment = stream.directory / segment_name(bad.segment)
+    data = bytearray(segment.read_bytes())
+    data[bad.position + bad.length // 2] ^= 0x10
+    segment.write_bytes(bytes(data))
+
+    class BreaksOnce(LogFlightServer):
+        """The first read's stream breaks after two batches, as when a bridge dies mid-read."""
+
+        broke = False
+
+        def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+            batches = self.tagged_batches(ticket)
+            if BreaksOnce.broke:
+                return flight.GeneratorStream(batches[0][0].schema, iter(batches))
+            BreaksOnce.broke = True
+
+            def breaking():
+                yield from batches[:2]
+                raise flight.FlightUnavailableError("aqueduct bridge: going away")
+
+            return flight.GeneratorStream(batches[0][0].schema, breaking())
+
+    server = BreaksOnce(log.path, "127.0.0.1", 0, flights.token, flights.certs.server_cert, flights.certs.server_key)
+    try:
+        remote = RemoteLog(f"127.0.0.1:{server.port}", flights.token, flights.certs.ca.read_bytes())
+        kept = pa.Table.from_batches(list(remote.fetch(7, 0, 20, skip_corrupt=True)))
+    finally:
+        server.shutdown()
+    assert BreaksOnce.broke
+    ids = kept.column("message_id").to_pylist()  # fill(): ids are the offsets
+    assert len(ids) == len(set(ids))  # nothing read twice
+    assert set(ids) == set(range(20)) - set(range(bad.first_offset, bad.end_offset))

@@ -47,6 +47,10 @@ def cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env | (extra or {})
 
 
+#: What a Spark Connect server's environment changes (see ``connect_server_command``).
+CONNECT_SERVER_ENV = {"SPARK_DAEMON_MEMORY": "768m"}
+
+
 class StandaloneCluster:
     """``spark://127.0.0.1:PORT`` with two one-core workers; :meth:`stop` ends every JVM it started."""
 
@@ -118,6 +122,27 @@ class StandaloneCluster:
         mine = os.readlink("/proc/self/ns/mnt")
         executors = _executor_pids()
         return bool(executors) and all(os.readlink(f"/proc/{pid}/ns/mnt") in worker_ns - {mine} for pid in executors)
+
+    def connect_server_command(self, port: int, work: Path) -> list[str]:
+        """A Spark Connect server (the one pyspark ships) whose driver runs on this cluster.
+
+        Started as ``sbin/start-connect-server.sh`` would, through
+        ``SparkSubmit``, but in the foreground so the test owns the JVM's
+        pid. Run it with :data:`CONNECT_SERVER_ENV` over :func:`cluster_env`:
+        Spark's launcher sizes a Connect server's heap like a daemon's, by
+        ``SPARK_DAEMON_MEMORY`` (``--driver-memory`` is ignored), and a
+        driver below 450 MiB refuses to start (``INVALID_DRIVER_MEMORY``).
+        """
+        return [
+            self.spark_class, "org.apache.spark.deploy.SparkSubmit",
+            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--name", "aqueduct-connect-test", "--master", self.master_url,
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", f"spark.connect.grpc.binding.port={port}",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.ui.enabled=false", "--conf", f"spark.local.dir={work}",
+            "spark-internal",
+        ]  # fmt: skip
 
     def stop(self) -> None:
         for proc in reversed(self.processes):

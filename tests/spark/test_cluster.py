@@ -23,7 +23,7 @@ from demo.producer import produce
 from demo.sinkfiles import read_committed
 from demo.verify import verify_output
 from demo.workload import Workload
-from tests.spark.standalone import StandaloneCluster, cluster_env, free_port
+from tests.spark.standalone import CONNECT_SERVER_ENV, StandaloneCluster, cluster_env, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -35,9 +35,9 @@ def _program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.app.cli"]
 
 
-async def _spawn(command: list[str], log: Path) -> asyncio.subprocess.Process:
+async def _spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     with open(log, "ab") as out:
-        return await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=cluster_env())
+        return await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=cluster_env(env))
 
 
 async def _until(predicate: Callable[[], bool], what: str, proc: asyncio.subprocess.Process | None = None,
@@ -185,5 +185,64 @@ async def test_the_receiver_in_a_cluster_driver_reads_over_flight_exactly_once(
         assert await asyncio.wait_for(driver.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
     finally:
         await _stop(driver)
+    result = verify_output(out, workload.expected())
+    assert result.ok, result.problems()
+
+
+async def test_a_spark_connect_client_reads_two_bridges_exactly_once_and_acks_all(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """The thin-client way (notebooks, hosted Spark): a Connect server on the cluster, a client without a JVM.
+
+    The Connect server pyspark ships runs its driver against the cluster;
+    the client (``connect_client.py``) registers the source and runs the
+    query remotely, reading two ingest-only bridges over Flight.
+    """
+    workload = Workload(producers=2, streams=2, events=300, epoch=40)
+    names = ("eu", "us")
+    ports = {n: free_port() for n in names}
+    flights = {n: free_port() for n in names}
+    logs = {n: cluster.hidden / f"connect-{n}" / "log" for n in names}
+    connect_port = free_port()
+    procs: list[asyncio.subprocess.Process] = []
+    server_log, client_log = tmp_path / "connect-server.log", tmp_path / "client.log"
+    out, stop_file = tmp_path / "out", tmp_path / "STOP"
+    try:
+        for n in names:
+            procs.append(await _spawn([
+                *_program(), "serve", "--ingest-only", "--tcp", f"127.0.0.1:{ports[n]}", "--log", str(logs[n]),
+                "--flight", f"127.0.0.1:{flights[n]}", "--status-interval", "1",
+            ], tmp_path / f"{n}.log"))  # fmt: skip
+        server = await _spawn(
+            cluster.connect_server_command(connect_port, tmp_path / "connect-work"), server_log, CONNECT_SERVER_ENV
+        )
+        procs.append(server)
+        for n, proc in zip(names, procs, strict=False):
+            await _until(lambda n=n: "log served over Flight" in (tmp_path / f"{n}.log").read_text(),
+                         f"bridge {n}", proc, tmp_path / f"{n}.log")  # fmt: skip
+        await _until(lambda: "Spark Connect server started" in server_log.read_text(), "the Connect server",
+                     server, server_log)  # fmt: skip
+        tls = {n: logs[n] / "tls" for n in names}
+        client = await _spawn([
+            sys.executable, str(Path(__file__).with_name("connect_client.py")), f"sc://127.0.0.1:{connect_port}",
+            ",".join(f"{n}=127.0.0.1:{flights[n]}" for n in names),
+            ",".join(f"{n}={tls[n] / 'flight.token'}" for n in names),
+            ",".join(f"{n}={tls[n] / 'ca.pem'}" for n in names),
+            str(out), str(tmp_path / "checkpoint"), str(stop_file),
+        ], client_log)  # fmt: skip
+        procs.append(client)
+        await _until(lambda: "query started" in client_log.read_text(), "the client's query", client, client_log)
+        stats = await asyncio.wait_for(asyncio.gather(*(
+            produce(f"tcp://127.0.0.1:{ports[n]}", workload, p, timeout=TIMEOUT) for p, n in enumerate(names)
+        )), TIMEOUT)  # fmt: skip
+        assert len(stats) == 2  # every message acked: committed by the client's query
+        await _until(lambda: verify_output(out, workload.expected()).rows >= workload.total, "every row",
+                     client, client_log)  # fmt: skip
+        assert cluster.executor_namespaces_hide_the_logs()
+        stop_file.write_text("stop")
+        assert await asyncio.wait_for(client.wait(), TIMEOUT) == 0, client_log.read_text()[-3000:]
+    finally:
+        for proc in reversed(procs):
+            await _stop(proc)
     result = verify_output(out, workload.expected())
     assert result.ok, result.problems()

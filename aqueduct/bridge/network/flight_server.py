@@ -9,7 +9,10 @@ here, so a remote read is the local one, shipped):
   complete-epoch frontiers and byte sizes planning needs), sent again only
   for the streams that changed since the caller's last call;
 - ``DoGet`` of a ticket ``{"stream", "start", "end"}``: those records as
-  Arrow record batches in the stored schema, exactly the local read's;
+  Arrow record batches in the stored schema, exactly the local read's,
+  each tagged (``app_metadata``) with the offset after its last record, so
+  a reader resuming after a broken stream starts exactly there, even past
+  a batch ``failOnDataLoss=false`` skipped;
 - the actions ``register``, ``check_consumer`` and ``commit``: the consumer
   registry, so the bridge acks and truncates after a cluster query's
   commits exactly as after a local one's.
@@ -37,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from aqueduct.bridge.source.flight_client import AUTH_HEADER, BEARER, STREAM_HEAD
+from aqueduct.bridge.source.flight_client import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
 from aqueduct.bridge.source.log_access import LocalLog, raise_recorded, skip_recorded
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection, check_consumer_name
 from aqueduct.bridge.storage.index import MAGIC, encode_entry
@@ -155,6 +158,14 @@ class LogFlightServer(flight.FlightServerBase):
         return self.host, self.port
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        return flight.GeneratorStream(STORED_SCHEMA, iter(self.tagged_batches(ticket)))
+
+    def tagged_batches(self, ticket: flight.Ticket) -> list[tuple[pa.RecordBatch, pa.Buffer]]:
+        """A ticket's batches, each with its ``app_metadata``: the offset after its last record.
+
+        Slices of the memory-mapped segments (no copy), every one checked
+        against its checksum before the first is sent; gRPC streams them from C++.
+        """
         try:
             want = json.loads(ticket.ticket)
             sid, start, end = int(want["stream"]), int(want["start"]), int(want["end"])
@@ -169,14 +180,15 @@ class LogFlightServer(flight.FlightServerBase):
             entries = s.entries_between(start, end)
         except IndexError as e:
             raise flight.FlightServerError(f"aqueduct bridge: {e}") from None
-        # Slices of the memory-mapped segments (no copy), each checked against its
-        # checksum first; gRPC streams them from C++.
         on_corrupt = skip_recorded if want.get("skip_corrupt") else raise_recorded
         try:
-            table = pa.Table.from_batches(list(s._batches(entries, start, end, on_corrupt)), STORED_SCHEMA)
+            return [
+                (batch, pa.py_buffer(RESUME_AT.pack(min(end, e.end_offset))))
+                for e in entries
+                for batch in s._batches([e], start, end, on_corrupt)
+            ]
         except BatchCorrupt as found:
             raise flight.FlightServerError(f"aqueduct bridge: {found}") from None
-        return flight.RecordBatchStream(table)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [

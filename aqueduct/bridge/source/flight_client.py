@@ -55,6 +55,9 @@ BEARER = "Bearer "
 #: and its index entries as the index file holds them (magic, CRC'd entries).
 STREAM_HEAD = struct.Struct("<QI")
 
+#: A ``DoGet`` batch's ``app_metadata``: the stream offset after its last record (where to resume).
+RESUME_AT = struct.Struct("<Q")
+
 UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
 
 
@@ -134,8 +137,9 @@ class RemoteLog:
 
         A bridge that goes away mid-read (killed, restarted) is waited for
         up to :data:`RECONNECT_WINDOW` seconds, and the read resumes at the
-        first record not yet yielded: stored records never change, so the
-        rows are those of one uninterrupted read. Beyond that the task fails
+        first record not yet yielded (each batch carries the offset after it,
+        so a batch skipped as corrupt does not shift that): stored records
+        never change, so the rows are those of one uninterrupted read. Beyond that the task fails
         and Spark retries it.
         """
         pos, waited, pause = start, 0.0, 0.1
@@ -149,7 +153,10 @@ class RemoteLog:
                         chunk = reader.read_chunk()
                     except StopIteration:
                         return
-                    pos += chunk.data.num_rows
+                    # Where the next record is: counting rows would fall short after a
+                    # skipped corrupt batch and read rows of the next one twice on resume.
+                    tag = chunk.app_metadata
+                    pos = RESUME_AT.unpack(tag.to_pybytes())[0] if tag is not None else pos + chunk.data.num_rows
                     waited, pause = 0.0, 0.1
                     yield chunk.data
             except flight.FlightServerError as e:
