@@ -161,6 +161,22 @@ def test_the_registry_calls_act_on_the_bridges_files(log: DurableLog, flights: F
     assert not (log.path.parent / "escape.json").exists()
 
 
+def test_a_commit_with_a_malformed_offset_is_refused_and_changes_nothing(log: DurableLog, flights: FlightLogs) -> None:
+    """The server reads offsets with the source's one parser: a negative position is refused, not stored."""
+    remote = RemoteLog(flights.address(log.path), flights.token, flights.certs.ca.read_bytes())
+    remote.register("q1", {1: 8}, ALL_STREAMS)
+    remote.commit("q1", {1: 12}, 0)
+    client = flight.FlightClient(
+        f"grpc+tls://{flights.address(log.path)}", tls_root_certs=flights.certs.ca.read_bytes()
+    )
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {flights.token}".encode())], timeout=30)
+    for body in (b'{"consumer": "q1", "offsets": {"1": -1}}', b'{"consumer": "q1", "offsets": {"x": 3}}'):
+        with pytest.raises(flight.FlightServerError, match="bad commit request: OffsetError.*non-negative integer"):
+            list(client.do_action(flight.Action("commit", body), options))
+    client.close()
+    assert read_committed(log.path, "q1") == {1: 12}
+
+
 def test_one_query_over_two_bridges_names_each_rows_log(tmp_path: Path, flights: FlightLogs) -> None:
     logs = {}
     for name in ("eu", "us"):

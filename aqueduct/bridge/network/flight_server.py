@@ -44,6 +44,7 @@ from aqueduct.bridge.source.flight_client import AUTH_HEADER, BEARER, RESUME_AT,
 from aqueduct.bridge.source.log_access import LocalLog, raise_recorded, skip_recorded
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection, check_consumer_name
 from aqueduct.bridge.storage.index import MAGIC, encode_entry
+from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.schema import STORED_SCHEMA
 from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
@@ -208,12 +209,12 @@ class LogFlightServer(flight.FlightServerBase):
         try:
             consumer = check_consumer_name(str(body.get("consumer", "")))
             if action.type == "register":
-                start = {int(k): int(v) for k, v in body.get("start", {}).items()}
+                start = SourceOffset.parse(body.get("start", {})).stream_ids()
                 self.log.register(consumer, start, StreamSelection.from_json(body.get("reads")))
             elif action.type == "check_consumer":
                 self.log.check_not_dropped(consumer)
             elif action.type == "commit":
-                offsets = {int(k): int(v) for k, v in body["offsets"].items()}
+                offsets = SourceOffset.parse(body["offsets"]).stream_ids()
                 self.log.commit(consumer, offsets, int(body.get("skipped", 0)))
             else:
                 raise flight.FlightServerError(f"aqueduct bridge: unknown action {action.type!r}")
