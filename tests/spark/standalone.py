@@ -32,6 +32,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Prefix of every cluster command: the program gets SIGTERM when the test process dies, however
+#: it dies. A pytest killed from outside (SIGKILL, a CI timeout) never runs the fixture's
+#: :meth:`StandaloneCluster.stop`, and JVMs started with ``spark-class`` would run on, holding
+#: ports, cores and memory. The parent-death signal survives ``exec`` (``unshare``, ``sh`` and
+#: ``spark-class`` all exec the next program), so it reaches the JVM itself, and a worker's
+#: executors end with their worker. ``setpriv`` (util-linux, beside ``unshare``) rather than a
+#: ``preexec_fn``, which is unsafe in a process with threads (py4j's).
+DIE_WITH_THE_TESTS = ["setpriv", "--pdeathsig", "TERM"]
+
+
 def cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for every process of the cluster and of its drivers: loopback, this Python."""
     root = Path(__file__).resolve().parents[2]
@@ -66,7 +76,9 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
         with open(self.tmp / f"{name}.log", "wb") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=cluster_env())
+            proc = subprocess.Popen(
+                [*DIE_WITH_THE_TESTS, *command], stdout=out, stderr=subprocess.STDOUT, env=cluster_env()
+            )
         self.processes.append(proc)
         return proc
 

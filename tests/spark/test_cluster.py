@@ -23,7 +23,13 @@ from demo.producer import produce
 from demo.sinkfiles import read_committed
 from demo.verify import verify_output
 from demo.workload import Workload
-from tests.spark.standalone import CONNECT_SERVER_ENV, StandaloneCluster, cluster_env, free_port
+from tests.spark.standalone import (
+    CONNECT_SERVER_ENV,
+    DIE_WITH_THE_TESTS,
+    StandaloneCluster,
+    cluster_env,
+    free_port,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -37,7 +43,9 @@ def _program() -> list[str]:
 
 async def _spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     with open(log, "ab") as out:
-        return await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=cluster_env(env))
+        return await asyncio.create_subprocess_exec(
+            *DIE_WITH_THE_TESTS, *command, stdout=out, stderr=out, env=cluster_env(env)
+        )
 
 
 async def _until(predicate: Callable[[], bool], what: str, proc: asyncio.subprocess.Process | None = None,
