@@ -21,7 +21,7 @@ from aqueduct.bridge.source.datasource import (
     AqueductOptionError,
     AqueductStreamReader,
 )
-from aqueduct.bridge.storage.commits import acks_for, parse_offsets, read_committed
+from aqueduct.bridge.storage.commits import acks_for, commit_file, parse_offsets, read_committed
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.schema import SPARK_SCHEMA
@@ -248,3 +248,22 @@ def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: Durable
     assert read_committed(log.path, "q1") is None  # the query's start is no commit
     assert r.latestOffset(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
     assert read_committed(log.path, "q1") == {2: 3, 10: 0}
+
+
+def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: DurableLog) -> None:
+    """Spark's commit() of the previous batch's end, recorded already by latestOffset, costs no write."""
+    for i in range(3):
+        log.append(Record.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.latestOffset(end, ReadAllAvailable())
+    path = commit_file(log.path, "q1")
+    written = path.read_bytes()
+    r.commit(end)
+    assert path.read_bytes() == written  # the same document, committed_at included
+    log.append(Record.build(2, b"", message_id=3))
+    log.commit()
+    later = r.latestOffset(end, ReadAllAvailable())
+    r.commit(later)  # a commit latestOffset did not record yet is written
+    assert read_committed(log.path, "q1") == {2: 4, 10: 0}

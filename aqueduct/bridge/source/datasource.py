@@ -606,7 +606,13 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         Each log gets its own streams' positions under plain stream ids, so
         its bridge reads them as it reads any consumer's, with the records
         ``failOnDataLoss=false`` skipped since the last commit.
+
+        Spark calls this with the previous batch's end while it writes the
+        next batch's offsets, after :meth:`latestOffset` recorded that very
+        end: the same positions are not written (two fsyncs) again.
         """
+        if end == self._committed and not self._skipped:
+            return
         skipped = self._per_log({k: b - a for k, (a, b) in self._skipped.items()})
         self._skipped.clear()
         self._committed = end
