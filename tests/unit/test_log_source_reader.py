@@ -267,3 +267,23 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
     later = r.latestOffset(end, ReadAllAvailable())
     r.commit(later)  # a commit latestOffset did not record yet is written
     assert read_committed(log.path, "q1") == {2: 4, 10: 0}
+
+
+def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -> None:
+    """Planning the batch latestOffset just ended reads no index again, however much was appended since."""
+    for i in range(3):
+        log.append(Record.build(2, b"a%d" % i, message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    log.append(Record.build(2, b"later", message_id=3))
+    log.commit()
+
+    def no_reload() -> None:
+        raise AssertionError("an index was read again")
+
+    for _, snapshots in r._snapshots or ():
+        snapshots.load = no_reload  # type: ignore[method-assign]
+    parts = spark_round_trip(r.partitions(start, end))
+    assert [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()] == [b"a0", b"a1", b"a2"]

@@ -593,9 +593,24 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         ends = self._parse(end)
         starts = self._parse(start)
         moved = {k: stop for k, stop in ends.items() if stop > starts.get(k, 0)}
-        streams = self._streams()
+        streams = self._covering(moved)
         self._losses(starts, {k: streams[k] for k in moved if k in streams})
         return self._plan(streams, starts, moved)
+
+    def _covering(self, ends: Mapping[StreamKey, int]) -> Mapping[StreamKey, StreamIndex]:
+        """The streams as :meth:`latestOffset` last saw them, if they hold every record below ``ends``.
+
+        Spark plans the partitions of the batch whose end latestOffset has
+        just returned; meanwhile more group commits changed the indexes, and
+        reloading one decodes the whole index file (20 ms per 1,500 entries
+        here, twice a batch). The snapshot that gave ``ends`` holds them.
+        Otherwise (a restart re-planning a batch) they are loaded now.
+        """
+        if self._selected is not None:
+            cached = self._selected[1]
+            if all(k in cached and cached[k].complete >= end for k, end in ends.items()):
+                return cached
+        return self._streams()
 
     def read(self, partition: AqueductPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition, self.logs, skip_corrupt=not self.options.fail_on_data_loss)
