@@ -287,3 +287,21 @@ def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -
         snapshots.load = no_reload  # type: ignore[method-assign]
     parts = spark_round_trip(r.partitions(start, end))
     assert [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()] == [b"a0", b"a1", b"a2"]
+
+
+def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: DurableLog) -> None:
+    """Spark asks reportLatestOffset right after latestOffset, for its progress: no index is read again."""
+    log.append(Record.build(2, b"a", message_id=0))
+    log.commit()
+    r = reader(log, consumer="q1")
+    assert r.reportLatestOffset() == {"2": 1, "10": 0}  # before any latestOffset: read now
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    log.append(Record.build(2, b"later", message_id=1))
+    log.commit()
+
+    def no_reload() -> None:
+        raise AssertionError("an index was read again")
+
+    for _, snapshots in r._snapshots or ():
+        snapshots.load = no_reload  # type: ignore[method-assign]
+    assert r.reportLatestOffset() == end == {"2": 1, "10": 0}

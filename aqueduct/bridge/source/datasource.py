@@ -585,8 +585,13 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         return available < wanted and waited < self.options.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, int]:
-        """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``."""
-        return _offsets({k: s.complete for k, s in self._streams().items()})
+        """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``.
+
+        Spark asks right after :meth:`latestOffset`, for its progress report:
+        the snapshot that call took answers, no index is read again.
+        """
+        streams = self._selected[1] if self._selected is not None else self._streams()
+        return _offsets({k: s.complete for k, s in streams.items()})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
         """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.source.planning`)."""
