@@ -113,7 +113,7 @@ class CheckpointCommits:
         A file sink commits batch ``N`` by writing ``N`` (every tenth
         batch ``N.compact``) into its ``_spark_metadata`` log, inside the
         batch; the commit log follows after Spark's ``commitOffsets`` step
-        (40-100 ms later on the benchmark machine). A query stopped in
+        (about 0.1 s later on the benchmark machine). A query stopped in
         between runs the batch again on restart and the sink skips it, so
         its records are in the sink exactly once from that moment. A sink
         log entry older than the batch's ``offsets/N`` is another query's

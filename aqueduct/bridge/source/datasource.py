@@ -608,7 +608,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         Spark plans the partitions of the batch whose end latestOffset has
         just returned; meanwhile more group commits changed the indexes, and
         reloading one decodes the whole index file (20 ms per 1,500 entries
-        here, twice a batch). The snapshot that gave ``ends`` holds them.
+        on the benchmark machine). The snapshot that gave ``ends`` holds them.
         Otherwise (a restart re-planning a batch) they are loaded now.
         """
         if self._selected is not None:
