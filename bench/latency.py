@@ -25,9 +25,9 @@ trigger start), and from Spark's progress, the sink's files and the
 checkpoint: planning (``latestOffset``, offset log, ``getBatch``, query
 planning), the task (launch, ``read()``, Parquet write: until the last
 data file's mtime), the sink's commit (``_spark_metadata/N``), the commit
-log, the progress event reaching the bridge's listener, the ACK leaving
-the bridge, and its trip to the producer (the producer's latency minus
-the server's send -> ACK-sent, medians).
+log (where the ACK waited for it: the bridge acks on the file sink's own
+commit), the ACK leaving the bridge, and its trip to the producer (the
+producer's latency minus the server's send -> ACK-sent, medians).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ BUDGET = (
     ("planning", "planning (latestOffset, offset log, getBatch, query planning)"),
     ("task", "task launch, read(), Parquet write"),
     ("sink_commit", "sink commit (_spark_metadata)"),
-    ("commit_log", "commit log (checkpoint commits/N)"),
-    ("ack_out", "commit log -> ACK sent (the bridge's commit-log watcher)"),
+    ("commit_log", "commit log (checkpoint commits/N), if the ACK waited for it"),
+    ("ack_out", "commit signal (sink log, else commit log) -> ACK sent"),
     ("ack_trip", "ACK's trip to the producer"),
 )
 
@@ -144,6 +144,7 @@ def _intervals(sent: float, durable: float | None, b: dict[str, Any]) -> dict[st
     written = b["written"] or b["sink_committed"] or b["finished"]
     sink = b["sink_committed"] or written
     log = b["commit_log"] or sink
+    signal = log if b["ack_sent"] >= log else sink  # the bridge acks on the file sink's own commit
     return {
         "sent": sent,
         "group_commit": durable - sent,
@@ -151,8 +152,8 @@ def _intervals(sent: float, durable: float | None, b: dict[str, Any]) -> dict[st
         "planning": max(0.0, b["planned"] - ready),
         "task": written - b["planned"],
         "sink_commit": sink - written,
-        "commit_log": log - sink,
-        "ack_out": b["ack_sent"] - log,
+        "commit_log": signal - sink,
+        "ack_out": b["ack_sent"] - signal,
         "server_total": b["ack_sent"] - sent,
     }
 
@@ -170,13 +171,19 @@ async def _run_bridge(spark: Any, params: dict[str, Any], certs: Certs, work: Pa
     bridge = Bridge(config, spark=spark)
     acks_sent: dict[str, float] = {}
     commits_done: dict[int, float] = {}
-    on_commit = bridge._on_spark_commit
 
-    def timed_commit(consumer: str, positions: dict[int, int]) -> None:
-        on_commit(consumer, positions)
-        acks_sent.setdefault(json.dumps({str(k): v for k, v in positions.items()}, sort_keys=True), time.time())
+    def timed(on_commit: Any) -> Any:
+        """``on_commit`` (a commit signal, which sends the ACKs), noting when each batch's ACK left."""
 
-    bridge._on_spark_commit = timed_commit  # type: ignore[method-assign]
+        def acked(consumer: str, positions: dict[int, int]) -> None:
+            on_commit(consumer, positions)
+            key = json.dumps({str(k): v for k, v in positions.items()}, sort_keys=True)
+            acks_sent.setdefault(key, time.time())
+
+        return acked
+
+    bridge._on_spark_commit = timed(bridge._on_spark_commit)  # type: ignore[method-assign]
+    bridge._on_sink_commit = timed(bridge._on_sink_commit)  # type: ignore[method-assign]
     query_start = time.time()
     await bridge.start()
     assert bridge.log is not None and bridge.quic_address is not None

@@ -286,3 +286,25 @@ async def test_truncation_never_passes_what_was_acked(tmp_path: Path) -> None:
         ingest.truncate_below({DATA: EPOCH_B})  # e.g. every consumer read B, the ack consumer committed A
         # the log's I/O thread runs jobs in order: this one ends after the truncation
         assert log.truncate(DATA, 0).result() == EPOCH_A
+
+
+async def test_a_sink_commit_acks_and_truncation_waits_for_the_commit_log(tmp_path: Path) -> None:
+    """Acked from the file sink's own log, the batch's records stay until Spark's commit log has it.
+
+    (A query stopped between the two runs the batch again on restart: it must still find its records.)
+    """
+    with DurableLog(tmp_path / "log", segment_bytes=1) as log:  # a segment per group commit
+        log.open_stream(DATA, "data", "t/acks").result()
+        ids = iter(range(100))
+        for size in (5, 4):  # epochs A and B, each in its own segment
+            for _ in range(size):
+                log.append(Record.build(DATA, b"r", message_id=next(ids)))
+            log.append(Record.build(DATA, message_id=next(ids), boundary=True))
+            log.commit()
+        register_consumer(log.path, "default", {}, acks=True)
+        positions = ConsumerPositions(log.path, Ingest(log))
+        positions.on_sink_committed("default", {DATA: EPOCH_A})
+        assert positions.ingest.committed_offsets()[DATA] == EPOCH_A  # acked
+        assert log.truncate(DATA, 0).result() == 0  # (runs after any truncation queued before it) kept
+        positions.on_committed("default", {DATA: EPOCH_A})
+        assert log.truncate(DATA, 0).result() == EPOCH_A

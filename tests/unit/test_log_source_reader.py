@@ -21,7 +21,7 @@ from aqueduct.bridge.source.datasource import (
     AqueductOptionError,
     AqueductStreamReader,
 )
-from aqueduct.bridge.storage.commits import acks_for, read_committed
+from aqueduct.bridge.storage.commits import acks_for, commit_file, read_committed
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.offset import OffsetError
@@ -251,3 +251,60 @@ def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: Durable
     assert read_committed(log.path, "q1") is None  # the query's start is no commit
     assert r.latestOffset(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
     assert read_committed(log.path, "q1") == {2: 3, 10: 0}
+
+
+def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: DurableLog) -> None:
+    """Spark's commit() of the previous batch's end, recorded already by latestOffset, costs no write."""
+    for i in range(3):
+        log.append(Record.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.latestOffset(end, ReadAllAvailable())
+    path = commit_file(log.path, "q1")
+    written = path.read_bytes()
+    r.commit(end)
+    assert path.read_bytes() == written  # the same document, committed_at included
+    log.append(Record.build(2, b"", message_id=3))
+    log.commit()
+    later = r.latestOffset(end, ReadAllAvailable())
+    r.commit(later)  # a commit latestOffset did not record yet is written
+    assert read_committed(log.path, "q1") == {2: 4, 10: 0}
+
+
+def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -> None:
+    """Planning the batch latestOffset just ended reads no index again, however much was appended since."""
+    for i in range(3):
+        log.append(Record.build(2, b"a%d" % i, message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    log.append(Record.build(2, b"later", message_id=3))
+    log.commit()
+
+    def no_reload() -> None:
+        raise AssertionError("an index was read again")
+
+    for _, snapshots in r._snapshots or ():
+        snapshots.load = no_reload  # type: ignore[method-assign]
+    parts = spark_round_trip(r.partitions(start, end))
+    assert [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()] == [b"a0", b"a1", b"a2"]
+
+
+def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: DurableLog) -> None:
+    """Spark asks reportLatestOffset right after latestOffset, for its progress: no index is read again."""
+    log.append(Record.build(2, b"a", message_id=0))
+    log.commit()
+    r = reader(log, consumer="q1")
+    assert r.reportLatestOffset() == {"2": 1, "10": 0}  # before any latestOffset: read now
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    log.append(Record.build(2, b"later", message_id=1))
+    log.commit()
+
+    def no_reload() -> None:
+        raise AssertionError("an index was read again")
+
+    for _, snapshots in r._snapshots or ():
+        snapshots.load = no_reload  # type: ignore[method-assign]
+    assert r.reportLatestOffset() == end == {"2": 1, "10": 0}

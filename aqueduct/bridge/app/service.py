@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
 from aqueduct.bridge.app.commit_listener import install_commit_listener
-from aqueduct.bridge.app.commit_log import CheckpointCommits
+from aqueduct.bridge.app.commit_log import SINK_METADATA, CheckpointCommits
 from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.app.pipeline import PipelineError
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -223,6 +223,7 @@ class Bridge:
         self._listeners: list[Any] = []  # connector transport servers
         self._tasks: list[asyncio.Task[None]] = []
         self._batches = 0
+        self._counted: dict[str, dict[int, int]] = {}  # per consumer, the end of the last batch counted
         self.failed: str | None = None
         self._spark_stuck = False  # its start timed out: stopping it could hang too
         self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
@@ -480,7 +481,8 @@ class Bridge:
         else:
             # Spark's commit log is the earlier signal; the listener would only cost: pyspark
             # converts every progress event field by field over py4j, on this process's core.
-            self._commit_log = CheckpointCommits(checkpoint)
+            sink_log = c.output_dir / SINK_METADATA if c.pipeline is None and c.sink == "parquet" else None
+            self._commit_log = CheckpointCommits(checkpoint, sink=sink_log)
             self._spark.streams.removeListener(self._listener)
             self._listener = None
 
@@ -495,29 +497,46 @@ class Bridge:
             spark.stop()
             self._spark = None
 
+    def _count_batch(self, consumer: str, positions: dict[int, int]) -> None:
+        """Count a committed batch once, by whichever signal (sink log, commit log, listener) came first."""
+        assert self.positions is not None
+        known = self._counted.setdefault(consumer, dict(self.positions.committed.get(consumer, {})))
+        if any(pos > known.get(sid, 0) for sid, pos in positions.items()):
+            self._batches += 1
+            known.update((sid, max(pos, known.get(sid, 0))) for sid, pos in positions.items())
+
     def _on_spark_commit(self, consumer: str, positions: dict[int, int]) -> None:
         if self.positions is not None and self.log is not None:
-            known = self.positions.committed.get(consumer, {})
-            if any(pos > known.get(sid, 0) for sid, pos in positions.items()):
-                self._batches += 1  # counted once, by whichever signal (commit log, listener) came first
+            self._count_batch(consumer, positions)
             # Acks, trims the log and records the acked offsets for `status`
             # (the reader's commit file trails by a trigger; acked.json does not).
             self.positions.on_committed(consumer, positions)
 
+    def _on_sink_commit(self, consumer: str, positions: dict[int, int]) -> None:
+        """The file sink committed a batch its query has yet to record: acks, no truncation."""
+        if self.positions is not None:
+            self._count_batch(consumer, positions)
+            self.positions.on_sink_committed(consumer, positions)
+
     async def _follow_commit_log(self, commits: CheckpointCommits) -> None:
-        """Ack from Spark's commit log the moment a batch committed (the earliest signal).
+        """Ack the moment a batch committed: from the file sink's log, else Spark's commit log.
 
         Looks every :data:`COMMIT_LOG_POLL` seconds while records wait for
-        a commit (one ``stat``), not at all while nothing does. Such a
-        query has no listener (see :meth:`_start_query`); the commit
+        a commit or a batch acked from the sink's log waits for the commit
+        log (one to three ``stat`` calls), not at all while nothing does.
+        Such a query has no listener (see :meth:`_start_query`); the commit
         files' safety net still runs.
         """
         assert self.ingest is not None
         while True:
-            waiting = self.ingest.lag > 0
+            waiting = self.ingest.lag > 0 or commits.trailing
             await asyncio.sleep(COMMIT_LOG_POLL if waiting else COMMIT_LOG_IDLE)
-            if waiting and (positions := commits.poll()):
+            if not waiting:
+                continue
+            if positions := commits.poll():
                 self._on_spark_commit(DEFAULT_CONSUMER, positions)
+            elif positions := commits.poll_sink():
+                self._on_sink_commit(DEFAULT_CONSUMER, positions)
 
     async def _safety_net(self) -> None:
         while True:

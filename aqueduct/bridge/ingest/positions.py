@@ -61,6 +61,21 @@ class ConsumerPositions:
         self._merge(consumer, positions)
         self.apply()
 
+    def on_sink_committed(self, consumer: str, positions: Mapping[int, int]) -> None:
+        """``consumer``'s sink holds every record below ``positions``; its query has yet to record it.
+
+        Acks only. Truncation waits for :meth:`on_committed` (the query's
+        own commit log): a query that stops in between runs the batch again
+        on restart (its sink skips writing it twice), and so reads it again.
+        """
+        committed = {**self.committed, consumer: dict(self.committed.get(consumer, {}))}
+        mine = committed[consumer]
+        for sid, pos in positions.items():
+            mine[sid] = max(pos, mine.get(sid, 0))
+        acks = frontiers(self.consumers, committed, self.ingest.log.stream_names()).acks
+        if acks:
+            self.ingest.on_committed(acks)
+
     def poll(self) -> None:
         """Re-read the registry and every consumer's commit file, then apply (the safety net)."""
         self.consumers = load_consumers(self.log_dir)
