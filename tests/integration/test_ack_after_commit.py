@@ -298,8 +298,8 @@ async def test_a_sink_commit_acks_and_truncation_waits_for_the_commit_log(tmp_pa
         ids = iter(range(100))
         for size in (5, 4):  # epochs A and B, each in its own segment
             for _ in range(size):
-                log.append(Record.build(DATA, b"r", message_id=next(ids)))
-            log.append(Record.build(DATA, message_id=next(ids), boundary=True))
+                log.append(Message.build(DATA, b"r", message_id=next(ids)))
+            log.append(Message.build(DATA, message_id=next(ids), boundary=True))
             log.commit()
         register_consumer(log.path, "default", {}, acks=True)
         positions = ConsumerPositions(log.path, Ingest(log))

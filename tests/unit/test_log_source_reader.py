@@ -256,7 +256,7 @@ def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: Durable
 def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: DurableLog) -> None:
     """Spark's commit() of the previous batch's end, recorded already by latestOffset, costs no write."""
     for i in range(3):
-        log.append(Record.build(2, b"", message_id=i))
+        log.append(Message.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
@@ -265,7 +265,7 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
     written = path.read_bytes()
     r.commit(end)
     assert path.read_bytes() == written  # the same document, committed_at included
-    log.append(Record.build(2, b"", message_id=3))
+    log.append(Message.build(2, b"", message_id=3))
     log.commit()
     later = r.latestOffset(end, ReadAllAvailable())
     r.commit(later)  # a commit latestOffset did not record yet is written
@@ -275,12 +275,12 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
 def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -> None:
     """Planning the batch latestOffset just ended reads no index again, however much was appended since."""
     for i in range(3):
-        log.append(Record.build(2, b"a%d" % i, message_id=i))
+        log.append(Message.build(2, b"a%d" % i, message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
-    log.append(Record.build(2, b"later", message_id=3))
+    log.append(Message.build(2, b"later", message_id=3))
     log.commit()
 
     def no_reload() -> None:
@@ -294,12 +294,12 @@ def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -
 
 def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: DurableLog) -> None:
     """Spark asks reportLatestOffset right after latestOffset, for its progress: no index is read again."""
-    log.append(Record.build(2, b"a", message_id=0))
+    log.append(Message.build(2, b"a", message_id=0))
     log.commit()
     r = reader(log, consumer="q1")
     assert r.reportLatestOffset() == {"2": 1, "10": 0}  # before any latestOffset: read now
     end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    log.append(Record.build(2, b"later", message_id=1))
+    log.append(Message.build(2, b"later", message_id=1))
     log.commit()
 
     def no_reload() -> None:
