@@ -320,7 +320,8 @@ class SparkBridge:
                 left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
                 if signalled.is_set() or left <= 0:
                     return False
-                self._queries[0].awaitTermination(left)
+                # py4j takes whole milliseconds, and Spark refuses 0 ("Timeout has to be positive")
+                self._queries[0].awaitTermination(max(left, 0.001))
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
