@@ -64,5 +64,5 @@ async def test_a_full_log_disk_holds_credits_then_resumes_with_everything_exactl
     assert after["disk_full"] is None
     err = stderr.read_text()
     assert err.count("no credits are granted until it is durable, retrying") == 1, err
-    assert err.count("the log's disk has room again: commits go on") == 1, err
+    assert err.count("the log's disk has room again: group commits go on") == 1, err
     assert "No space left on device" in full["disk_full"] and "Traceback" not in err

@@ -79,5 +79,5 @@ async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Pat
     assert result.ok, result.problems()
     text = log_file.read_text()
     assert text.count("no credits are granted until it is durable, retrying") == 1
-    assert text.count("the log's disk has room again: commits go on") == 1
+    assert text.count("the log's disk has room again: group commits go on") == 1
     assert "Traceback" not in text
