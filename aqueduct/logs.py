@@ -53,12 +53,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+def cut_by_the_jvm_ending(record: logging.LogRecord) -> bool:
+    """py4j's traceback of a call the JVM's end cut off (it logs it on the root logger).
+
+    When Spark's JVM ends (a stop signal that reached it first, a crash),
+    a py4j call in flight fails with ``Py4JNetworkError`` and py4j logs
+    "Exception while sending command." with two chained tracebacks. The
+    bridge says what happened in one line of its own ("Spark's JVM ended
+    by ..."), so the traceback is noise an operator would take for a bug.
+    Matched by the exception's class and module, so this module needs no
+    py4j import.
+    """
+    error = record.exc_info[1] if record.exc_info else None
+    kind = type(error)
+    return kind.__name__ == "Py4JNetworkError" and kind.__module__.startswith("py4j")
+
+
 def configure_logging(log_format: str = "text", stream: TextIO | None = None) -> None:
     """Send the bridge's INFO lines (and every library's warnings) to ``stream`` (stderr) in ``log_format``."""
     if log_format not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, got {log_format!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(lambda record: not cut_by_the_jvm_ending(record))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)  # py4j, aioquic ...: warnings only

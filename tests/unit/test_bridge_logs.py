@@ -45,6 +45,31 @@ def test_an_unknown_log_format_is_refused() -> None:
         configure_logging("xml")
 
 
+def test_py4j_tracebacks_of_calls_the_jvm_end_cut_off_are_dropped_and_other_errors_kept() -> None:
+    """A JVM that ended first leaves py4j's two chained tracebacks; the bridge's own line says it instead."""
+    import io
+
+    from py4j.protocol import Py4JNetworkError
+
+    out, root = io.StringIO(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("text", out)
+        for error in (Py4JNetworkError("Error while sending or receiving"), ValueError("a real bug")):
+            try:
+                raise error
+            except Exception:
+                logging.exception("Exception while sending command.")  # as py4j logs it: the root logger
+        logging.getLogger("aqueduct.bridge").warning("Spark's JVM ended by SIGTERM (exit status 143): stopping")
+    finally:
+        for h in root.handlers[len(handlers):]:
+            root.removeHandler(h)
+        root.setLevel(level)
+    text = out.getvalue()
+    assert text.count("Exception while sending command.") == 1 and "ValueError: a real bug" in text
+    assert "Py4JNetworkError" not in text and "Spark's JVM ended by SIGTERM" in text
+
+
 def test_histogram_buckets_are_cumulative_with_inf_last() -> None:
     h = Histogram(bounds=(0.001, 0.01))
     for seconds in (0.0005, 0.001, 0.005, 3.0):
