@@ -9,16 +9,14 @@ Exits 0 when it stopped the query itself.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bridges_query import read_bridges, run_until_stopped  # a sibling: this runs as a script
 
 from aqueduct.bridge.app.pipeline import local_session, start_sink
 from aqueduct.bridge.source import register
-
-RUN_LIMIT = 600.0  # seconds: a hang guard only
 
 
 def main(master: str, bridges: str, tokens: str, cas: str, output: str, checkpoint: str, stop_file: str) -> int:
@@ -39,24 +37,12 @@ def main(master: str, bridges: str, tokens: str, cas: str, output: str, checkpoi
         else:
             print(f"{what} credential was NOT refused", flush=True)
             return 1
-    df = (
-        spark.readStream.format("aqueduct").option("bridge", bridges).option("bridgeTokenFile", tokens)
-        .option("bridgeCA", cas).option("consumer", "default").load()
-    )  # fmt: skip
+    df = read_bridges(spark, bridges, tokens, cas)
     query = start_sink(
         df, "parquet", query_name="over-bridges", checkpoint=Path(checkpoint), output_dir=Path(output),
         trigger_interval=0.5,
     )  # fmt: skip
-    print("query started", flush=True)
-    deadline = time.monotonic() + RUN_LIMIT
-    while not os.path.exists(stop_file) and query.isActive and time.monotonic() < deadline:
-        time.sleep(0.25)
-    active = query.isActive
-    if not active:
-        print(f"query died: {query.exception()}", flush=True)
-    query.stop()
-    spark.stop()
-    return 0 if active and os.path.exists(stop_file) else 1
+    return run_until_stopped(spark, query, stop_file)
 
 
 def _reason(e: Exception) -> str:

@@ -12,39 +12,24 @@ Exits 0 when it stopped the query itself.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 
+from bridges_query import read_bridges, run_until_stopped  # a sibling: this runs as a script
 from pyspark.sql import SparkSession
 
 from aqueduct.bridge.source import register
-
-RUN_LIMIT = 600.0  # seconds: a hang guard only
 
 
 def main(remote: str, bridges: str, tokens: str, cas: str, output: str, checkpoint: str, stop_file: str) -> int:
     spark = SparkSession.builder.remote(remote).getOrCreate()
     assert spark.__class__.__module__.startswith("pyspark.sql.connect"), spark.__class__
     register(spark)  # the documented call, unchanged on Connect
-    df = (
-        spark.readStream.format("aqueduct").option("bridge", bridges).option("bridgeTokenFile", tokens)
-        .option("bridgeCA", cas).option("consumer", "default").load()
-    )  # fmt: skip
+    df = read_bridges(spark, bridges, tokens, cas)
     query = (
         df.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
         .trigger(processingTime="0.5 seconds").start()
     )  # fmt: skip
-    print("query started", flush=True)
-    deadline = time.monotonic() + RUN_LIMIT
-    while not os.path.exists(stop_file) and query.isActive and time.monotonic() < deadline:
-        time.sleep(0.25)
-    active = query.isActive
-    if not active:
-        print(f"query died: {query.exception()}", flush=True)
-    query.stop()
-    spark.stop()
-    return 0 if active and os.path.exists(stop_file) else 1
+    return run_until_stopped(spark, query, stop_file)
 
 
 if __name__ == "__main__":
