@@ -272,6 +272,16 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
     assert read_committed(log.path, "q1") == {2: 4, 10: 0}
 
 
+def forbid_index_reads(r: AqueductStreamReader) -> None:
+    """From now on, any read of an index by ``r``'s planner fails the test."""
+
+    def no_reload() -> None:
+        raise AssertionError("an index was read again")
+
+    for _, snapshots in r._snapshots or ():
+        snapshots.load = no_reload  # type: ignore[method-assign]
+
+
 def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -> None:
     """Planning the batch latestOffset just ended reads no index again, however much was appended since."""
     for i in range(3):
@@ -282,12 +292,7 @@ def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -
     end = r.latestOffset(start, ReadAllAvailable())
     log.append(Message.build(2, b"later", message_id=3))
     log.commit()
-
-    def no_reload() -> None:
-        raise AssertionError("an index was read again")
-
-    for _, snapshots in r._snapshots or ():
-        snapshots.load = no_reload  # type: ignore[method-assign]
+    forbid_index_reads(r)
     parts = spark_round_trip(r.partitions(start, end))
     assert [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()] == [b"a0", b"a1", b"a2"]
 
@@ -301,10 +306,5 @@ def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: Durab
     end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
     log.append(Message.build(2, b"later", message_id=1))
     log.commit()
-
-    def no_reload() -> None:
-        raise AssertionError("an index was read again")
-
-    for _, snapshots in r._snapshots or ():
-        snapshots.load = no_reload  # type: ignore[method-assign]
+    forbid_index_reads(r)
     assert r.reportLatestOffset() == end == {"2": 1, "10": 0}
