@@ -32,6 +32,7 @@ from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import generate_certs
+from tests.ingest_stop import stop_ingest
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "blocking_producer.py"
@@ -60,11 +61,7 @@ async def bridge_ingest(tmp_path: Path) -> AsyncIterator[tuple[Ingest, str]]:
     try:
         yield ingest, f"tcp://127.0.0.1:{server.port}"
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)
 
 
 async def _durable(ingest: Ingest, stream_id: int, records: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 from aqueduct.bridge.ingest.service import Ingest
@@ -11,6 +10,7 @@ from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.tcp_listener import serve_tcp
+from tests.ingest_stop import stop_ingest
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 
@@ -45,11 +45,7 @@ async def test_commit_while_the_connector_was_away_is_acked_on_reconnect(tmp_pat
             await conn.wait_all_acked(TIMEOUT)
             assert stream.acked == 11 and conn.stats.connections == 2
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)
 
 
 async def test_acks_are_durable_before_they_are_sent_and_a_restart_never_goes_below_them(tmp_path: Path) -> None:
@@ -82,11 +78,7 @@ async def test_acks_are_durable_before_they_are_sent_and_a_restart_never_goes_be
                     break
                 await asyncio.sleep(0.001)
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)
     assert seen_in_file == [{1: 11}]
     with DurableLog(tmp_path / "log") as reopened:  # no commit file: only acked.json knows
         assert Ingest(reopened).committed_offsets() == {1: 11}

@@ -8,7 +8,6 @@ must be told which, or it would treat a late lower id as a duplicate.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aqueduct.bridge.ingest.service import Ingest, IngestConfig
 from aqueduct.bridge.storage.log import DurableLog
@@ -16,6 +15,7 @@ from aqueduct.connector import ORDERED, UNORDERED
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.wire.modes import Mode
+from tests.ingest_stop import stop_ingest
 
 TIMEOUT = 30.0
 
@@ -49,8 +49,4 @@ async def test_unordered_and_ordered_streams_reach_the_log_with_their_mode(
         assert log.snapshot(1).meta.mode is Mode.UNORDERED
         assert log.snapshot(2).meta.mode is Mode.ORDERED
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)

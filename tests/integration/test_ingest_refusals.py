@@ -10,7 +10,6 @@ died with a ``KeyError`` ("Task exception was never retrieved").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 
 import pytest
@@ -19,6 +18,7 @@ from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer.client import Connector, ConnectorRefused
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+from tests.ingest_stop import stop_ingest
 
 TIMEOUT = 30.0
 
@@ -50,11 +50,7 @@ async def test_a_refused_multi_stream_quic_producer_gets_its_error_and_others_ar
                     break
                 await asyncio.sleep(0.02)
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)
     gc.collect()  # "Task exception was never retrieved" is reported when the task is collected
     await asyncio.sleep(0)
     assert problems == []

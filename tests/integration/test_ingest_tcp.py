@@ -23,6 +23,7 @@ from aqueduct.connector import frames as f
 from aqueduct.connector.producer.client import Connector, ConnectorRefused
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
+from tests.ingest_stop import stop_ingest
 from tests.stored import stored
 from tests.waiting import wait_until
 
@@ -65,11 +66,7 @@ async def running_worker(
     try:
         yield Worker(log, ingest, server.port)
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        log.close()
+        await stop_ingest(server, commits, log)
 
 
 async def spark_stand_in(worker: Worker, every: float = 0.05) -> None:

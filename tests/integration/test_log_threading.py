@@ -25,6 +25,7 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.tcp_listener import serve_tcp
+from tests.ingest_stop import stop_ingest
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -99,11 +100,7 @@ async def test_streams_commits_truncation_and_acks_never_write_on_the_loop(tmp_p
                 ingest.truncate_below({sid: 33 for sid in (1, 2, 3)})
                 await conn.wait_all_acked(TIMEOUT)
     finally:
-        await server.close()
-        commits.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await commits
-        await asyncio.to_thread(log.close)  # runs behind every queued write
+        await stop_ingest(server, commits, log)
     assert seen == []
     assert read_acked(tmp_path / "log") == {1: 33, 2: 33, 3: 33}
     streams = load_streams(tmp_path / "log")
