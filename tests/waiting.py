@@ -19,3 +19,18 @@ async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -
         if loop.time() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def finish(proc: asyncio.subprocess.Process, timeout: float) -> tuple[int, bytes, str]:
+    """``proc``'s exit code, stdout and stderr once it exits; killed (and the test failed) after ``timeout``.
+
+    The timeout only turns a hung child into a failure instead of a hung suite.
+    """
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out, err.decode()

@@ -21,6 +21,7 @@ import pytest
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
 from aqueduct.connector.producer.cli import derived_stream_id
 from aqueduct.runtime.certs import CertPaths, generate_certs
+from tests.waiting import finish
 
 TIMEOUT = 60.0
 STAND_IN = "stand-in"  # the consumer that commits in place of a Spark query
@@ -54,14 +55,8 @@ async def produce(*args: str, env: dict[str, str] | None = None) -> tuple[int, d
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})},
     )  # fmt: skip
     cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, json.loads(out), err.decode(), cmdline
+    code, out, err = await finish(proc, TIMEOUT)
+    return code, json.loads(out), err, cmdline
 
 
 async def test_two_programs_feed_one_bridge_side_by_side(tmp_path: Path) -> None:

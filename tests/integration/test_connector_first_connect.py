@@ -18,6 +18,7 @@ import threading
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp
+from tests.waiting import finish
 
 TIMEOUT = 60.0
 BACKOFF = (0.01, 0.2)
@@ -122,17 +123,6 @@ async def produce(*args: str) -> asyncio.subprocess.Process:
     )
 
 
-async def finish(proc: asyncio.subprocess.Process) -> tuple[int, bytes, str]:
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out, err.decode()
-
-
 async def test_produce_started_before_the_worker_reports_its_retries() -> None:
     import json
 
@@ -146,7 +136,7 @@ async def test_produce_started_before_the_worker_reports_its_retries() -> None:
         sink = MemorySink()
         server = await serve_tcp("127.0.0.1", port, sink)
         try:
-            code, out, err = await finish(proc)
+            code, out, err = await finish(proc, TIMEOUT)
         finally:
             await server.close()
     finally:
@@ -164,7 +154,7 @@ async def test_produce_started_before_the_worker_reports_its_retries() -> None:
 async def test_produce_connect_timeout_gives_the_exact_error() -> None:
     port = free_port(socket.SOCK_STREAM)
     code, _, err = await finish(
-        await produce(f"tcp://127.0.0.1:{port}", "--count", "1", "--connect-timeout", "0.5", "--quiet")
+        await produce(f"tcp://127.0.0.1:{port}", "--count", "1", "--connect-timeout", "0.5", "--quiet"), TIMEOUT
     )
     assert code == 1
     assert re.fullmatch(

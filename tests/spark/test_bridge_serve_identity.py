@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from aqueduct.runtime.certs import CertPaths
+from tests.waiting import finish
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -55,14 +56,8 @@ async def produce(*args: str, env: dict[str, str]) -> tuple[int, dict, str]:
         *script("aqueduct-produce"), *args, "--json", "--quiet",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, json.loads(out), err.decode()
+    code, out, err = await finish(proc, TIMEOUT)
+    return code, json.loads(out), err
 
 
 async def test_a_bridge_with_a_client_ca_and_a_cookie_file(tmp_path: Path, certs: CertPaths) -> None:
