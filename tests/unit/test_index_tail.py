@@ -166,3 +166,35 @@ def test_log_snapshots_follow_appends_and_truncations_as_a_fresh_load_does(tmp_p
             if previous.entries and round_ % 7 != 6:  # the known entries were not decoded again
                 assert before.entries[0] is previous.entries[0]
         assert before.end == n and before.earliest > 0
+
+
+def test_reloads_while_the_writer_commits_always_see_a_prefix_of_a_later_full_load(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "log"
+    with DurableLog(path, segment_bytes=500) as log:
+        log.open_stream(1, "s1", "c/1").result()
+        snapshots = LogSnapshots(path)
+        stop = threading.Event()
+
+        def write() -> None:
+            n = 0
+            while not stop.is_set() and n < 3000:
+                log.append(Message.build(1, b"z" * 20, message_id=n))
+                log.commit()
+                n += 1
+                if n % 20 == 0:
+                    log.truncate(1, n - 5).result()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            for _ in range(300):
+                seen = snapshots.load()[1].entries
+                later = load_streams(path)[1].entries
+                if seen and later and later[0].first_offset <= seen[0].first_offset:  # no truncation between
+                    k = later.index(seen[0])
+                    assert later[k : k + len(seen)] == seen
+        finally:
+            stop.set()
+            writer.join(30)
