@@ -257,15 +257,20 @@ class JitClock:
         self._thread = threading.Thread(target=self._run, name="jit-clock", daemon=True)
         self._thread.start()
 
+    def _sample(self) -> None:
+        self.samples.append((time.time(), float(self._bean.getTotalCompilationTime())))
+
     def _run(self) -> None:
         while True:
-            self.samples.append((time.time(), float(self._bean.getTotalCompilationTime())))
+            self._sample()
             if self._stop.wait(self._interval):
                 return
 
     def stop(self) -> list[tuple[float, float]]:
+        """The samples, the last one taken now (after the last phase's end)."""
         self._stop.set()
         self._thread.join(5)
+        self._sample()
         return self.samples
 
 
