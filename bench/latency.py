@@ -3,6 +3,11 @@
 One run, two processes (as every benchmark: server on CPU 0 with Spark
 ``local[1]`` as its child, producer on CPU 1):
 
+0. The server warms Spark's JVM up, unmeasured (``--jvm-warmup``): the
+   floor's query (step 3) at the highest rate. A fresh JVM compiles Spark's
+   micro-batch and Parquet paths for its first minute or so (its C2 JIT
+   took 0.2 of the one core in the first seconds); without this, whatever
+   is measured first pays for it, and ours was measured first.
 1. The server starts a real :class:`~aqueduct.bridge.app.service.Bridge` with
    its default settings (Parquet sink, default trigger, group commit) on
    a fresh SparkSession. The producer connects, sends one record and
@@ -17,6 +22,10 @@ One run, two processes (as every benchmark: server on CPU 0 with Spark
    source at the same rates into the same Parquet sink with the same
    trigger, and takes each micro-batch's time (``triggerExecution``, the
    batches that carried rows).
+
+What bias is left is reported: the JVM's JIT compilation time (its
+``CompilationMXBean``, sampled by the server) per second of each measured
+phase, ours and the floor's.
 
 The server also takes the **latency budget** of every record it carried:
 the wait for the group commit (send -> durable, from the record's
@@ -39,6 +48,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -236,6 +246,44 @@ def _stop_between_triggers(query: Any, wait: float = 5.0) -> None:
     query.stop()
 
 
+class JitClock:
+    """The JVM's total JIT compilation time, sampled in a thread, to tell what each phase paid for it."""
+
+    def __init__(self, spark: Any, interval: float = 0.25) -> None:
+        self._bean = spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        self.samples: list[tuple[float, float]] = []  # (wall time, compilation ms so far)
+        self._stop = threading.Event()
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, name="jit-clock", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        self.samples.append((time.time(), float(self._bean.getTotalCompilationTime())))
+
+    def _run(self) -> None:
+        while True:
+            self._sample()
+            if self._stop.wait(self._interval):
+                return
+
+    def stop(self) -> list[tuple[float, float]]:
+        """The samples, the last one taken now (after the last phase's end)."""
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+        return self.samples
+
+
+def jit_ms_per_s(samples: list[tuple[float, float]], window: list[float]) -> float | None:
+    """JIT compilation ms per wall second over ``window``, from the samples around it."""
+    before = [s for s in samples if s[0] <= window[0]]
+    after = [s for s in samples if s[0] >= window[1]]
+    if not before or not after or after[0][0] <= before[-1][0]:
+        return None
+    (t0, ms0), (t1, ms1) = before[-1], after[0]
+    return (ms1 - ms0) / (t1 - t0)
+
+
 def _rate_floor(spark: Any, rate: int, trigger: str | None, warmup: float, seconds: float) -> dict[str, Any]:
     """Spark's built-in ``rate`` source into a Parquet sink: micro-batch times of batches with rows."""
     with tempfile.TemporaryDirectory(prefix="aqueduct-latency-rate-", ignore_cleanup_errors=True) as tmp:
@@ -250,12 +298,17 @@ def _rate_floor(spark: Any, rate: int, trigger: str | None, warmup: float, secon
         try:
             time.sleep(warmup)
             first = len(query.recentProgress)
+            window = [time.time()]
             time.sleep(seconds)
+            window.append(time.time())
             progress = query.recentProgress[first:]
         finally:
             _stop_between_triggers(query)
     times = [p["durationMs"]["triggerExecution"] / 1000 for p in progress if p["numInputRows"]]
-    return {"rate": rate, "batches": len(times), **_percentiles(times), "spark_ms": _spark_phases(progress)}
+    return {
+        "rate": rate, "batches": len(times), **_percentiles(times), "spark_ms": _spark_phases(progress),
+        "window": window,
+    }  # fmt: skip
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -271,15 +324,21 @@ async def serve_bridge(params: dict[str, Any], certs: Certs, ready: Any) -> dict
 
     spark = await asyncio.to_thread(spark_session)
     spark.sparkContext.setLogLevel("ERROR")
-    with tempfile.TemporaryDirectory(prefix="aqueduct-latency-") as tmp:
-        ours = await _run_bridge(spark, params, certs, Path(tmp), ready)
+    jit = JitClock(spark)
     trigger = trigger_option(BridgeConfig.trigger_interval)
-    floors = []
-    for rate in params["rates"]:
-        floors.append(await asyncio.to_thread(
-            _rate_floor, spark, rate, trigger, params["floor_warmup"], params["floor_seconds"]
-        ))  # fmt: skip
-    return {**ours, "trigger": trigger, "floors": floors}
+    try:
+        if params["jvm_warmup"] > 0:  # unmeasured: neither side pays for the fresh JVM's compiling
+            await asyncio.to_thread(_rate_floor, spark, max(params["rates"]), trigger, params["jvm_warmup"], 0.0)
+        with tempfile.TemporaryDirectory(prefix="aqueduct-latency-") as tmp:
+            ours = await _run_bridge(spark, params, certs, Path(tmp), ready)
+        floors = []
+        for rate in params["rates"]:
+            floors.append(await asyncio.to_thread(
+                _rate_floor, spark, rate, trigger, params["floor_warmup"], params["floor_seconds"]
+            ))  # fmt: skip
+    finally:
+        samples = jit.stop()
+    return {**ours, "trigger": trigger, "floors": floors, "jit": samples}
 
 
 # ------------------------------------------------------------------ client side
@@ -386,6 +445,10 @@ def summarize(server: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
             "rate": phase["rate"],
             "ours": {k: phase[k] for k in ("p50_ms", "p90_ms", "p99_ms", "sent", "acked")},
             "floor": floor,
+            "jit_ms_per_s": {
+                "ours": jit_ms_per_s(server["jit"], phase["window"]),
+                "floor": jit_ms_per_s(server["jit"], floor["window"]) if "window" in floor else None,
+            },
             "p50_ratio": phase["p50_ms"] / base if base and phase["p50_ms"] else None,
             "p99_ratio": phase["p99_ms"] / base if base and phase["p99_ms"] else None,
             "budget": budget(server["records"], phase["window"], phase["p50_ms"] or 0.0),
@@ -431,6 +494,10 @@ def render(summary: dict[str, Any]) -> str:
         phases = r["floor"].get("spark_ms", {})
         lines.append(f"  rate {r['rate']:,}: " + ", ".join(f"{k} {v:,.0f}" for k, v in phases.items()))
     lines.append("")
+    lines.append("JVM JIT compilation during the measured phases, ms per s (ours / the floor's): " + "; ".join(
+        f"{r['rate']:,} rec/s {_ms(r['jit_ms_per_s']['ours'])} / {_ms(r['jit_ms_per_s']['floor'])}"
+        for r in summary["rates"]))  # fmt: skip
+    lines.append("")
     lines += ["| budget, median ms | " + " | ".join(f"{r['rate']:,} rec/s" for r in summary["rates"]) + " |"]
     lines += ["|---|" + "---|" * len(summary["rates"])]
     for key, what in BUDGET:
@@ -446,13 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default=",".join(map(str, RATES)), help="records/s (default: %(default)s)")
     parser.add_argument("--seconds", type=float, help="measured seconds per rate (default 10, quick 1)")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds per rate first (default 5, quick 0.5)")
+    parser.add_argument("--jvm-warmup", type=float,
+                        help="unmeasured seconds of the floor's query first, on the fresh JVM (default 30, quick 0)")
     parser.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
     args = parser.parse_args(argv)
     seconds = args.seconds or (1.0 if args.quick else 10.0)
     warmup = args.warmup if args.warmup is not None else (0.5 if args.quick else 5.0)
     rates = [int(r) for r in args.rates.split(",")]
+    jvm_warmup = args.jvm_warmup if args.jvm_warmup is not None else (0.0 if args.quick else 30.0)
     params = {
-        "rates": rates, "seconds": seconds, "warmup": warmup, "bound": 300.0,
+        "rates": rates, "seconds": seconds, "warmup": warmup, "bound": 300.0, "jvm_warmup": jvm_warmup,
         "floor_warmup": 2.0 if args.quick else 5.0, "floor_seconds": 2.0 if args.quick else seconds,
     }  # fmt: skip
     from aqueduct.runtime.certs import generate_certs
@@ -462,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         generate_certs(Path(tmp) / "certs")
         print(f"latency: rates {rates}, {warmup:g} s warm-up + {seconds:g} s each ...", file=sys.stderr, flush=True)
         with WorkerPair(Path(tmp) / "certs") as pair:
-            timeout = 600 + len(rates) * (seconds + warmup + params["floor_warmup"] + params["floor_seconds"] + 60)
+            timeout = 600 + jvm_warmup + len(rates) * (seconds + warmup + params["floor_warmup"] + params["floor_seconds"] + 60)
             result = pair.run("latency.bridge", params, timeout)
     summary = summarize(result["server"], result["client"])
     print(render(summary))

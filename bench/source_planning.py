@@ -14,7 +14,17 @@ spread over N streams (one complete epoch each). Two measurements:
   and of Parquet files written.
 
 Issue 18's target: 2,000 streams, 100,000 rows of 100 bytes, under 50
-files and under 5 s. Progress goes to stderr; ``--json`` writes the rows.
+files and under 5 s.
+
+``--reload`` measures instead what one planner reload of a busy stream
+costs as its index grows (issue 29): one stream gets group commits of one
+record each until its index holds each of ``--entries`` entries; there,
+``--repeat`` times, one more group commit and then the planner's reload
+(``LogSnapshots.load``: the change journal names the stream, its index's
+appended entries are read) against a full read of the same index (what
+every reload cost before). Medians in ms.
+
+Progress goes to stderr; ``--json`` writes the rows.
 """
 
 from __future__ import annotations
@@ -81,6 +91,50 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
     }
 
 
+def reload_cost(path: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """A planner's reload of one stream after a group commit, and a full read, as its index grows."""
+    from aqueduct.bridge.storage.index import read_index
+    from aqueduct.bridge.storage.log import DurableLog
+    from aqueduct.bridge.storage.view import LogSnapshots
+    from aqueduct.connector.frames import Message
+
+    rows = []
+    index = path / "streams" / "1" / "index"
+    with DurableLog(path) as log:
+        log.open_stream(1, "busy", "bench/1").result()
+        snapshots = LogSnapshots(path)
+        n = 0
+
+        def group_commit() -> None:
+            nonlocal n
+            log.append(Message.build(1, b"x" * 100, message_id=n))
+            log.commit()
+            n += 1
+
+        for size in sorted(sizes):
+            print(f"growing the index to {size:,} entries ...", file=sys.stderr, flush=True)
+            while n < size - repeat:
+                group_commit()
+            snapshots.load()
+            reloads, fulls = [], []
+            for _ in range(repeat):
+                group_commit()
+                t = time.perf_counter()
+                snapshots.load()
+                reloads.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                read_index(index)
+                fulls.append(time.perf_counter() - t)
+            assert len(snapshots.load()[1].entries) == n
+            rows.append({
+                "entries": n,
+                "reload_ms": round(statistics.median(reloads) * 1000, 3),
+                "full_read_ms": round(statistics.median(fulls) * 1000, 2),
+            })  # fmt: skip
+            print(f"{n:>8,} {rows[-1]['reload_ms']:>10} {rows[-1]['full_read_ms']:>12}", flush=True)
+    return rows
+
+
 def one_batch(spark: Any, path: Path, out: Path) -> dict[str, Any]:
     t = time.perf_counter()
     q = (
@@ -124,8 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=100, help="payload bytes per record")
     parser.add_argument("--repeat", type=int, default=3, help="planning repetitions (median)")
     parser.add_argument("--no-spark", action="store_true", help="planning only")
+    parser.add_argument("--reload", action="store_true",
+                        help="measure a busy stream's reload against its index's size instead (no Spark)")
+    parser.add_argument("--entries", type=int, nargs="+", default=[1_500, 5_000, 20_000],
+                        help="--reload: index sizes to measure at")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
+    if args.reload:
+        print(f"{'entries':>8} {'reload ms':>10} {'full read ms':>12}")
+        with tempfile.TemporaryDirectory(prefix="aq-reload-") as tmp:
+            rows = reload_cost(Path(tmp) / "log", args.entries, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return 0
     spark = None if args.no_spark else session()
     results = []
     print(f"{'streams':>7} {'rows':>8} {'cold plan ms':>12} {'trigger plan ms':>15} {'tasks':>5} "

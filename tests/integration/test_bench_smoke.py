@@ -143,6 +143,7 @@ def test_latency_benchmark_quick_mode_reports_ours_beside_sparks_floor(tmp_path)
     assert row["rate"] == 200 and row["ours"]["acked"] == row["ours"]["sent"] > 0
     assert row["ours"]["p50_ms"] > 0 and row["floor"]["batches"] > 0 and row["p50_ratio"] > 0
     assert doc["first_ack_s"] > 0 and row["budget"]["records"] > 0
+    assert set(row["jit_ms_per_s"]) == {"ours", "floor"}  # what each side paid for the JVM's compiling
     assert "Spark rate-source micro-batch" in proc.stdout and "waiting for a trigger" in proc.stdout
 
 

@@ -34,6 +34,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from aqueduct.bridge.storage.durability import fsync_path
 
@@ -149,29 +150,48 @@ def decode_entries(data: bytes) -> tuple[list[IndexEntry], int]:
     """
     if len(data) < len(MAGIC):
         return [], 0
-    magic = data[: len(MAGIC)]
+    layout = _layout(data[: len(MAGIC)])
+    entries = _decode_run(data[len(MAGIC) :], len(MAGIC), layout, None, 0)
+    return entries, len(MAGIC) + len(entries) * (layout.size + _CRC.size)
+
+
+def _layout(magic: bytes) -> struct.Struct:
+    """The entry layout an index's magic announces."""
     if magic == MAGIC:
-        layout, size = _BODY, ENTRY_SIZE
-    elif magic == MAGIC_V1:
-        layout, size = _BODY_V1, ENTRY_SIZE_V1
-    else:
-        raise IndexCorrupt("index file does not start with the aqueduct index magic")
+        return _BODY
+    if magic == MAGIC_V1:
+        return _BODY_V1
+    raise IndexCorrupt("index file does not start with the aqueduct index magic")
+
+
+def _decode_run(
+    data: bytes, origin: int, layout: struct.Struct, previous: IndexEntry | None, number: int
+) -> list[IndexEntry]:
+    """Decode whole entries from the start of ``data`` until the valid run ends.
+
+    ``data`` starts at byte ``origin`` of the file, after ``number`` entries
+    the last of which is ``previous``: the full load and the tail reload
+    (:func:`read_index`) stop, and report a corrupt entry, at the same place
+    with the same words.
+    """
+    size = layout.size + _CRC.size
     entries: list[IndexEntry] = []
-    pos = len(MAGIC)
+    pos = 0
     while pos + size <= len(data):
         entry = _decode_entry(data[pos : pos + size], layout)
         if entry is None:
             if _intact_after(data, pos + size, size, layout):
                 raise IndexCorrupt(
-                    f"index entry {len(entries)} (byte {pos}) fails its CRC but a later entry is "
-                    "intact: the index is corrupt, not torn (a crash tears only the last entry)"
+                    f"index entry {number + len(entries)} (byte {origin + pos}) fails its CRC but a later "
+                    "entry is intact: the index is corrupt, not torn (a crash tears only the last entry)"
                 )
             break
-        if entries and entry.first_offset != entries[-1].end_offset:
+        last = entries[-1] if entries else previous
+        if last is not None and entry.first_offset != last.end_offset:
             break
         entries.append(entry)
         pos += size
-    return entries, pos
+    return entries
 
 
 def _intact_after(data: bytes, pos: int, size: int, layout: struct.Struct) -> bool:
@@ -190,14 +210,83 @@ def is_current(path: Path) -> bool:
 
 def read_entries(path: Path) -> tuple[list[IndexEntry], int]:
     """Read the valid entries of an index file (empty if it does not exist)."""
+    snapshot = read_index(path)
+    return list(snapshot.entries), snapshot.valid
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSnapshot:
+    """What a reader last read of an index file: its valid entries, and what lets it read on.
+
+    An index only grows between rewrites, and a rewrite (truncation, the
+    format upgrade) replaces the file, so a later read of the same inode
+    needs only the bytes after ``valid``. ``head`` and ``tail`` are the
+    file's first and last valid entries as bytes, read again to confirm
+    that the file still holds what this snapshot decoded: the writer cuts
+    an entry it failed to sync off in place, and a file system may give a
+    rewritten index its predecessor's inode number.
+    """
+
+    entries: tuple[IndexEntry, ...]
+    #: bytes the entries span, the magic included (0: no index file, or not even its magic)
+    valid: int
+    inode: int
+    head: bytes
+    tail: bytes
+
+
+def read_index(path: Path, previous: IndexSnapshot | None = None) -> IndexSnapshot:
+    """The valid entries of an index file, as :func:`read_entries` finds them.
+
+    Given the snapshot of an earlier call, and the file is the same one
+    and at least as long, only the bytes appended since are read and
+    decoded (checked exactly as a full read checks them, torn or corrupt
+    entries included); anything else reads the whole file. A planner that
+    asks after every group commit then pays for the new entries, not for
+    the thousands an index gathers before truncation shrinks it.
+    """
     try:
-        data = path.read_bytes()
+        f = open(path, "rb")
     except FileNotFoundError:
-        return [], 0
+        return IndexSnapshot((), 0, 0, b"", b"")
+    with f:
+        st = os.fstat(f.fileno())  # the file read below, whatever replaces the path meanwhile
+        if previous and previous.entries and previous.inode == st.st_ino and st.st_size >= previous.valid:
+            appended = _read_appended(f, previous)
+            if appended is not None:
+                return appended
+        f.seek(0)
+        data = f.read()
     try:
-        return decode_entries(data)
+        entries, valid = decode_entries(data)
     except IndexCorrupt as e:
         raise IndexCorrupt(f"{path}: {e}") from None
+    size = (valid - len(MAGIC)) // len(entries) if entries else 0  # one entry's bytes, either format
+    return IndexSnapshot(tuple(entries), valid, st.st_ino, data[: len(MAGIC) + size], data[valid - size : valid])
+
+
+def _read_appended(f: BinaryIO, previous: IndexSnapshot) -> IndexSnapshot | None:
+    """``previous`` and the entries appended after it, or None if the file is not its continuation."""
+    size = len(previous.tail)
+    f.seek(0)
+    if f.read(len(previous.head)) != previous.head:
+        return None
+    f.seek(previous.valid - size)
+    data = f.read()
+    if data[:size] != previous.tail:
+        return None
+    try:
+        layout = _layout(previous.head[: len(MAGIC)])
+        added = _decode_run(data[size:], previous.valid, layout, previous.entries[-1], len(previous.entries))
+    except IndexCorrupt as e:
+        raise IndexCorrupt(f"{f.name}: {e}") from None
+    if not added:
+        return previous
+    n = len(added)
+    return IndexSnapshot(
+        previous.entries + tuple(added), previous.valid + n * size, previous.inode, previous.head,
+        data[n * size : (n + 1) * size],  # data starts with the previous last entry
+    )  # fmt: skip
 
 
 def write_atomically(path: Path, data: bytes) -> None:

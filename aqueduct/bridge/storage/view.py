@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeReader
-from aqueduct.bridge.storage.index import IndexEntry, read_entries
+from aqueduct.bridge.storage.index import IndexEntry, IndexSnapshot, read_index
 from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
 from aqueduct.wire.modes import Mode
 
@@ -190,13 +190,14 @@ class StreamIndex:
         return e.first_offset + below
 
 
-def _load_stream(directory: Path) -> StreamIndex | None:
+def _load_stream(directory: Path, previous: IndexSnapshot | None = None) -> tuple[StreamIndex, IndexSnapshot] | None:
+    """A stream's snapshot and its index's, reading only what was appended to ``previous``."""
     try:
         meta = StreamMeta.from_json((directory / META_FILE).read_bytes())
     except FileNotFoundError:
         return None
-    entries, _ = read_entries(directory / INDEX_FILE)
-    return StreamIndex(meta, directory, tuple(entries))
+    index = read_index(directory / INDEX_FILE, previous)
+    return StreamIndex(meta, directory, index.entries), index
 
 
 def load_streams(path: Path) -> dict[int, StreamIndex]:
@@ -208,10 +209,19 @@ def load_streams(path: Path) -> dict[int, StreamIndex]:
         return streams
     for d in root.iterdir():
         if d.is_dir() and d.name.isdigit():
-            s = _load_stream(d)
-            if s is not None:
-                streams[s.stream_id] = s
+            loaded = _load_stream(d)
+            if loaded is not None:
+                streams[loaded[0].stream_id] = loaded[0]
     return dict(sorted(streams.items()))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A stream as :class:`LogSnapshots` last read it."""
+
+    key: tuple[int, int, int] | None  # its index's inode, size and mtime before that read
+    stream: StreamIndex
+    index: IndexSnapshot  # where a reload reads on from
 
 
 class LogSnapshots:
@@ -223,14 +233,17 @@ class LogSnapshots:
     new writer, a rotated journal, the periodic safety rescan) every stream
     is listed and ``stat``-ed, and only indexes whose inode, size or
     modification time changed are read again. Planning over 10,000 quiet
-    streams then reads one small file, not 10,000.
+    streams then reads one small file, not 10,000. A reload reads only the
+    entries appended to the index since (:func:`read_index`), so a stream's
+    reload costs what its last group commits added, not the thousands of
+    entries its index holds before truncation rewrites it.
     """
 
     def __init__(self, path: Path) -> None:
         check_log_dir(path)
         self.path = path
         self._changes = ChangeReader(path / CHANGES_FILE)
-        self._known: dict[int, tuple[tuple[int, int, int] | None, StreamIndex]] = {}
+        self._known: dict[int, _Known] = {}
         self._last: dict[int, StreamIndex] | None = None
         #: the streams the last :meth:`load` reloaded; None when it rescanned them all
         self.changed: set[int] | None = None
@@ -241,7 +254,7 @@ class LogSnapshots:
         self.changed = changed if self._last is not None else None
         if changed is None or self._last is None:
             self._rescan()
-            self._last = {sid: self._known[sid][1] for sid in sorted(self._known)}
+            self._last = {sid: self._known[sid].stream for sid in sorted(self._known)}
             return self._last
         if not changed:
             return self._last
@@ -251,23 +264,27 @@ class LogSnapshots:
         last = dict(self._last)  # a copy keeps the id order while only values change
         for sid in changed:
             if sid in self._known:
-                last[sid] = self._known[sid][1]
+                last[sid] = self._known[sid].stream
             else:
                 last.pop(sid, None)
         if len(last) != len(self._known):  # a new stream: the order must be rebuilt
-            last = {sid: self._known[sid][1] for sid in sorted(self._known)}
+            last = {sid: self._known[sid].stream for sid in sorted(self._known)}
         self._last = last
         return last
 
+    def _load(self, directory: str, key: tuple[int, int, int] | None, cached: _Known | None) -> _Known | None:
+        loaded = _load_stream(Path(directory), cached.index if cached is not None else None)
+        return None if loaded is None else _Known(key, *loaded)
+
     def _reload(self, sid: int, directory: str) -> None:
-        s = _load_stream(Path(directory))
-        if s is None:
+        known = self._load(directory, _index_key(directory), self._known.get(sid))  # the key first:
+        if known is None:  # an append after it makes the next rescan read again, not miss it
             self._known.pop(sid, None)
         else:
-            self._known[sid] = (_index_key(directory), s)
+            self._known[sid] = known
 
     def _rescan(self) -> None:
-        known: dict[int, tuple[tuple[int, int, int] | None, StreamIndex]] = {}
+        known: dict[int, _Known] = {}
         try:
             listing = os.scandir(self.path / STREAMS_DIR)
         except FileNotFoundError:
@@ -279,12 +296,12 @@ class LogSnapshots:
                     continue
                 key = _index_key(d.path)
                 cached = self._known.get(int(d.name))
-                if key is not None and cached is not None and cached[0] == key:
+                if key is not None and cached is not None and cached.key == key:
                     known[int(d.name)] = cached
                     continue
-                s = _load_stream(Path(d.path))
-                if s is not None:
-                    known[s.stream_id] = (key, s)
+                loaded = self._load(d.path, key, cached)
+                if loaded is not None:
+                    known[loaded.stream.stream_id] = loaded
         self._known = known
 
 
