@@ -33,6 +33,19 @@ def offsets_checksum(offsets: Mapping[str, int]) -> int:
     return crc32c.crc32c(json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode())
 
 
+def checked_offsets(doc: Mapping[str, object]) -> dict[int, int]:
+    """The positions of an offsets document, after checking the CRC32C written with them.
+
+    Raises ``ValueError`` (or ``KeyError``/``TypeError`` for a malformed
+    document) when they fail; files written before checksums carry none.
+    """
+    positions = SourceOffset.parse(doc["offsets"]).stream_ids()  # type: ignore[arg-type]
+    stored = doc.get("crc32c")
+    if stored is not None and stored != offsets_checksum(doc["offsets"]):  # type: ignore[arg-type]
+        raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
+    return positions
+
+
 def write_acked(log_dir: Path, positions: Mapping[int, int]) -> None:
     """Record the offsets whose points of reference the bridge acked (atomically, durably)."""
     offsets = SourceOffset(positions).spark()
@@ -56,10 +69,7 @@ def read_acked_at(log_dir: Path) -> tuple[dict[int, int], float | None]:
     path = log_dir / ACKED_FILE
     try:
         doc = json.loads(path.read_bytes())
-        offsets = SourceOffset.parse(doc["offsets"]).stream_ids()
-        stored = doc.get("crc32c")  # absent in files written before checksums
-        if stored is not None and stored != offsets_checksum(doc["offsets"]):
-            raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
+        offsets = checked_offsets(doc)
         acked_at = float(doc["acked_at"])
     except FileNotFoundError:
         return {}, None

@@ -23,8 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from aqueduct.bridge.storage.acked import offsets_checksum
-from aqueduct.bridge.storage.offset import SourceOffset
+from aqueduct.bridge.storage.acked import checked_offsets
 
 COMMITS_DIR = "commits"
 
@@ -47,10 +46,7 @@ def read_committed(log: str | Path, consumer: str = "default") -> dict[int, int]
     path = commit_file(Path(log), consumer)
     try:
         doc = json.loads(path.read_bytes())
-        positions = SourceOffset.parse(doc["offsets"]).stream_ids()
-        stored = doc.get("crc32c")  # absent in files written before checksums
-        if stored is not None and stored != offsets_checksum(doc["offsets"]):
-            raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
+        positions = checked_offsets(doc)
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
