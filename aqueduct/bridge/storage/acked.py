@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import crc32c
 
@@ -33,15 +34,15 @@ def offsets_checksum(offsets: Mapping[str, int]) -> int:
     return crc32c.crc32c(json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode())
 
 
-def checked_offsets(doc: Mapping[str, object]) -> dict[int, int]:
+def checked_offsets(doc: Mapping[str, Any]) -> dict[int, int]:
     """The positions of an offsets document, after checking the CRC32C written with them.
 
     Raises ``ValueError`` (or ``KeyError``/``TypeError`` for a malformed
     document) when they fail; files written before checksums carry none.
     """
-    positions = SourceOffset.parse(doc["offsets"]).stream_ids()  # type: ignore[arg-type]
+    positions = SourceOffset.parse(doc["offsets"]).stream_ids()
     stored = doc.get("crc32c")
-    if stored is not None and stored != offsets_checksum(doc["offsets"]):  # type: ignore[arg-type]
+    if stored is not None and stored != offsets_checksum(doc["offsets"]):
         raise ValueError(f"its offsets fail their CRC32C check (stored {stored:#010x})")
     return positions
 
