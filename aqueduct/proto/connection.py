@@ -1,7 +1,7 @@
 """One Aqueduct connection, sans-IO: routing frames to channels, and the application's calls.
 
 The runtime feeds transport input (``receive_stream_data``, ``receive_datagram``,
-...) and application requests (``send_message``, ``finish``, ...), then drains
+...) and application requests (``send``, ``finish``, ...), then drains
 ``transmit()`` (actions for QUIC) and ``next_event()`` (news for the
 application). Nothing here reads a clock: every call that may start a timer
 takes ``now``; ``get_timer()`` says when ``handle_timer`` wants to run.
@@ -54,7 +54,7 @@ from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
-from aqueduct.proto.sender import SenderChannel
+from aqueduct.proto.sender import SenderChannel, refuse_attachments_on_run
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker
@@ -261,44 +261,48 @@ class Connection:
         self._transit.created(chanid)
         return chanid
 
-    def send_message(
+    def send(
         self,
         chanid: int,
-        payload: bytes,
+        payloads: Sequence[bytes],
         headers: Headers = (),
         attachments: Iterable[Attachment | AttachmentRef | int] = (),
         now: float = 0.0,
-    ) -> bool:
-        """Send on sender ``chanid``; False when the message waits in the local queue.
+    ) -> tuple[int, bool]:
+        """Send ``payloads`` on sender ``chanid``, in order: how many were taken, and whether all left.
 
-        When False, ``send_blocked(chanid)`` says whether the local queue is
-        full (the runtime's ``send()`` then waits for ``SendWindowOpened``).
+        The one way the application's messages enter the core; a single
+        message is the run of one. ``headers`` go on every message,
+        ``attachments`` only on a run of one. The first message is always
+        taken (sent, or queued); the next ones only while the local queue is
+        not full (see ``SenderChannel.send``).
+
+        The second answer is True when nothing waits in the sender's queue
+        after the call: the sender has room, and nothing was evicted. When
+        False, the runtime delivers the pending events first (an UNRELIABLE
+        queue's eviction may have lost the channels a message carried), then
+        asks ``send_blocked(chanid)`` whether its ``send()`` must wait for
+        ``SendWindowOpened``. Both answers come from the one call because
+        the runtime needs the first two after every send, and a second call
+        into the core costs about a fifth of a send.
         """
         ch = self._sender(chanid)
-        self._check_networked(ch)
-        refs = self._lifecycle.attach(chanid, attachments) if attachments else ()
-        ok = ch.send(headers, refs, payload)
-        if not ok:
-            lost = ch.take_evicted()
-            if lost:
-                self._channels_lost(self._lifecycle.lose(lost))
+        if not ch.attached and chanid != ENTRYPOINT:  # (the common cases skip the call)
+            self._check_networked(ch)
+        if attachments:
+            if len(payloads) != 1:  # (checked before attaching, which cannot be undone)
+                refuse_attachments_on_run(chanid, len(payloads))
+            refs = self._lifecycle.attach(chanid, attachments)
+        else:
+            refs = ()
+        taken = ch.send(payloads, headers, refs)
+        settled = not ch.queue
+        if not settled and ch.evicted:  # (only a queued message evicts)
+            self._channels_lost(self._lifecycle.lose(ch.take_evicted()))
         announce = self._announce
         if announce.senders and not announce.armed:
             announce.arm(now)
-        return ok
-
-    def send_plain_run(self, chanid: int, payloads: Sequence[bytes]) -> int:
-        """Plain messages (no headers, no attachments) on ORDERED sender ``chanid``, in one step.
-
-        Returns how many of ``payloads`` (from the first) were taken, sent or
-        queued, as ``send_message`` each would have; short of all of them
-        means the queue is full (``send_blocked``): wait for
-        ``SendWindowOpened``. 0 when the channel is not an open ORDERED one
-        (see ``SenderChannel.send_plain_run``): send one by one.
-        """
-        ch = self._sender(chanid)
-        self._check_networked(ch)
-        return ch.send_plain_run(payloads)
+        return taken, settled
 
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: ``send()`` should wait for ``SendWindowOpened``."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import Enum
+from typing import NoReturn
 
 from aqueduct.proto.errors import LocalProtocolError, RemoteProtocolError
 from aqueduct.proto.events import (
@@ -76,6 +77,11 @@ class _Queued:
         self.payload = payload
 
 
+def refuse_attachments_on_run(chanid: int, count: int) -> NoReturn:
+    """Attachments travel in one message: a run of several (or none) cannot carry them."""
+    raise LocalProtocolError(f"channel {chanid}: attachments go on a run of one message, not {count}")
+
+
 class SenderChannel:
     """Sender state of ``chanid``; frames go out through the shared ``Output``."""
 
@@ -122,10 +128,12 @@ class SenderChannel:
         self._acked = RangeSet()  # reliable numbers acked so far
         self._u_cursor = 0  # end of what ACK_NACK_UNRELIABLE covered
         self._u_costs: deque[int] = deque()  # costs of unreliable numbers from the cursor
-        self._queue: deque[_Queued] = deque()
+        #: messages the window did not admit yet, oldest first (empty: everything taken went out)
+        self.queue: deque[_Queued] = deque()
         self._queued_bytes = 0  # payload bytes in _queue
         self._streams_unacked: set[int] = set()  # numbers sent on their own stream, not acked
-        self._evicted_attachments: list[int] = []
+        #: attachments of evicted messages not taken yet (``take_evicted``): channels to lose
+        self.evicted: list[int] = []
         self._control: int | None = None
         self._ordered: int | None = None
 
@@ -160,51 +168,85 @@ class SenderChannel:
             raise LocalProtocolError(f"channel {self.chanid}: a oneshot sender has no modes")
         self.mode = mode
 
-    def send(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> bool:
-        """Send or queue one message; False when it had to wait in the local queue."""
+    def send(
+        self, payloads: Sequence[bytes], headers: Headers = (), attachments: tuple[AttachmentRef, ...] = ()
+    ) -> int:
+        """Send or queue ``payloads`` as messages, in order: how many were taken.
+
+        The one way messages enter a sender: a single message is the run of
+        one. The first is always taken (sent, or queued behind the window;
+        an UNRELIABLE queue evicts its oldest instead of growing past
+        ``max_queued``); each next one only while the queue is not full, so
+        fewer than all means ``blocked``: the caller waits for
+        ``SendWindowOpened`` and sends the rest. ``headers`` go on every
+        message of the run; ``attachments`` only on a run of one (a channel
+        travels in one message).
+
+        Plain ORDERED runs (no headers, no attachments, no frame log) take a
+        fast step, ``_send_plain``, that does exactly what the general step
+        does message by message (tested byte for byte) in one write and
+        without the per-message checks and counters.
+        """
         if self.state is not _OPEN:
             raise LocalProtocolError(f"channel {self.chanid}: send after {self.state.value}")
-        if self.oneshot and (self.sent_reliable or self._queue):
-            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
-        if not self._queue and self._transmit(headers, attachments, payload):
-            if self.oneshot:
+        n = len(payloads)
+        if n == 1:  # the run of one: checks once, no list, as cheap as a lone message
+            if self.oneshot and (self.sent_reliable or self.queue):
+                raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
+            payload = payloads[0]
+            if self.queue or not self._transmit(headers, attachments, payload):
+                self._enqueue(headers, attachments, payload)
+            elif self.oneshot:
                 self.finish()
-            return True
+            return 1
+        if attachments:
+            refuse_attachments_on_run(self.chanid, n)
+        if self.oneshot and n:
+            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
+        if self.mode is _ORDERED and not headers and self._out.log is None:
+            return self._send_plain(payloads)
+        count = 0
+        for payload in payloads:  # the general step, message by message
+            if count and self.blocked:
+                break
+            if self.queue or not self._transmit(headers, attachments, payload):
+                self._enqueue(headers, attachments, payload)
+            count += 1
+        return count
+
+    def _enqueue(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> None:
+        """A message the window (or the stream cap) did not admit waits; a full UNRELIABLE queue evicts."""
         self.stats.window_stalls += 1
         self._cstats.window_stalls += 1
-        if self.mode is Mode.UNRELIABLE and len(self._queue) >= self.max_queued:
-            dropped = self._queue.popleft()
+        if self.mode is Mode.UNRELIABLE and len(self.queue) >= self.max_queued:
+            dropped = self.queue.popleft()
             self._queued_bytes -= len(dropped.payload)
             self.stats.evicted += 1
             self._cstats.evicted += 1
-            self._evicted_attachments.extend(a.chanid for a in dropped.attachments)
-        self._queue.append(_Queued(headers, attachments, payload))
+            self.evicted.extend(a.chanid for a in dropped.attachments)
+        self.queue.append(_Queued(headers, attachments, payload))
         self._queued_bytes += len(payload)
         if self.oneshot:
             self.state = SenderState.FINISHING
-        return False
 
-    def send_plain_run(self, payloads: Sequence[bytes]) -> int:
-        """Plain ORDERED messages (no headers, no attachments) in one step: how many were taken.
+    def _send_plain(self, payloads: Sequence[bytes]) -> int:
+        """The fast step of ``send`` for plain ORDERED runs: what the general step does per message.
 
-        Exactly what one ``send`` each would do, byte for byte and count for
-        count (tested): the messages the window admits go out as one write,
-        the next ones wait in the queue, and it stops where the queue is
-        full (``blocked``: the caller waits for ``SendWindowOpened`` and
-        sends the rest later). It saves the per-message work of ``send``:
-        the checks, the stream lookup, a write and the statistics each. 0
-        when the fast case does not apply (another mode, a oneshot, the frame
-        log on): send one by one.
+        The messages the window admits go out as one write (``_transmit_plain``),
+        the next ones wait in the queue until it is full. It saves the
+        per-message work of the general step: the checks, the stream lookup,
+        a write and the statistics each. (Worth it from two messages on: a
+        run of one takes the general step.)
         """
-        if self.mode is not _ORDERED or self.oneshot or self.state is not _OPEN or self._out.log is not None:
-            return 0
         count = 0
-        if not self._queue:
+        if not self.queue:
             count = self._transmit_plain(payloads)
-        queue = self._queue
+            if count == len(payloads):
+                return count
+        queue = self.queue
         stats, cstats = self.stats, self._cstats
         for payload in payloads[count:] if count else payloads:
-            if self.blocked:
+            if count and self.blocked:
                 break
             queue.append(_Queued((), (), payload))
             self._queued_bytes += len(payload)
@@ -253,14 +295,14 @@ class SenderChannel:
         """
         if self.mode is _UNRELIABLE:
             return False
-        queue = self._queue
+        queue = self.queue
         return len(queue) >= self.max_queued or (
             len(queue) > 1 and self._queued_bytes >= self.max_queued_bytes
         )
 
     def take_evicted(self) -> list[int]:
         """Attachments of evicted messages (never sent, hence lost)."""
-        lost, self._evicted_attachments = self._evicted_attachments, []
+        lost, self.evicted = self.evicted, []
         return lost
 
     def finish(self) -> None:
@@ -269,7 +311,7 @@ class SenderChannel:
             return  # a oneshot finishes with its message already
         if self.state is not SenderState.OPEN:
             raise LocalProtocolError(f"channel {self.chanid}: finish after {self.state.value}")
-        if self._queue:
+        if self.queue:
             self.state = SenderState.FINISHING
         else:
             self._send_finish()
@@ -291,14 +333,21 @@ class SenderChannel:
     # ------------------------------------------------------------ transmission
 
     def _transmit(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> bool:
-        """Put one message on the wire if the window (and, for its own stream, the cap) admits it."""
+        """Put one message on the wire if the window (and, for its own stream, the cap) admits it.
+
+        An UNRELIABLE message goes as a datagram, or on a stream of its own
+        when the datagram would be too big; the window and the counters are
+        updated once for either (inline: this runs per message).
+        """
         n = len(payload)
         mode = self.mode
+        window = self.window
+        datagram = False
         if mode is _UNRELIABLE:
             num = self.sent_unreliable
             head = message_head(num, headers, attachments, n)
             cost = len(head) + n
-            if not self.window.admits(cost):
+            if not window.admits(cost):
                 return False
             prefix = self._dgram_head
             if prefix is None:
@@ -306,7 +355,8 @@ class SenderChannel:
                 prefix = version + self._route
                 if not version:  # the peer needs no VERSION any more: fixed from now on
                     self._dgram_head = prefix
-            if len(prefix) + cost <= self.max_datagram_size:
+            datagram = len(prefix) + cost <= self.max_datagram_size
+            if datagram:
                 self._out.datagram(b"".join((prefix, head, payload)))
                 self._cstats.datagrams_sent += 1
                 self.sent_unreliable = num + 1
@@ -314,40 +364,45 @@ class SenderChannel:
                     self._announce(self.chanid, bool(attachments))
                 self._unannounced += 1
                 self._u_costs.append(cost)
-                self._sent(cost, attachments, num, True)
-                if self._out.log is not None:
-                    self._log_message("datagram", num, headers, attachments, n)
-                return True
-        num = self.sent_reliable
-        head = message_head(num, headers, attachments, n)
-        cost = len(head) + n
-        window = self.window
-        if window.outstanding and window.outstanding + cost > window.limit:
-            return False  # (SendWindow.admits, inline on the hot path)
-        if mode is _ORDERED:
-            sid = self._ordered if self._ordered is not None else self._open()
-            self._ordered = sid if not self.oneshot else None
-            if self.oneshot:
-                self._control = sid
-        else:
-            unacked = self._streams_unacked
-            if len(unacked) >= self.max_open_streams:
-                return False  # waits for acks of earlier per-message streams
-            unacked.add(num)
-            sid = self._open()
-        if n > 4096:
-            self._out.write(sid, head)
-            self._out.write(sid, payload)  # kept apart: joined once, at transmit()
-        else:
-            self._out.write(sid, head + payload)
-        if mode is not _ORDERED:
-            self._out.finish(sid)
-            if mode is _UNRELIABLE:  # counted once it leaves, not per attempt
-                self._cstats.fallback_streams += 1
-        self.sent_reliable = num + 1
-        self._sent(cost, attachments, num, False)
+        if not datagram:
+            num = self.sent_reliable
+            head = message_head(num, headers, attachments, n)
+            cost = len(head) + n
+            if window.outstanding and window.outstanding + cost > window.limit:
+                return False  # (SendWindow.admits, inline on the hot path)
+            if mode is _ORDERED:
+                sid = self._ordered if self._ordered is not None else self._open()
+                self._ordered = sid if not self.oneshot else None
+                if self.oneshot:
+                    self._control = sid
+            else:
+                unacked = self._streams_unacked
+                if len(unacked) >= self.max_open_streams:
+                    return False  # waits for acks of earlier per-message streams
+                unacked.add(num)
+                sid = self._open()
+            if n > 4096:
+                self._out.write(sid, head)
+                self._out.write(sid, payload)  # kept apart: joined once, at transmit()
+            else:
+                self._out.write(sid, head + payload)
+            if mode is not _ORDERED:
+                self._out.finish(sid)
+                if mode is _UNRELIABLE:  # counted once it leaves, not per attempt
+                    self._cstats.fallback_streams += 1
+            self.sent_reliable = num + 1
+        window.outstanding += cost  # (SendWindow.sent, inline)
+        stats = self.stats
+        stats.messages_sent += 1
+        stats.bytes_sent += cost
+        stats = self._cstats
+        stats.messages_sent += 1
+        stats.bytes_sent += cost
+        if attachments:
+            key = message_key(num, datagram)
+            self._transit.attached(self.chanid, key, tuple(a.chanid for a in attachments))
         if self._out.log is not None:
-            self._log_message(f"stream {sid}", num, headers, attachments, n)
+            self._log_message("datagram" if datagram else f"stream {sid}", num, headers, attachments, n)
         return True
 
     def _log_message(
@@ -366,24 +421,12 @@ class SenderChannel:
             }
         )
 
-    def _sent(self, cost: int, attachments: tuple[AttachmentRef, ...], num: int, unreliable: bool) -> None:
-        self.window.outstanding += cost  # (SendWindow.sent, inline on the hot path)
-        stats = self.stats
-        stats.messages_sent += 1
-        stats.bytes_sent += cost
-        stats = self._cstats
-        stats.messages_sent += 1
-        stats.bytes_sent += cost
-        if attachments:
-            key = message_key(num, unreliable)
-            self._transit.attached(self.chanid, key, tuple(a.chanid for a in attachments))
-
     def drain(self) -> None:
         """Send queued messages the window now admits; finish if that was waited for.
 
         ``SendWindowOpened`` reports the queue drained, or no longer full.
         """
-        queue = self._queue
+        queue = self.queue
         if not queue:
             return
         was_blocked = self.blocked
@@ -421,9 +464,9 @@ class SenderChannel:
 
     def _drop_queue(self) -> list[int]:
         lost = self.take_evicted()
-        for item in self._queue:
+        for item in self.queue:
             lost.extend(a.chanid for a in item.attachments)
-        self._queue.clear()
+        self.queue.clear()
         self._queued_bytes = 0
         return lost
 

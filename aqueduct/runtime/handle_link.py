@@ -48,7 +48,6 @@ from aqueduct.runtime.payload import (
     PayloadError,
     content_type,
     decode_value,
-    encode_bytes,
     plain_decoder,
 )
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
@@ -279,61 +278,45 @@ class HandleLink:
             return  # finishing already: nothing to release
         self._pump.transmit_soon()
 
-    def send_message(
-        self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
-    ) -> bool:
-        self._check_open()
-        if self.middleware:
-            headers = run_middleware(self.middleware, "outgoing", chanid, headers, self.peer_headers)
-        ok = self.core.send_message(
+    def send(
+        self, chanid: int, payloads: Sequence[bytes], headers: Headers, attachments: tuple[AttachmentOut, ...]
+    ) -> tuple[int, bool]:
+        """Hand ``payloads`` to the core as messages of ``chanid``: how many were taken, and whether room is left.
+
+        The one send of every networked handle: ``Sender.send`` hands a run
+        of one, ``send_many`` runs of raw bytes (see ``Connection.send``).
+        Middleware sees every message on its own, as it always did: with
+        middleware, a run goes to the core message by message.
+        """
+        if self.terminated is not None:
+            raise self.terminated
+        middleware = self.middleware
+        if middleware:
+            if len(payloads) > 1:
+                return self._send_each(chanid, payloads, headers)
+            headers = run_middleware(middleware, "outgoing", chanid, headers, self.peer_headers)
+        taken, settled = self.core.send(
             chanid,
-            payload,
+            payloads,
             headers,
             tuple([ev.Attachment(a.chanid, a.headers) for a in attachments]) if attachments else (),
             self._loop.time(),
         )
-        return self._handed(chanid, ok, len(payload))
+        self._coalescer.sent(len(payloads[0]) if taken == 1 else sum(map(len, payloads[:taken])), taken)
+        if settled:
+            return taken, True
+        self._pump.dispatch_events()  # an evicted message may have lost attached channels
+        return taken, not self.core.send_blocked(chanid)
 
-    def send_bytes(self, chanid: int, value: bytes) -> bool:
-        """``send_message`` of raw bytes with no headers and no attachments, in one step.
-
-        The bulk case of ``Sender.send``: it skips the handle's attachment
-        machinery and the general codec, a visible share of a busy sender's
-        time per small message. Anything that needs headers (a content-type
-        header, middleware) or an error (a closed connection) takes
-        ``send_message``.
-        """
-        payload, headers = encode_bytes(value, self.content_type)
-        if headers or self.middleware or self.terminated is not None:
-            return self.send_message(chanid, payload, headers, ())
-        ok = self.core.send_message(chanid, payload, (), (), self._loop.time())
-        return self._handed(chanid, ok, len(payload))
-
-    def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
-        """``send_bytes`` of several values in one step (``Sender.send_many``): how many were taken.
-
-        The core sends what its window admits as one write and queues the
-        next ones until its queue is full (``Connection.send_plain_run``);
-        0 when raw bytes need headers here, middleware runs, the connection
-        ended or the channel is not an open ORDERED one: the caller then
-        sends one by one, which also raises what must be raised.
-        """
-        content_type = self.content_type
-        if self.middleware or self.terminated is not None or encode_bytes(b"", content_type)[1]:
-            return 0
-        payloads = [encode_bytes(value, content_type)[0] for value in values]
-        taken = self.core.send_plain_run(chanid, payloads)
-        if taken:
-            self._coalescer.sent(sum(map(len, payloads[:taken])), taken)
-        return taken
-
-    def _handed(self, chanid: int, ok: bool, nbytes: int) -> bool:
-        """After the core took a message: flush soon; False if the sender must wait for room."""
-        self._coalescer.sent(nbytes)
-        if not ok:
-            self._pump.dispatch_events()  # an evicted message may have lost attached channels
-            return not self.core.send_blocked(chanid)
-        return True
+    def _send_each(self, chanid: int, payloads: Sequence[bytes], headers: Headers) -> tuple[int, bool]:
+        """A run under middleware: one message at a time, while the sender has room."""
+        taken, room = 0, True
+        for payload in payloads:
+            if not room:
+                break
+            room = self.send(chanid, (payload,), headers, ())[1]
+            taken += 1
+        return taken, room
 
     def send_blocked(self, chanid: int) -> bool:
         if self.terminated is not None:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from aqueduct.proto.errors import LocalProtocolError, ReceiverClosed
 from aqueduct.runtime.delivery import FAILED, Finished, Inbox, SendGate
 from aqueduct.runtime.headers import Headers, HeadersLike, normalize_headers
-from aqueduct.runtime.payload import encode_value
+from aqueduct.runtime.payload import encode_bytes, encode_value
 from aqueduct.wire.modes import Mode
 
 DEFAULT_CAPACITY = 128
@@ -69,15 +69,12 @@ class Link(Protocol):
     def register(self, chanid: int, handle: Sender | Receiver) -> None: ...
     def dropped(self, chanid: int) -> None:
         """The handle of ``chanid`` was garbage-collected (may run in any thread)."""
-    def send_message(
-        self, chanid: int, payload: bytes, headers: Headers, attachments: tuple[AttachmentOut, ...]
-    ) -> bool:
-        """Hand a message to the core; False means the sender's queue is full (wait)."""
-    def send_bytes(self, chanid: int, value: bytes) -> bool:
-        """``send_message`` of raw bytes without headers or attachments (the bulk case)."""
-    def send_bytes_run(self, chanid: int, values: Sequence[bytes]) -> int:
-        """How many of ``values`` (raw bytes, from the first) were taken in one step (fewer: the
-        queue is full, wait for the window); 0: send one by one."""
+    def send(
+        self, chanid: int, payloads: Sequence[bytes], headers: Headers, attachments: tuple[AttachmentOut, ...]
+    ) -> tuple[int, bool]:
+        """Hand messages to the core: how many were taken (the first always; fewer than all: the
+        queue is full), and whether the sender has room for more (False: wait for the window).
+        ``attachments`` go on a run of one only."""
     def send_blocked(self, chanid: int) -> bool:
         """The sender's local queue is full: a send() must wait before adding to it."""
     def set_mode(self, chanid: int, mode: Mode) -> None: ...
@@ -188,13 +185,20 @@ class NetworkedChannel:
         self.link = link
         self.chanid = chanid
 
-    def send_bytes(self, value: bytes) -> bool:
-        """Raw bytes, nothing attached: the bulk case; False when the sender must wait for room."""
-        return self.link.send_bytes(self.chanid, value)
+    def send_bytes(self, values: Sequence[bytes]) -> tuple[int, bool]:
+        """Raw bytes, nothing attached (the bulk case): how many were taken, and whether room is left.
 
-    def send_bytes_run(self, values: Sequence[bytes]) -> int:
-        """Several raw-bytes messages in one step: how many were taken (see ``Link.send_bytes_run``)."""
-        return self.link.send_bytes_run(self.chanid, values)
+        It skips the handle's attachment machinery and the general codec, a
+        visible share of a busy sender's time per small message. The headers
+        depend only on the content type, so a run shares them.
+        """
+        link = self.link
+        content_type = link.content_type
+        if len(values) == 1:
+            payload, headers = encode_bytes(values[0], content_type)
+            return link.send(self.chanid, (payload,), headers, ())
+        headers = encode_bytes(b"", content_type)[1]
+        return link.send(self.chanid, [encode_bytes(value, content_type)[0] for value in values], headers, ())
 
     def send(self, value: Any, headers: Headers, extra: tuple[_Handle, ...] = ()) -> bool:
         """Encode (networking the local handles inside) and hand to the core; False: wait for room."""
@@ -221,10 +225,10 @@ class NetworkedChannel:
             refs.append(AttachmentOut(chanid, handle.headers))
             if move is not None:
                 moves.append(move)
-        ok = link.send_message(self.chanid, payload, codec_headers + headers, tuple(refs))
+        room = link.send(self.chanid, (payload,), codec_headers + headers, tuple(refs))[1]
         for move in moves:  # messages queued in a local pair follow their receiver
             move()
-        return ok
+        return room
 
     def blocked(self) -> bool:
         return self.link.send_blocked(self.chanid)
@@ -432,7 +436,7 @@ class Sender(_Handle):
             # The bulk case, in one call to the driver: raw bytes with nothing
             # attached on a networked channel that is open and has room.
             self._sent += 1
-            gate.room = self._channel.send_bytes(value)  # type: ignore[union-attr]
+            gate.room = self._channel.send_bytes((value,))[1]  # type: ignore[union-attr]
             if not gate.room and self._mode is not Mode.UNRELIABLE:
                 await gate.wait_window()
             return
@@ -467,13 +471,14 @@ class Sender(_Handle):
     async def send_many(self, values: Iterable[Any]) -> int:
         """Send every value of ``values`` in order, as ``send()`` would each; how many were sent.
 
-        One call for a batch. On an open networked ORDERED channel,
-        consecutive raw ``bytes`` go to the core as runs (up to ``SEND_RUN``
-        at a time, each in one step: no coroutine, call chain or write per
-        message), and the wait happens only when the send window and the
-        queue behind it are full. Anything else (CBOR values, another mode,
-        a local pair) goes through ``send()``, and an error is raised as
-        ``send()`` raises it: the values before it were sent.
+        One call for a batch. On an open networked channel, consecutive raw
+        ``bytes`` go to the core as runs (up to ``SEND_RUN`` at a time, each
+        in one call, ``Link.send``: no coroutine or call chain per message,
+        and on ORDERED one write), and the wait happens only when the send
+        window and the queue behind it are full. Anything else (CBOR values,
+        a local pair, a channel that ended) goes through ``send()``, and an
+        error is raised as ``send()`` raises it: the values before it were
+        sent.
         """
         sent = 0
         gate = self.gate
@@ -484,15 +489,14 @@ class Sender(_Handle):
                 while stop < end and type(chunk[stop]) is bytes:
                     stop += 1
                 if gate.room and stop - i > 1:
-                    taken = self._channel.send_bytes_run(chunk[i:stop])  # type: ignore[union-attr]
-                    if taken:
-                        self._sent += taken
-                        sent += taken
-                        i += taken
-                        if i < stop:  # the queue is full: wait for the window
-                            gate.room = False
-                            await gate.wait_window()
-                        continue
+                    taken, room = self._channel.send_bytes(chunk[i:stop])  # type: ignore[union-attr]
+                    self._sent += taken
+                    sent += taken
+                    i += taken
+                    if not room:  # the queue is full: wait for the window
+                        gate.room = False
+                        await gate.wait_window()
+                    continue
                 await self.send(chunk[i])  # one the general way (it waits for room)
                 sent += 1
                 i += 1

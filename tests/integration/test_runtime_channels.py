@@ -122,7 +122,7 @@ async def test_a_bad_payload_inside_a_run_fails_only_its_own_message(linked):
     tx, conn = linked
     await tx.send(b"before")  # networked and open: its raw path is set up
     channel = tx._channel  # the runtime's own send path, to put a payload no encoder would write
-    channel.link.send_message(channel.chanid, b"\xff\xff", (), ())  # (0xff: a CBOR "break" out of place)
+    channel.link.send(channel.chanid, [b"\xff\xff"], (), ())  # (0xff: a CBOR "break" out of place)
     await tx.send(b"after")
     await tx.finish()
     rx = conn.entrypoint
@@ -136,7 +136,7 @@ async def test_recv_many_gives_the_values_before_a_bad_payload_then_its_error(li
     tx, conn = linked
     await tx.send(b"before")
     channel = tx._channel  # as above: a payload no encoder would write
-    channel.link.send_message(channel.chanid, b"\xff\xff", (), ())
+    channel.link.send(channel.chanid, [b"\xff\xff"], (), ())
     await tx.send(b"after")
     await tx.finish()
     rx = conn.entrypoint

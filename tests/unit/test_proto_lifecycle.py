@@ -40,21 +40,21 @@ def test_three_level_channel_tree():
     p = Pair()
     p.handshake()
     a = p.client.new_channel(Side.SERVER)  # client creates, server sends on it
-    p.client.send_message(0, b"here is a", attachments=[a], now=p.now)
+    p.client.send(0, [b"here is a"], attachments=[a], now=p.now)
     p.flush()
     [m] = received(p, "server", 0)
     assert [x.chanid for x in m.attachments] == [a]
     b = p.server.new_channel(Side.CLIENT)  # server creates, client sends on it
-    p.server.send_message(a, b"here is b", attachments=[b], now=p.now)
+    p.server.send(a, [b"here is b"], attachments=[b], now=p.now)
     p.flush()
     [m] = received(p, "client", a)
     assert m.attachments[0].chanid == b
     c = p.client.new_channel(Side.SERVER)
-    p.client.send_message(b, b"here is c", attachments=[c], now=p.now)
+    p.client.send(b, [b"here is c"], attachments=[c], now=p.now)
     p.flush()
     [m] = received(p, "server", b)
     assert m.attachments[0].chanid == c
-    p.server.send_message(c, b"deep", now=p.now)
+    p.server.send(c, [b"deep"], now=p.now)
     p.flush()
     assert [e.payload for e in received(p, "client", c)] == [b"deep"]
     for conn, chanid in ((p.server, c), (p.client, b), (p.server, a)):
@@ -71,8 +71,8 @@ def test_handle_on_a_dropped_unreliable_message_is_lost():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
-    p.client.send_message(x, b"on x", now=p.now)  # x's own frames reach the server
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
+    p.client.send(x, [b"on x"], now=p.now)  # x's own frames reach the server
     p.flush()
     assert x in p.server.channels  # created by the early ROUTE_TO
     p.advance(0.5)
@@ -88,7 +88,7 @@ def _datagram_ahead_of_its_announcement(p: Pair) -> tuple[int, list[StreamDataQu
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     held: list[StreamDataQueued] = []
     for _ in range(20):  # the announcement follows on the client's timer
         for action in p.client.transmit():
@@ -137,7 +137,7 @@ def test_a_datagram_arriving_while_the_close_is_held_is_nacked_and_its_handle_lo
     x, held = _datagram_ahead_of_its_announcement(p)
     p.server.close_receiver(0, p.now)  # held: the carrier's announcement has not come
     y = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"late carrier", attachments=[y], now=p.now)
+    p.client.send(0, [b"late carrier"], attachments=[y], now=p.now)
     for action in p.client.transmit():  # its datagram arrives during the hold, the rest is held too
         if isinstance(action, DatagramQueued):
             p.server.receive_datagram(action.data, p.now)
@@ -174,9 +174,9 @@ def test_message_closed_before_dequeue_loses_its_attachment():
     p = Pair(auto_dequeue=False)
     p.handshake()
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     p.flush()
-    p.client.send_message(x, b"on x", now=p.now)
+    p.client.send(x, [b"on x"], now=p.now)
     p.flush()
     p.server.close_receiver(0, p.now)  # before the ack timer: the carrier is nacked
     p.settle()
@@ -189,7 +189,7 @@ def test_acked_message_closed_before_dequeue_ends_its_attachment():
     p = Pair(auto_dequeue=False)
     p.handshake()
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     p.settle()  # acked: x is accessible for the client
     p.server.close_receiver(0, p.now)
     p.settle()
@@ -203,7 +203,7 @@ def test_message_on_a_channel_then_cancelled():
     p = Pair(auto_dequeue=False)
     p.handshake()
     x = p.client.new_channel(Side.SERVER)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     p.client.cancel(0, p.now)
     p.settle()
     assert p.of("server", ChannelCancelled) == [ChannelCancelled(0)]
@@ -220,9 +220,9 @@ def test_three_level_cascade_through_an_acked_message():
     a = p.client.new_channel(Side.CLIENT)
     b = p.client.new_channel(Side.CLIENT)
     c = p.client.new_channel(Side.SERVER)
-    p.client.send_message(0, b"carries a", attachments=[a], now=p.now)
-    p.client.send_message(a, b"carries b", attachments=[b], now=p.now)
-    p.client.send_message(b, b"carries c", attachments=[c], now=p.now)
+    p.client.send(0, [b"carries a"], attachments=[a], now=p.now)
+    p.client.send(a, [b"carries b"], attachments=[b], now=p.now)
+    p.client.send(b, [b"carries c"], attachments=[c], now=p.now)
     p.flush()
     p.advance(0.15)  # the server acks a's and b's messages; the entrypoint datagram is missing
     assert not p.of("client", ChannelLost)
@@ -243,8 +243,8 @@ def test_children_become_accessible_when_the_parent_does():
     p.handshake()
     a = p.client.new_channel(Side.CLIENT)
     b = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carries a", attachments=[a], now=p.now)
-    p.client.send_message(a, b"carries b", attachments=[b], now=p.now)
+    p.client.send(0, [b"carries a"], attachments=[a], now=p.now)
+    p.client.send(a, [b"carries b"], attachments=[b], now=p.now)
     p.settle()
     assert p.client.tracking_count() == 0  # everything settled as accessible
     for chanid in (b, a):
@@ -260,7 +260,7 @@ def test_route_to_for_a_lost_local_channel_gets_forget_back():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     tx = p.client.new_channel(Side.SERVER)  # the server would send on it
-    p.client.send_message(0, b"carries tx", attachments=[tx], now=p.now)
+    p.client.send(0, [b"carries tx"], attachments=[tx], now=p.now)
     p.advance(0.5)
     assert p.of("client", ChannelLost) == [ChannelLost(tx)]
     # the client never routed to tx, so nothing was forgotten on the server: it never heard of tx
@@ -277,10 +277,10 @@ def test_forgotten_remote_channel_is_never_recreated():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     p.client.set_mode(x, Mode.UNRELIABLE)
-    p.client.send_message(x, b"late", now=p.now)
-    p.client.send_message(x, b"on time", now=p.now)  # routes x: the server creates it early
+    p.client.send(x, [b"late"], now=p.now)
+    p.client.send(x, [b"on time"], now=p.now)  # routes x: the server creates it early
     p.advance(0.5)
     assert p.of("client", ChannelLost) == [ChannelLost(x)]
     assert x not in p.server.channels
@@ -297,13 +297,13 @@ def test_channel_finished_before_its_handle_arrives_is_delivered_after_it():
     # the attached channel's stream (messages + FINISH) overtakes the carrying message
     p = Pair()
     p.handshake()
-    p.client.send_message(0, b"first", now=p.now)
+    p.client.send(0, [b"first"], now=p.now)
     p.flush()
     x = p.client.new_channel(Side.CLIENT)
-    p.client.send_message(0, b"carrier", attachments=[x], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[x], now=p.now)
     carrier = p.client.transmit()
     for i in range(3):
-        p.client.send_message(x, b"%d" % i, now=p.now)
+        p.client.send(x, [b"%d" % i], now=p.now)
     p.client.finish(x, p.now)
     p.flush()  # x's streams arrive; the carrier is still in flight
     assert not received(p, "server", x) and ChannelFinished(x) not in p.events["server"]

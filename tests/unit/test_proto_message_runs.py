@@ -73,7 +73,7 @@ def _sent_stream(nums: int, payload_size: int) -> tuple[int, bytes, Pair]:
     pair = Pair()
     pair.handshake()
     for i in range(nums):
-        pair.client.send_message(ENTRYPOINT, bytes([i % 256]) * payload_size)
+        pair.client.send(ENTRYPOINT, [bytes([i % 256]) * payload_size])
     actions = pair.client.transmit()
     writes = [a for a in actions if isinstance(a, StreamDataQueued)]
     return writes[0].stream_id, b"".join(a.data for a in writes), pair
@@ -149,9 +149,9 @@ def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path
         pair = Pair(server=ProtoConfig(frame_log=log.append) if logged else None)
         pair.handshake()
         pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
-        pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
+        pair.client.send(ENTRYPOINT, [b"first"])  # (carries VERSION: general path)
         pair.flush()
-        pair.client.send_message(ENTRYPOINT, b"second")
+        pair.client.send(ENTRYPOINT, [b"second"])
         (datagram,) = [a for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
         pair.server.receive_datagram(datagram.data, 1.0)
         (event,) = list(iter(pair.server.next_event, None))
@@ -166,10 +166,10 @@ def _plain_datagrams(values: list[bytes]) -> tuple[Pair, list[bytes]]:
     pair = Pair()
     pair.handshake()
     pair.client.set_mode(ENTRYPOINT, Mode.UNRELIABLE)
-    pair.client.send_message(ENTRYPOINT, b"first")  # (carries VERSION: general path)
+    pair.client.send(ENTRYPOINT, [b"first"])  # (carries VERSION: general path)
     pair.flush()
     for value in values:
-        pair.client.send_message(ENTRYPOINT, value)
+        pair.client.send(ENTRYPOINT, [value])
     return pair, [a.data for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
 
 

@@ -66,7 +66,7 @@ def test_sequences_carry_version_until_ack_version_arrives():
     c = Connection(True)
     c.initiate(0.0)
     c.set_mode(0, Mode.UNRELIABLE)
-    c.send_message(0, b"early")
+    c.send(0, [b"early"])
     dgram = [a for a in c.transmit() if isinstance(a, DatagramQueued)][0]
     assert isinstance(decode_datagram(dgram.data)[0], Version)
 
@@ -74,7 +74,7 @@ def test_sequences_carry_version_until_ack_version_arrives():
 def test_routed_frames_wait_for_peer_headers():
     p = Pair()
     p.client.initiate(0.0)
-    p.client.send_message(0, b"m0")
+    p.client.send(0, [b"m0"])
     actions = p.client.transmit()
     # deliver the entrypoint stream before the headers stream
     for a in reversed(actions):
@@ -89,7 +89,7 @@ def test_window_header_sets_the_peer_send_window():
     p = Pair(server=ProtoConfig(window=100))
     p.handshake()
     for _ in range(20):
-        p.client.send_message(0, b"x" * 28, now=p.now)
+        p.client.send(0, [b"x" * 28], now=p.now)
     sent = p.client.stats().messages_sent
     assert sent == 3  # 3 x 33 bytes fit in 100
     assert p.client.stats().window_stalls == 17
@@ -103,7 +103,7 @@ def test_ten_thousand_ordered_messages_arrive_in_order():
     p.handshake()
     expected = [b"%d" % i for i in range(10_000)]
     for m in expected:
-        p.client.send_message(0, m, now=p.now)
+        p.client.send(0, [m], now=p.now)
     p.flush()
     p.client.finish(0, p.now)
     p.settle()
@@ -117,7 +117,7 @@ def test_ordered_batches_one_write_per_stream_per_transmit():
     p = Pair()
     p.handshake()
     for i in range(100):
-        p.client.send_message(0, b"m%d" % i, now=p.now)
+        p.client.send(0, [b"m%d" % i], now=p.now)
     actions = p.client.transmit()
     assert len(actions) == 1 and isinstance(actions[0], StreamDataQueued)
 
@@ -127,7 +127,7 @@ def test_unordered_all_delivered_one_stream_each():
     p.handshake()
     p.client.set_mode(0, Mode.UNORDERED)
     for i in range(50):
-        p.client.send_message(0, b"u%d" % i, now=p.now)
+        p.client.send(0, [b"u%d" % i], now=p.now)
     actions = p.client.transmit()
     streams = [a for a in actions if isinstance(a, StreamDataQueued)]
     assert len(streams) == 50 and all(a.end_stream for a in streams)
@@ -143,7 +143,7 @@ def test_finish_racing_unordered_messages():
     p.handshake()
     p.client.set_mode(0, Mode.UNORDERED)
     for i in range(20):
-        p.client.send_message(0, b"%d" % i, now=p.now)
+        p.client.send(0, [b"%d" % i], now=p.now)
     p.client.finish(0, p.now)
     p.settle()
     assert len(payloads(p)) == 20
@@ -159,7 +159,7 @@ def test_unreliable_with_scripted_loss_acks_or_nacks_each_number_once():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     for i in range(12):
-        p.client.send_message(0, b"%d" % i, now=p.now)
+        p.client.send(0, [b"%d" % i], now=p.now)
     p.flush()
     assert payloads(p) == [b"%d" % i for i in range(12) if i not in lost]
     p.advance(0.05)
@@ -179,8 +179,8 @@ def test_late_datagram_after_nack_is_dropped():
     p = Pair(datagrams=lambda side, i, d: "hold" if side == "client" and i == 0 else "deliver")
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
-    p.client.send_message(0, b"late", now=p.now)
-    p.client.send_message(0, b"on time", now=p.now)
+    p.client.send(0, [b"late"], now=p.now)
+    p.client.send(0, [b"on time"], now=p.now)
     p.flush()
     p.advance(2.0)  # 1 s receipt deadline without an RTT sample
     assert sum(a.nacked for a in p.of("client", MessagesAcked)) == 1
@@ -194,7 +194,7 @@ def test_unreliable_falls_back_to_a_stream_when_too_big():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     p.client.set_max_datagram_size(100)
-    p.client.send_message(0, b"x" * 500, now=p.now)
+    p.client.send(0, [b"x" * 500], now=p.now)
     actions = p.client.transmit()
     assert not any(isinstance(a, DatagramQueued) for a in actions)
     p._deliver("client", "server", actions)
@@ -207,7 +207,7 @@ def test_unreliable_queue_evicts_oldest():
     p = Pair(ProtoConfig(max_queued=2), ProtoConfig(window=50))
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
-    results = [p.client.send_message(0, b"%02d" % i + b"x" * 30, now=p.now) for i in range(5)]
+    results = [p.client.send(0, [b"%02d" % i + b"x" * 30], now=p.now)[1] for i in range(5)]
     assert results == [True, False, False, False, False]
     assert p.client.stats().evicted == 2
     assert not p.client.send_blocked(0)  # unreliable senders never block
@@ -221,10 +221,10 @@ def test_cancel_drops_undequeued_and_resets_streams():
     p.handshake()
     p.client.set_mode(0, Mode.UNORDERED)
     for i in range(3):
-        p.client.send_message(0, b"%d" % i, now=p.now)
+        p.client.send(0, [b"%d" % i], now=p.now)
     p.flush()
     p.client.set_mode(0, Mode.ORDERED)
-    p.client.send_message(0, b"ordered", now=p.now)
+    p.client.send(0, [b"ordered"], now=p.now)
     p.client.cancel(0, p.now)
     actions = p.client.transmit()
     resets = [a for a in actions if isinstance(a, StreamResetQueued)]
@@ -238,14 +238,14 @@ def test_cancel_drops_undequeued_and_resets_streams():
 def test_close_receiver_fails_the_sender():
     p = Pair()
     p.handshake()
-    p.client.send_message(0, b"a", now=p.now)
+    p.client.send(0, [b"a"], now=p.now)
     p.flush()
     p.server.close_receiver(0, p.now)
     p.flush()
     assert p.of("client", ReceiverWasClosed) == [ReceiverWasClosed(0)]
     assert p.client.channel_count() == 0 and p.server.channel_count() == 0
     try:
-        p.client.send_message(0, b"b", now=p.now)
+        p.client.send(0, [b"b"], now=p.now)
     except Exception as e:  # noqa: BLE001 - the exact class is the point
         assert type(e).__name__ == "LocalProtocolError"
     else:
@@ -255,7 +255,7 @@ def test_close_receiver_fails_the_sender():
 def test_finished_sender_learns_completion():
     p = Pair()
     p.handshake()
-    p.client.send_message(0, b"a", now=p.now)
+    p.client.send(0, [b"a"], now=p.now)
     p.client.finish(0, p.now)
     p.settle()
     assert p.of("client", ChannelFinished) == [ChannelFinished(0)]
@@ -279,9 +279,9 @@ def test_oneshot_sends_message_then_finish_on_one_stream():
     p = Pair()
     p.handshake()
     tx = p.client.new_channel(Side.CLIENT, oneshot=True)
-    p.client.send_message(0, b"carrier", attachments=[tx], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[tx], now=p.now)
     p.flush()
-    p.client.send_message(tx, b"only", now=p.now)
+    p.client.send(tx, [b"only"], now=p.now)
     actions = p.client.transmit()
     assert len(actions) == 1 and actions[0].end_stream
     p._deliver("client", "server", actions)
@@ -289,7 +289,7 @@ def test_oneshot_sends_message_then_finish_on_one_stream():
     assert payloads(p, chanid=tx) == [b"only"]
     assert ChannelFinished(tx) in p.of("server", ChannelFinished)
     try:
-        p.client.send_message(tx, b"again", now=p.now)
+        p.client.send(tx, [b"again"], now=p.now)
     except Exception as e:  # noqa: BLE001
         assert type(e).__name__ == "LocalProtocolError"
     else:
@@ -303,7 +303,7 @@ def test_sender_stops_at_the_window_and_resumes_on_dequeued():
     window = 1000
     p = Pair(server=ProtoConfig(window=window), auto_dequeue=False)
     p.handshake()
-    results = [p.client.send_message(0, b"x" * 95, now=p.now) for i in range(30)]  # cost 100
+    results = [p.client.send(0, [b"x" * 95], now=p.now)[1] for i in range(30)]  # cost 100
     assert results[:10] == [True] * 10 and results[10:] == [False] * 20
     p.flush()
     got = p.of("server", MessageReceived)
@@ -330,8 +330,8 @@ def test_sender_stops_at_the_window_and_resumes_on_dequeued():
 def test_oversized_message_is_sent_when_nothing_is_outstanding():
     p = Pair(server=ProtoConfig(window=10))
     p.handshake()
-    assert p.client.send_message(0, b"x" * 100, now=p.now)
-    assert not p.client.send_message(0, b"y", now=p.now)
+    assert p.client.send(0, [b"x" * 100], now=p.now)[1]
+    assert not p.client.send(0, [b"y"], now=p.now)[1]
     p.settle()
     assert payloads(p) == [b"x" * 100, b"y"]
 
@@ -339,9 +339,9 @@ def test_oversized_message_is_sent_when_nothing_is_outstanding():
 def test_reliable_sender_blocks_when_queue_full():
     p = Pair(ProtoConfig(max_queued=3), ProtoConfig(window=10), auto_dequeue=False)
     p.handshake()
-    p.client.send_message(0, b"x" * 20, now=p.now)
+    p.client.send(0, [b"x" * 20], now=p.now)
     for _ in range(3):
-        assert not p.client.send_message(0, b"y", now=p.now)
+        assert not p.client.send(0, [b"y"], now=p.now)[1]
     assert p.client.send_blocked(0)
     p.flush()
     [first] = p.of("server", MessageReceived)
@@ -358,7 +358,7 @@ def test_frame_log_and_counters():
     log: list[dict] = []
     p = Pair(ProtoConfig(frame_log=log.append))
     p.handshake()
-    p.client.send_message(0, b"abc", headers=(("k", b"v"),), now=p.now)
+    p.client.send(0, [b"abc"], headers=(("k", b"v"),), now=p.now)
     p.settle()
     sent = [r for r in log if r["direction"] == "sent" and r["frame"] == "MESSAGE"]
     assert sent and sent[0]["payload_len"] == 3 and sent[0]["num"] == 0
@@ -372,14 +372,14 @@ def test_receipt_deadline_is_one_second_before_an_rtt_sample_then_twice_rtt():
     p = Pair(datagrams=lambda side, i, d: "drop" if side == "client" and i < 2 else "deliver")
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
-    p.client.send_message(0, b"lost", now=p.now)
+    p.client.send(0, [b"lost"], now=p.now)
     p.advance(0.9)
     assert not p.of("client", MessagesAcked)
     p.advance(0.2)
     assert sum(a.nacked for a in p.of("client", MessagesAcked)) == 1
     p.server.set_rtt(0.3)  # deadline max(2 x 0.3, 0.1) = 0.6 s
-    p.client.send_message(0, b"lost too", now=p.now)
-    p.client.send_message(0, b"kept", now=p.now)
+    p.client.send(0, [b"lost too"], now=p.now)
+    p.client.send(0, [b"kept"], now=p.now)
     p.advance(0.5)
     assert sum(a.nacked for a in p.of("client", MessagesAcked)) == 1
     p.advance(0.2)
@@ -410,12 +410,12 @@ def test_local_misuse_raises_local_protocol_error():
     rx = p.client.new_channel(Side.SERVER)  # the client holds the receiver
     tx = p.client.new_channel(Side.CLIENT)
     cases = [
-        lambda: p.server.send_message(0, b"the server receives the entrypoint"),
-        lambda: p.client.send_message(rx, b"we hold the receiver of rx"),
-        lambda: p.client.send_message(tx, b"tx is not attached yet"),
+        lambda: p.server.send(0, [b"the server receives the entrypoint"]),
+        lambda: p.client.send(rx, [b"we hold the receiver of rx"]),
+        lambda: p.client.send(tx, [b"tx is not attached yet"]),
         lambda: p.client.finish(tx, p.now),
-        lambda: p.client.send_message(0, b"", attachments=[0]),
-        lambda: p.client.send_message(0, b"", attachments=[12345]),
+        lambda: p.client.send(0, [b""], attachments=[0]),
+        lambda: p.client.send(0, [b""], attachments=[12345]),
         lambda: p.server.initiate(p.now),
         lambda: p.client.close_receiver(0, p.now),
         lambda: p.client.channel_stats(999),
@@ -423,12 +423,12 @@ def test_local_misuse_raises_local_protocol_error():
     for case in cases:
         with pytest.raises(LocalProtocolError):
             case()
-    p.client.send_message(0, b"carrier", attachments=[tx], now=p.now)
+    p.client.send(0, [b"carrier"], attachments=[tx], now=p.now)
     with pytest.raises(LocalProtocolError, match="attached only once"):
-        p.client.send_message(0, b"again", attachments=[tx], now=p.now)
+        p.client.send(0, [b"again"], attachments=[tx], now=p.now)
     p.client.finish(tx, p.now)
     with pytest.raises(LocalProtocolError, match="send after finished"):
-        p.client.send_message(tx, b"late", now=p.now)
+        p.client.send(tx, [b"late"], now=p.now)
     with pytest.raises(LocalProtocolError, match="oneshot"):
         p.client.set_mode(p.client.new_channel(Side.CLIENT, oneshot=True), Mode.UNRELIABLE)
     p.settle()
@@ -440,7 +440,7 @@ def test_queued_unreliable_messages_are_announced_when_they_leave():
     p.handshake()
     p.client.set_mode(0, Mode.UNRELIABLE)
     for i in range(6):
-        p.client.send_message(0, b"%d" % i + b"x" * 40, now=p.now)  # two fit the window
+        p.client.send(0, [b"%d" % i + b"x" * 40], now=p.now)  # two fit the window
     p.flush()
     for ev in p.of("server", MessageReceived):
         p.server.dequeued(0, ev.cost, p.now)

@@ -37,7 +37,7 @@ class SenderReceiverMachine(RuleBasedStateMachine):
         payload = b"%d" % self.counter
         self.counter += 1
         att = p.client.new_channel(Side.CLIENT) if attach else None
-        p.client.send_message(0, payload, attachments=[att] if att is not None else [], now=p.now)
+        p.client.send(0, [payload], attachments=[att] if att is not None else [], now=p.now)
         self.sent[payload] = (mode, att)
         p.flush()
 
@@ -117,7 +117,7 @@ class ChannelTreeMachine(RuleBasedStateMachine):
         p = self.p
         p.client.set_mode(0, mode)
         child = p.client.new_channel(Side.SERVER if server_sends else Side.CLIENT)
-        p.client.send_message(0, b"carrier", attachments=[child], now=p.now)
+        p.client.send(0, [b"carrier"], attachments=[child], now=p.now)
         self.children.append(child)
         p.flush()
 
@@ -129,9 +129,9 @@ class ChannelTreeMachine(RuleBasedStateMachine):
         client_sends = ((child >> 1) & 1) == 0
         if action == "send":
             if client_sends and self._open_sender("client", child):
-                p.client.send_message(child, b"c", now=p.now)
+                p.client.send(child, [b"c"], now=p.now)
             elif not client_sends and child in self._server_handles() and self._open_sender("server", child):
-                p.server.send_message(child, b"s", now=p.now)
+                p.server.send(child, [b"s"], now=p.now)
         elif action in ("finish", "cancel"):
             side = "client" if client_sends else "server"
             if self._open_sender(side, child) and (client_sends or child in self._server_handles()):

@@ -296,7 +296,7 @@ def test_finish_below_a_received_number():
 
 def test_ack_of_a_number_never_sent():
     p = Peer(is_client=True)
-    p.conn.send_message(0, b"one")
+    p.conn.send(0, [b"one"])
     p.send([RouteTo(0), AckReliable((0, 2))])
     assert "ACK_RELIABLE: acks message 1 of channel 0, but only 1" in p.close_reason()
 
@@ -304,14 +304,14 @@ def test_ack_of_a_number_never_sent():
 def test_nack_of_a_number_never_sent():
     p = Peer(is_client=True)
     p.conn.set_mode(0, Mode.UNRELIABLE)
-    p.conn.send_message(0, b"one")
+    p.conn.send(0, [b"one"])
     p.send([RouteTo(0), AckNackUnreliable((0, 3))])
     assert "ACK_NACK_UNRELIABLE: covers unreliable message 2" in p.close_reason()
 
 
 def test_dequeued_more_than_outstanding():
     p = Peer(is_client=True)
-    p.conn.send_message(0, b"one")
+    p.conn.send(0, [b"one"])
     p.send([RouteTo(0), Dequeued(1000)])
     assert "DEQUEUED: 1000 bytes" in p.close_reason()
 
@@ -424,7 +424,7 @@ def test_forget_channel_destroys_state_resets_streams_and_reports_loss():
     p = Peer()
     tx = make_chanid(Side.CLIENT, Side.SERVER, False, 0)  # client-created, the server sends
     p.send([RouteTo(0), msg(0, [AttachmentRef(tx, ())])], end=False)
-    p.conn.send_message(tx, b"on tx")
+    p.conn.send(tx, [b"on tx"])
     p.conn.transmit()
     while p.conn.next_event() is not None:
         pass
