@@ -36,8 +36,7 @@ from aqueduct.proto.events import (
     ConnectionTerminated,
     Event,
     HandshakeCompleted,
-    MessageReceived,
-    MessageRunReceived,
+    MessagesReceived,
 )
 from aqueduct.proto.flow import message_cost
 from aqueduct.proto.handshake import Handshake
@@ -57,7 +56,7 @@ from aqueduct.proto.receiver import ReceiverChannel
 from aqueduct.proto.sender import SenderChannel, refuse_attachments_on_run
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
-from aqueduct.proto.transit import TransitTracker
+from aqueduct.proto.transit import TransitTracker, message_key
 from aqueduct.wire.chanid import (
     ENTRYPOINT,
     Side,
@@ -353,7 +352,7 @@ class Connection:
             self._channels_lost(lost)
 
     def dequeued(self, chanid: int, nbytes: int, now: float) -> None:
-        """The application consumed a message of ``nbytes`` (its ``MessageReceived.cost``)."""
+        """The application consumed messages of ``nbytes`` (their ``MessagesReceived.costs``)."""
         ch = self._channels.get(chanid)
         if ch is None or ch.is_sender or self._terminated:
             return  # the channel ended meanwhile: nobody waits for credit
@@ -494,9 +493,13 @@ class Connection:
             announce.arm(now)
 
     def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
+        """One MESSAGE of the general path (headers, attachments, a datagram, a logged frame)."""
         fresh = ch.ack_due is None
-        if not ch.accept(frame, unreliable, now):
-            return
+        if unreliable:
+            if not ch.accept_unreliable(frame.num, now):
+                return  # late: it was nacked already
+        else:
+            ch.accept_reliable(frame.num, 1, now)
         cost = message_cost(frame)
         stats = self._stats
         stats.messages_received += 1
@@ -509,14 +512,14 @@ class Connection:
                 child.attached = True
             children = accepted.attachments
             ids = tuple(a.chanid for a in children)
-            ch.delivered(frame, unreliable, cost, ids)
-            self._emit(MessageReceived(ch.chanid, frame.headers, children, frame.payload, cost))
+            ch.delivered(1, cost, ids, message_key(frame.num, unreliable))
+            self._emit(MessagesReceived(ch.chanid, [frame.payload], [cost], frame.headers, children))
             self._parking.adopt(ch.chanid, ids)
             for c in accepted.lost:
                 self._emit(ChannelLost(c))
         else:
-            ch.delivered(frame, unreliable, cost, ())
-            self._emit(MessageReceived(ch.chanid, frame.headers, (), frame.payload, cost))
+            ch.delivered(1, cost)
+            self._emit(MessagesReceived(ch.chanid, [frame.payload], [cost], frame.headers))
         self._after_delivery(ch, fresh, now)
 
     def _after_delivery(self, ch: ReceiverChannel, fresh: bool, now: float) -> None:
@@ -530,7 +533,7 @@ class Connection:
             self._timers.schedule(ch.chanid, ch.next_deadline())
 
     def _deliver_plain(self, run: PlainRunAccepted, now: float) -> None:
-        """Accepted plain messages go to the application as one ``MessageRunReceived``.
+        """Accepted plain messages go to the application as one ``MessagesReceived``.
 
         The event queue gathers consecutive runs of one channel (the
         datagrams or chunks of one read batch) into one event, queued whole
@@ -541,11 +544,8 @@ class Connection:
         stats = self._stats
         stats.messages_received += len(payloads)
         stats.bytes_received += cost
-        ch.delivered_run(len(payloads), cost)
-        if self._parking.passes(ch.chanid):
-            self._events.add_run(ch.chanid, payloads, costs)
-        else:
-            self._emit(MessageRunReceived(ch.chanid, payloads, costs))
+        ch.delivered(len(payloads), cost)
+        self._emit(MessagesReceived(ch.chanid, payloads, costs))
         self._after_delivery(ch, run.fresh, now)
 
     def _receiver_frame(self, ch: ReceiverChannel, frame: Frame, unreliable: bool, now: float) -> None:

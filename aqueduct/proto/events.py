@@ -81,19 +81,27 @@ class HandshakeCompleted:
 
 
 @dataclass(slots=True)
-class MessageReceived:
-    """A message the application may dequeue from the receiver of ``chanid``.
+class MessagesReceived:
+    """Messages, in order, that the application may dequeue from the receiver of ``chanid``.
 
-    The runtime reports each consumed message with ``Connection.dequeued(chanid,
-    cost)``: that drives DEQUEUED credit and tells the core which messages (and
-    attached channels) the application has taken.
+    The one event of every delivery. ``payloads[i]`` costs ``costs[i]``
+    (its encoded frame length): the runtime reports each consumed message
+    with ``Connection.dequeued(chanid, costs[i])`` (summing is fine), which
+    drives DEQUEUED credit and tells the core which messages (and attached
+    channels) the application has taken.
+
+    Plain messages (no headers, no attachments) come as runs: consecutive
+    numbers of an ORDERED stream's chunks, datagrams received back to back,
+    gathered by the event queue (:mod:`.queue`) so the runtime's cost is per
+    run, not per message. A message with ``headers`` or ``attachments`` is a
+    run of one, and they are that message's.
     """
 
     chanid: int
-    headers: Headers
-    attachments: tuple[Attachment, ...]
-    payload: bytes
-    cost: int = 0  # encoded frame length, for DEQUEUED accounting
+    payloads: list[bytes]
+    costs: list[int]
+    headers: Headers = ()
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(slots=True)
@@ -130,23 +138,6 @@ class ChannelLost:
 
 
 @dataclass(slots=True)
-class MessageRunReceived:
-    """Several plain messages, in order, for the receiver of ``chanid``.
-
-    The common case reported in one event: messages without headers or
-    attachments, either consecutive numbers of an ORDERED stream's chunks or
-    datagrams received back to back. Each is exactly a
-    ``MessageReceived(chanid, (), (), payloads[i], costs[i])``, and the
-    runtime reports each consumed one with ``Connection.dequeued(chanid,
-    costs[i])`` (summing is fine).
-    """
-
-    chanid: int
-    payloads: list[bytes]
-    costs: list[int]
-
-
-@dataclass(slots=True)
 class SendWindowOpened:
     """Queued messages of sender ``chanid`` drained; a blocked ``send()`` may continue."""
 
@@ -173,8 +164,7 @@ class ConnectionTerminated:
 
 Event = (
     HandshakeCompleted
-    | MessageReceived
-    | MessageRunReceived
+    | MessagesReceived
     | ChannelFinished
     | ChannelCancelled
     | ReceiverWasClosed

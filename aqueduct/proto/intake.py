@@ -200,7 +200,7 @@ class Intake:
         if not payloads:
             return None, data
         fresh = ch.ack_due is None
-        ch.accept_run(first, len(payloads), now)
+        ch.accept_reliable(first, len(payloads), now)
         return PlainRunAccepted(ch, payloads, costs, fresh), data[pos:]
 
     def datagrams(self, datas: Iterable[bytes], now: float) -> Iterator[Decoded]:
@@ -212,7 +212,7 @@ class Intake:
         datagrams of one channel (``_plain_receiver``: ROUTE_TO and one plain
         MESSAGE) are checked one by one (numbers, late drops, counters) but
         come out as one ``PlainRunAccepted``: what the event queue would have
-        joined into one ``MessageRunReceived`` anyway. Any other datagram
+        joined into one ``MessagesReceived`` anyway. Any other datagram
         first ends the run gathered so far, then comes out alone, so results
         keep their order. A violation first returns the run accepted before
         the violating datagram, then raises; the rest is never read.

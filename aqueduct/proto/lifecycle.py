@@ -41,7 +41,7 @@ class AttachmentsAccepted:
     ``created``: channels new to this side, for the connection to create
     (in order, before the message is delivered). ``lost``: channels
     forgotten before their handle arrived, whose ``ChannelLost`` follows the
-    message's ``MessageReceived``.
+    message's ``MessagesReceived``.
     """
 
     attachments: tuple[Attachment, ...]

@@ -10,23 +10,40 @@ script. No clock, no randomness unless the caller brings it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import Connection
 from aqueduct.proto.events import (
+    Attachment,
     ConnectionCloseQueued,
     DatagramQueued,
     Event,
-    MessageReceived,
-    MessageRunReceived,
+    MessagesReceived,
     StreamDataQueued,
     StreamResetQueued,
 )
+from aqueduct.wire.varint import Headers
 
 Fate = Literal["deliver", "drop", "hold"]
 DatagramScript = Callable[[str, int, bytes], Fate]
 """Called as (sending side "client"/"server", index of that side's datagram, bytes)."""
+
+
+@dataclass(slots=True)
+class Delivered:
+    """One delivered message as a script sees it: a ``MessagesReceived`` is recorded as one per message.
+
+    (Scripts then see one record per message, whichever run the core
+    gathered it in; ``tests/unit/test_proto_message_runs.py`` checks the runs.)
+    """
+
+    chanid: int
+    headers: Headers
+    attachments: tuple[Attachment, ...]
+    payload: bytes
+    cost: int
 
 
 class Pair:
@@ -48,7 +65,7 @@ class Pair:
         self.auto_dequeue = auto_dequeue
         self.datagram_script = datagrams
         self.reverse_streams = reverse_streams
-        self.events: dict[str, list[Event]] = {"client": [], "server": []}
+        self.events: dict[str, list[Event | Delivered]] = {"client": [], "server": []}
         self.closes: dict[str, ConnectionCloseQueued] = {}
         self.held: list[tuple[str, bytes]] = []
         self._dgram_count = {"client": 0, "server": 0}
@@ -66,24 +83,16 @@ class Pair:
     # ------------------------------------------------------------ moving bytes
 
     def _collect(self, side: str) -> None:
-        """Record events; a ``MessageRunReceived`` is recorded as its ``MessageReceived`` events.
-
-        (Scripts then see one event per message, whichever path the core
-        took; ``tests/unit/test_proto_message_runs.py`` checks the runs.)
-        """
+        """Record events; a ``MessagesReceived`` is recorded as one ``Delivered`` per message."""
         conn = self.conn(side)
         while (ev := conn.next_event()) is not None:
-            if isinstance(ev, MessageRunReceived):
-                messages = [
-                    MessageReceived(ev.chanid, (), (), payload, cost)
-                    for payload, cost in zip(ev.payloads, ev.costs, strict=True)
-                ]
-            else:
-                messages = [ev]
-            for msg in messages:
-                self.events[side].append(msg)
-                if self.auto_dequeue and isinstance(msg, MessageReceived):
-                    conn.dequeued(msg.chanid, msg.cost, self.now)
+            if not isinstance(ev, MessagesReceived):
+                self.events[side].append(ev)
+                continue
+            for payload, cost in zip(ev.payloads, ev.costs, strict=True):
+                self.events[side].append(Delivered(ev.chanid, ev.headers, ev.attachments, payload, cost))
+                if self.auto_dequeue:
+                    conn.dequeued(ev.chanid, cost, self.now)
 
     def flush(self, max_rounds: int = 10_000) -> None:
         """Shuttle actions both ways until neither side has anything to send."""

@@ -4,7 +4,7 @@ Frames may beat the MESSAGE that attaches a channel (spec section 5): a
 ROUTE_TO for an unknown remote-created channel creates it at once. Its
 messages and its ending are real, but the application has no handle to give
 them to until the carrying MESSAGE is delivered, so their events are parked
-here and released right after that MESSAGE's ``MessageReceived``.
+here and released right after that MESSAGE's ``MessagesReceived``.
 
 A group starts at such a channel (its root). Channels attached to messages
 parked in the group join it, so the order of events survives until the

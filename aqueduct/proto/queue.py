@@ -3,9 +3,10 @@
 Events never change once queued (:mod:`.events`). Yet a burst of plain
 messages of one channel, delivered datagram by datagram or chunk by chunk
 within one flush, should reach the application as one
-:class:`~aqueduct.proto.events.MessageRunReceived`: the runtime's cost is per
-event. So the run is gathered here, beside the queue, and queued whole as
-soon as anything else is queued or the queue is read.
+:class:`~aqueduct.proto.events.MessagesReceived`: the runtime's cost is per
+event. So a plain run is held here, beside the queue, while the plain runs
+of the same channel that follow join it, and queued whole as soon as
+anything else is queued or the queue is read.
 """
 
 from __future__ import annotations
@@ -13,27 +14,38 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from aqueduct.proto.events import Event, MessageRunReceived
+from aqueduct.proto.events import Event, MessagesReceived
 
 
 class EventQueue:
     """A FIFO of events plus the one plain run still being gathered."""
 
-    __slots__ = ("_queue", "_run_chanid", "_payloads", "_costs")
+    __slots__ = ("_queue", "_run")
 
     def __init__(self) -> None:
         self._queue: deque[Event] = deque()
-        self._run_chanid = -1  # the channel of the run being gathered (-1: none)
-        self._payloads: list[bytes] = []
-        self._costs: list[int] = []
+        self._run: MessagesReceived | None = None  # the plain run being gathered, not queued yet
 
     def __bool__(self) -> bool:
-        return bool(self._queue) or self._run_chanid >= 0
+        return bool(self._queue) or self._run is not None
 
     def __len__(self) -> int:
-        return len(self._queue) + (self._run_chanid >= 0)
+        return len(self._queue) + (self._run is not None)
 
     def append(self, event: Event) -> None:
+        """Queue ``event``; a plain run joins the run being gathered if it is of the same channel.
+
+        A gathered run's lists grow (the caller hands over fresh ones).
+        """
+        if type(event) is MessagesReceived and not event.headers and not event.attachments:
+            run = self._run
+            if run is not None and run.chanid == event.chanid:
+                run.payloads += event.payloads
+                run.costs += event.costs
+                return
+            self._seal()
+            self._run = event
+            return
         self._seal()
         self._queue.append(event)
 
@@ -41,24 +53,12 @@ class EventQueue:
         self._seal()
         self._queue.extend(events)
 
-    def add_run(self, chanid: int, payloads: list[bytes], costs: list[int]) -> None:
-        """Plain messages for ``chanid``; they join the run being gathered if it is that channel's.
-
-        The lists become the run's (the caller hands over fresh ones).
-        """
-        if chanid != self._run_chanid:
-            self._seal()
-            self._run_chanid, self._payloads, self._costs = chanid, payloads, costs
-        else:
-            self._payloads += payloads
-            self._costs += costs
-
     def popleft(self) -> Event:
         self._seal()
         return self._queue.popleft()
 
     def _seal(self) -> None:
         """Queue the run being gathered, whole."""
-        if self._run_chanid >= 0:
-            self._queue.append(MessageRunReceived(self._run_chanid, self._payloads, self._costs))
-            self._run_chanid, self._payloads, self._costs = -1, [], []
+        if self._run is not None:
+            self._queue.append(self._run)
+            self._run = None

@@ -29,13 +29,11 @@ from aqueduct.proto.errors import RemoteProtocolError
 from aqueduct.proto.flow import DequeueReporter
 from aqueduct.proto.output import Output
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
-from aqueduct.proto.transit import message_key
 from aqueduct.wire.frames import (
     AckNackUnreliable,
     AckReliable,
     CloseReceiver,
     Dequeued,
-    Message,
     encode_frame,
 )
 from aqueduct.wire.rangeset import RangeSet, encode_ack_nack
@@ -121,15 +119,6 @@ class ReceiverChannel:
 
     # ------------------------------------------------------------ frames from the sender
 
-    def accept(self, msg: Message, unreliable: bool, now: float) -> bool:
-        """Check and record a MESSAGE number; False for a late datagram we already nacked."""
-        if unreliable:
-            return self.accept_unreliable(msg.num, now)
-        self._accept_reliable(msg.num)
-        if self.ack_due is None:
-            self.ack_due = now + self._ack_delay
-        return True
-
     def accept_unreliable(self, num: int, now: float) -> bool:
         """Check and record a datagram's number; False when it is late (already nacked)."""
         c = self.chanid
@@ -159,7 +148,26 @@ class ReceiverChannel:
             self.ack_due = now + self._ack_delay
         return True
 
-    def _accept_reliable(self, num: int) -> None:
+    def accept_reliable(self, first: int, count: int, now: float) -> None:
+        """Check and record stream MESSAGE numbers ``first .. first + count - 1`` (one message: 1).
+
+        Numbers past everything received (the ORDERED case) are recorded as
+        one range; otherwise each is checked on its own (``_accept_number``),
+        so a violation raises exactly the error of a single MESSAGE.
+        """
+        stop = first + count
+        total = self.finish_total
+        if first >= self._received.top and not self.oneshot and (total is None or stop <= total):
+            self._received.add_range(first, stop)
+            self._unacked.add_range(first, stop)
+        else:
+            for num in range(first, stop):
+                self._accept_number(num)
+        if self.ack_due is None:
+            self.ack_due = now + self._ack_delay
+
+    def _accept_number(self, num: int) -> None:
+        """The per-number rule of ``accept_reliable``: oneshot, duplicate, SENT_RELIABLE."""
         c = self.chanid
         if self.oneshot and num != 0:
             raise RemoteProtocolError(
@@ -174,36 +182,19 @@ class ReceiverChannel:
             )
         self._unacked.add(num)
 
-    def accept_run(self, first: int, count: int, now: float) -> None:
-        """Check and record stream MESSAGE numbers ``first .. first + count - 1``.
+    def delivered(self, count: int, cost: int, children: tuple[int, ...] = (), key: int = 0) -> None:
+        """``count`` messages of ``cost`` bytes in all go to the application.
 
-        Numbers past everything received (the ORDERED case) are recorded as
-        one range; otherwise each is checked on its own, so a violation
-        raises exactly the error of a single MESSAGE.
+        A message carrying channels (``children``; a run of one, whose
+        message key is ``key``) is remembered until it is dequeued, so a
+        close can tell which attachments the application will never see.
         """
-        stop = first + count
-        total = self.finish_total
-        if first >= self._received.top and not self.oneshot and (total is None or stop <= total):
-            self._received.add_range(first, stop)
-            self._unacked.add_range(first, stop)
-        else:
-            for num in range(first, stop):
-                self._accept_reliable(num)
-        if self.ack_due is None:
-            self.ack_due = now + self._ack_delay
-
-    def delivered(self, msg: Message, unreliable: bool, cost: int, children: tuple[int, ...]) -> None:
-        """The message goes to the application; remember its attachments until it is dequeued."""
-        self.delivered_run(1, cost)
-        if children:
-            self._undequeued.append((self._delivered, message_key(msg.num, unreliable), children))
-
-    def delivered_run(self, count: int, cost: int) -> None:
-        """``count`` plain messages (no attachments) of ``cost`` bytes in all go to the application."""
         self._delivered += cost
         stats = self.stats
         stats.messages_received += count
         stats.bytes_received += cost
+        if children:
+            self._undequeued.append((self._delivered, key, children))
 
     def on_sent_unreliable(self, count: int, now: float) -> None:
         if self.finish_total is not None:

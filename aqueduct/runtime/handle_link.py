@@ -111,10 +111,8 @@ class HandleLink:
         next_event = self.core.next_event
         event = next_event()
         while event is not None:
-            if isinstance(event, ev.MessageRunReceived):
-                self._message_run_received(event)
-            elif isinstance(event, ev.MessageReceived):
-                self._message_received(event)
+            if isinstance(event, ev.MessagesReceived):
+                self._messages_received(event)
             elif isinstance(event, ev.SendWindowOpened):
                 handle = self._handles.get(event.chanid)
                 if isinstance(handle, Sender):
@@ -163,30 +161,17 @@ class HandleLink:
         assert self._entry is not None, "the Aqueduct handshake has not completed"
         return self._entry
 
-    def _message_received(self, event: ev.MessageReceived) -> None:
-        handles = tuple([self._adopt(a) for a in event.attachments]) if event.attachments else ()
-        receiver = self._handles.get(event.chanid)
-        if not isinstance(receiver, Receiver) or receiver.inbox.closed:
-            # Closed locally meanwhile (its close may still wait for announcements):
-            # the core treats it as closed, and its close ends what this message carried.
-            for handle in handles:
-                handle.dropped_unread()
-            return
-        headers = event.headers
-        if self.middleware:  # (a call per message saved when there is none)
-            headers = run_middleware(self.middleware, "incoming", event.chanid, headers, self.peer_headers)
-        try:
-            value = decode_value(event.payload, headers, handles, self.peer_content_type)
-        except PayloadError as exc:
-            receiver.inbox.undecodable_arrived(exc, event.cost)
-            return
-        receiver.inbox.message_arrived(Message(value, headers, handles), event.cost)
+    def _messages_received(self, event: ev.MessagesReceived) -> None:
+        """Delivered messages to their receiver: a plain run in bulk, anything else one by one.
 
-    def _message_run_received(self, event: ev.MessageRunReceived) -> None:
-        """Plain messages in bulk: decoded and queued without an event or Message each."""
-        if self.middleware:  # middleware may add headers: take the general path per message
+        A plain run (no headers, no attachments, no middleware) is decoded
+        and queued without a ``Message`` per message; a message with headers
+        or attachments (a run of one), or any message under middleware (which
+        may add headers), takes ``_message_received``.
+        """
+        if event.headers or event.attachments or self.middleware:
             for payload, cost in zip(event.payloads, event.costs, strict=True):
-                self._message_received(ev.MessageReceived(event.chanid, (), (), payload, cost))
+                self._message_received(event.chanid, event.headers, event.attachments, payload, cost)
             return
         receiver = self._handles.get(event.chanid)
         if not isinstance(receiver, Receiver):
@@ -212,6 +197,27 @@ class HandleLink:
                 inbox.undecodable_arrived(exc, costs[i])
                 values, start = [], i + 1
         inbox.values_arrived(values, costs[start:])
+
+    def _message_received(
+        self, chanid: int, headers: Headers, attachments: tuple[ev.Attachment, ...], payload: bytes, cost: int
+    ) -> None:
+        """One message the general way: handles for its attachments, middleware, a ``Message``."""
+        handles = tuple([self._adopt(a) for a in attachments]) if attachments else ()
+        receiver = self._handles.get(chanid)
+        if not isinstance(receiver, Receiver) or receiver.inbox.closed:
+            # Closed locally meanwhile (its close may still wait for announcements):
+            # the core treats it as closed, and its close ends what this message carried.
+            for handle in handles:
+                handle.dropped_unread()
+            return
+        if self.middleware:  # (a call per message saved when there is none)
+            headers = run_middleware(self.middleware, "incoming", chanid, headers, self.peer_headers)
+        try:
+            value = decode_value(payload, headers, handles, self.peer_content_type)
+        except PayloadError as exc:
+            receiver.inbox.undecodable_arrived(exc, cost)
+            return
+        receiver.inbox.message_arrived(Message(value, headers, handles), cost)
 
     def _adopt(self, attachment: ev.Attachment) -> Sender | Receiver:
         """A handle for a channel the peer attached to a message."""

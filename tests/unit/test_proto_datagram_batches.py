@@ -19,9 +19,9 @@ from aqueduct.proto.connection import Connection
 from aqueduct.proto.events import (
     ConnectionTerminated,
     Event,
-    MessageReceived,
-    MessageRunReceived,
+    MessagesReceived,
 )
+from aqueduct.proto.pair import Delivered
 from aqueduct.wire import (
     AckVersion,
     AttachmentRef,
@@ -123,14 +123,14 @@ def _craft(items: list[tuple[str, int, int]], finish1: bool) -> list[bytes]:
     return out
 
 
-def _expand(events: list[Event]) -> list[Event]:
+def _expand(events: list[Event]) -> list[Event | Delivered]:
     """Runs as their messages: how the two ways group messages into runs may differ, not what they deliver."""
-    out: list[Event] = []
+    out: list[Event | Delivered] = []
     for event in events:
-        if isinstance(event, MessageRunReceived):
+        if isinstance(event, MessagesReceived):
             assert len(event.payloads) == len(event.costs) > 0
             out.extend(
-                MessageReceived(event.chanid, (), (), payload, cost)
+                Delivered(event.chanid, event.headers, event.attachments, payload, cost)
                 for payload, cost in zip(event.payloads, event.costs, strict=True)
             )
         else:
@@ -221,11 +221,12 @@ def test_a_batch_of_plain_datagrams_is_one_run_split_only_where_the_general_path
         NOW,
     )
     run0, run1, version, headers, last = _events(conn)
-    assert isinstance(run0, MessageRunReceived) and run0.payloads == [b"a", b"b"]
-    assert isinstance(run1, MessageRunReceived) and run1.payloads == [b"x", b"y"]
-    assert isinstance(version, MessageReceived) and version.payload == b"c"
-    assert isinstance(headers, MessageReceived) and headers.headers == (("k", b"v"),)
-    assert isinstance(last, MessageRunReceived) and last.payloads == [b"d", b"e"]
+    assert isinstance(run0, MessagesReceived) and run0.payloads == [b"a", b"b"]
+    assert isinstance(run1, MessagesReceived) and run1.payloads == [b"x", b"y"]
+    assert isinstance(version, MessagesReceived) and version.payloads == [b"c"]
+    assert isinstance(headers, MessagesReceived) and headers.headers == (("k", b"v"),)
+    assert headers.payloads == [b"h"]  # a message with headers is a run of one
+    assert isinstance(last, MessagesReceived) and last.payloads == [b"d", b"e"]
     assert conn.stats().datagrams_received == 8
 
 
@@ -234,7 +235,7 @@ def test_a_violation_delivers_the_run_before_it_and_ignores_the_rest():
     datagrams = [_datagram(ENTRYPOINT, n, bytes([n])) for n in (1, 2, 1, 3)]  # 1 again: a violation
     conn.receive_datagrams(datagrams, NOW)
     run, close = _events(conn)
-    assert isinstance(run, MessageRunReceived) and run.payloads == [b"\x01", b"\x02"]
+    assert isinstance(run, MessagesReceived) and run.payloads == [b"\x01", b"\x02"]
     assert isinstance(close, ConnectionTerminated) and close.error_code == 1
     assert close.reason == "MESSAGE: duplicate unreliable message number 1 on channel 0"
     assert conn.stats().datagrams_received == 3  # the violating one counted, the one after not
@@ -247,7 +248,7 @@ def test_late_datagrams_inside_a_run_are_dropped_and_counted():
     conn.receive_datagram(_datagram(ENTRYPOINT, LATE), NOW)
     conn.receive_datagrams([_datagram(ENTRYPOINT, n, bytes([n])) for n in (1, 6, 2, 7)], NOW)
     (run,) = _events(conn)  # the batch's run joined the one before it
-    assert isinstance(run, MessageRunReceived) and run.payloads == [b"v", b"\x06", b"\x07"]
+    assert isinstance(run, MessagesReceived) and run.payloads == [b"v", b"\x06", b"\x07"]
     stats = conn.stats()
     assert (stats.late_dropped, stats.datagrams_received, stats.messages_received) == (2, 5, 4)
 

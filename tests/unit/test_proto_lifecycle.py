@@ -11,17 +11,16 @@ from aqueduct.proto.events import (
     ChannelFinished,
     ChannelLost,
     DatagramQueued,
-    MessageReceived,
     ReceiverWasClosed,
     StreamDataQueued,
 )
-from aqueduct.proto.pair import Pair
+from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire import Side
 from aqueduct.wire.modes import Mode
 
 
-def received(p: Pair, side: str, chanid: int) -> list[MessageReceived]:
-    return [e for e in p.of(side, MessageReceived) if e.chanid == chanid]
+def received(p: Pair, side: str, chanid: int) -> list[Delivered]:
+    return [e for e in p.of(side, Delivered) if e.chanid == chanid]
 
 
 def assert_empty(p: Pair) -> None:
@@ -230,7 +229,7 @@ def test_three_level_cascade_through_an_acked_message():
     assert {e.chanid for e in p.of("client", ChannelLost)} == {a, b, c}
     # the server had state for a, b, c (early ROUTE_TO and attachments): FORGET_CHANNEL freed
     # it, and its application never saw anything of them (a's handle never arrived)
-    assert not [e for e in p.of("server", MessageReceived) if e.chanid in (a, b, c)]
+    assert not [e for e in p.of("server", Delivered) if e.chanid in (a, b, c)]
     assert ChannelLost(a) not in p.of("server", ChannelLost)
     # each side counts every channel it lost, with or without an event for it
     assert p.client.stats().channels_lost == 3 and p.server.stats().channels_lost == 3
@@ -312,11 +311,11 @@ def test_channel_finished_before_its_handle_arrives_is_delivered_after_it():
     events = [e for e in p.events["server"] if getattr(e, "chanid", None) in (0, x)]
     kinds = [(type(e).__name__, e.chanid) for e in events]
     assert kinds[:6] == [
-        ("MessageReceived", 0),
-        ("MessageReceived", 0),
-        ("MessageReceived", x),
-        ("MessageReceived", x),
-        ("MessageReceived", x),
+        ("Delivered", 0),
+        ("Delivered", 0),
+        ("Delivered", x),
+        ("Delivered", x),
+        ("Delivered", x),
         ("ChannelFinished", x),
     ]
     finish_entrypoint(p)

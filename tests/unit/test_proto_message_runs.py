@@ -11,8 +11,7 @@ from aqueduct.proto.connection import Connection
 from aqueduct.proto.events import (
     ConnectionTerminated,
     DatagramQueued,
-    MessageReceived,
-    MessageRunReceived,
+    MessagesReceived,
     StreamDataQueued,
 )
 from aqueduct.proto.flow import message_cost
@@ -82,10 +81,8 @@ def _sent_stream(nums: int, payload_size: int) -> tuple[int, bytes, Pair]:
 def _collect(conn: Connection) -> list[tuple[bytes, int]]:
     out = []
     while (event := conn.next_event()) is not None:
-        if isinstance(event, MessageRunReceived):
+        if isinstance(event, MessagesReceived):
             out.extend(zip(event.payloads, event.costs, strict=True))
-        elif isinstance(event, MessageReceived):
-            out.append((event.payload, event.cost))
     return out
 
 
@@ -140,10 +137,11 @@ def test_after_the_route_a_chunk_of_plain_messages_is_one_run_event():
     first = list(iter(server.next_event, None))
     server.receive_stream_data(sid, data[300:], False, 1.0)
     (run,) = list(iter(server.next_event, None))
-    assert isinstance(run, MessageRunReceived) and len(run.payloads) + len(first) == 50
+    assert isinstance(run, MessagesReceived)
+    assert len(run.payloads) + sum(len(e.payloads) for e in first) == 50
 
 
-def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path():
+def test_a_plain_datagram_is_a_run_of_one_on_either_path():
     for logged in (False, True):
         log: list[dict] = []
         pair = Pair(server=ProtoConfig(frame_log=log.append) if logged else None)
@@ -155,9 +153,8 @@ def test_a_plain_datagram_is_a_run_of_one_and_a_frame_log_takes_the_general_path
         (datagram,) = [a for a in pair.client.transmit() if isinstance(a, DatagramQueued)]
         pair.server.receive_datagram(datagram.data, 1.0)
         (event,) = list(iter(pair.server.next_event, None))
-        expected = MessageReceived if logged else MessageRunReceived
-        assert isinstance(event, expected), logged
-        assert (event.payloads if not logged else [event.payload]) == [b"second"]
+        assert isinstance(event, MessagesReceived), logged  # the frame log takes the general path
+        assert event.payloads == [b"second"] and not event.headers and not event.attachments
         assert any(r.get("frame") == "MESSAGE" for r in log) == logged
 
 
@@ -178,7 +175,7 @@ def test_plain_datagrams_read_in_one_batch_join_one_run_event():
     for datagram in datagrams:  # read back to back, no event taken in between
         pair.server.receive_datagram(datagram, 1.0)
     (event,) = list(iter(pair.server.next_event, None))
-    assert isinstance(event, MessageRunReceived) and event.payloads == [b"a", b"b", b"c"]
+    assert isinstance(event, MessagesReceived) and event.payloads == [b"a", b"b", b"c"]
     assert len(event.costs) == 3
 
 

@@ -11,14 +11,14 @@ from aqueduct.proto.events import (
     ConnectionTerminated,
     DatagramQueued,
     HandshakeCompleted,
-    MessageReceived,
     MessagesAcked,
+    MessagesReceived,
     ReceiverWasClosed,
     SendWindowOpened,
     StreamDataQueued,
     StreamResetQueued,
 )
-from aqueduct.proto.pair import Pair
+from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire import (
     AckVersion,
     ConnectionHeaders,
@@ -31,7 +31,7 @@ from aqueduct.wire.modes import Mode
 
 
 def payloads(p: Pair, side: str = "server", chanid: int = 0) -> list[bytes]:
-    return [e.payload for e in p.of(side, MessageReceived) if e.chanid == chanid]
+    return [e.payload for e in p.of(side, Delivered) if e.chanid == chanid]
 
 
 def frames_of(data: bytes) -> list:
@@ -82,7 +82,7 @@ def test_routed_frames_wait_for_peer_headers():
     kinds = []
     while (ev := p.server.next_event()) is not None:
         kinds.append(type(ev))
-    assert kinds == [HandshakeCompleted, MessageReceived]
+    assert kinds == [HandshakeCompleted, MessagesReceived]
 
 
 def test_window_header_sets_the_peer_send_window():
@@ -306,24 +306,24 @@ def test_sender_stops_at_the_window_and_resumes_on_dequeued():
     results = [p.client.send(0, [b"x" * 95], now=p.now)[1] for i in range(30)]  # cost 100
     assert results[:10] == [True] * 10 and results[10:] == [False] * 20
     p.flush()
-    got = p.of("server", MessageReceived)
+    got = p.of("server", Delivered)
     assert len(got) == 10
     # the application dequeues: DEQUEUED goes back once W0/4 bytes are unreported
     for ev in got[:3]:
         p.server.dequeued(0, ev.cost, p.now)
     p.flush()
-    assert len(p.of("server", MessageReceived)) == 13
+    assert len(p.of("server", Delivered)) == 13
     # below W0/4 the report waits for the 50 ms timer
     p.server.dequeued(0, got[3].cost, p.now)
     p.flush()
-    assert len(p.of("server", MessageReceived)) == 13
+    assert len(p.of("server", Delivered)) == 13
     p.advance(0.06)
-    assert len(p.of("server", MessageReceived)) == 14
+    assert len(p.of("server", Delivered)) == 14
     p.auto_dequeue = True
-    for ev in p.of("server", MessageReceived)[4:]:
+    for ev in p.of("server", Delivered)[4:]:
         p.server.dequeued(0, ev.cost, p.now)
     p.settle()
-    assert len(p.of("server", MessageReceived)) == 30
+    assert len(p.of("server", Delivered)) == 30
     assert SendWindowOpened(0) in p.of("client", SendWindowOpened)
 
 
@@ -344,7 +344,7 @@ def test_reliable_sender_blocks_when_queue_full():
         assert not p.client.send(0, [b"y"], now=p.now)[1]
     assert p.client.send_blocked(0)
     p.flush()
-    [first] = p.of("server", MessageReceived)
+    [first] = p.of("server", Delivered)
     p.server.dequeued(0, first.cost, p.now)
     p.advance(0.1)  # DEQUEUED (after its 50 ms) lets one more message out: no longer full
     assert not p.client.send_blocked(0)
@@ -442,12 +442,12 @@ def test_queued_unreliable_messages_are_announced_when_they_leave():
     for i in range(6):
         p.client.send(0, [b"%d" % i + b"x" * 40], now=p.now)  # two fit the window
     p.flush()
-    for ev in p.of("server", MessageReceived):
+    for ev in p.of("server", Delivered):
         p.server.dequeued(0, ev.cost, p.now)
     p.advance(0.1)  # DEQUEUED returns credit: queued datagrams leave during that flush
-    for ev in p.of("server", MessageReceived)[2:]:
+    for ev in p.of("server", Delivered)[2:]:
         p.server.dequeued(0, ev.cost, p.now)
     p.advance(2.0)
-    assert len(p.of("server", MessageReceived)) == 6
+    assert len(p.of("server", Delivered)) == 6
     # every datagram was announced by SENT_UNRELIABLE, so every number got covered (acked)
     assert sum(a.acked for a in p.of("client", MessagesAcked)) == 6

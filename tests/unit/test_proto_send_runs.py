@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.errors import LocalProtocolError
-from aqueduct.proto.events import DatagramQueued, MessageReceived, StreamDataQueued
-from aqueduct.proto.pair import Pair
+from aqueduct.proto.events import DatagramQueued, StreamDataQueued
+from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire.chanid import ENTRYPOINT, Side
 from aqueduct.wire.modes import Mode
 
@@ -69,7 +69,7 @@ def test_a_run_does_byte_for_byte_what_runs_of_one_would(before, run, window, mo
     for p in (bulk, single):
         p.settle()  # the server dequeues: the window opens, the queue drains
     if mode is not Mode.UNRELIABLE:
-        assert [e.payload for e in bulk.of("server", MessageReceived)] == [*before, *run[:taken]]
+        assert [e.payload for e in bulk.of("server", Delivered)] == [*before, *run[:taken]]
     assert bulk.client.stats() == single.client.stats()
 
 
@@ -79,7 +79,7 @@ def test_a_run_arrives_as_the_messages_in_order() -> None:
     run = [b"%d" % n for n in range(1000)]
     assert p.client.send(ENTRYPOINT, run) == (1000, True)
     p.settle()
-    assert [e.payload for e in p.of("server", MessageReceived)] == run
+    assert [e.payload for e in p.of("server", Delivered)] == run
 
 
 def test_the_first_message_is_always_taken_the_rest_while_the_queue_has_room() -> None:
@@ -106,7 +106,7 @@ def test_attachments_go_on_a_run_of_one_only() -> None:
     assert p.client.channel_stats(ENTRYPOINT).messages_sent == 0
     assert p.client.send(ENTRYPOINT, [b"carries tx"], attachments=[tx]) == (1, True)  # tx was not taken
     p.settle()
-    assert [e.attachments[0].chanid for e in p.of("server", MessageReceived)] == [tx]
+    assert [e.attachments[0].chanid for e in p.of("server", Delivered)] == [tx]
 
 
 def test_a_oneshot_run_is_refused_whole() -> None:

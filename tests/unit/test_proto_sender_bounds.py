@@ -5,11 +5,10 @@ from __future__ import annotations
 from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.events import (
     ChannelFinished,
-    MessageReceived,
     SendWindowOpened,
     StreamDataQueued,
 )
-from aqueduct.proto.pair import Pair
+from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire import Side, StreamSequenceDecoder
 from aqueduct.wire.frames import Message
 from aqueduct.wire.modes import Mode
@@ -98,7 +97,7 @@ def test_reliable_queue_is_full_by_bytes():
     assert not p.client.send(0, [b"z" * 60], now=p.now)[1]
     assert p.client.send_blocked(0)  # 120 bytes queued, far below max_queued messages
     p.flush()
-    [first] = p.of("server", MessageReceived)
+    [first] = p.of("server", Delivered)
     p.server.dequeued(0, first.cost, p.now)
     p.advance(0.1)  # the 60-byte message leaves: 60 bytes queued, room again
     assert not p.client.send_blocked(0)
@@ -116,4 +115,4 @@ def test_one_oversized_message_is_admitted_to_an_empty_queue():
 
 
 def payloads(p: Pair, side: str = "server", chanid: int = 0) -> list[bytes]:
-    return [e.payload for e in p.of(side, MessageReceived) if e.chanid == chanid]
+    return [e.payload for e in p.of(side, Delivered) if e.chanid == chanid]

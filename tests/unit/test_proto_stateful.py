@@ -15,8 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from aqueduct.proto.events import ChannelFinished, ChannelLost, MessageReceived, MessagesAcked
-from aqueduct.proto.pair import Pair
+from aqueduct.proto.events import ChannelFinished, ChannelLost, MessagesAcked
+from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire import Side
 from aqueduct.wire.modes import Mode
 
@@ -65,7 +65,7 @@ class SenderReceiverMachine(RuleBasedStateMachine):
         p.settle(5.0)
 
         assert not p.closes
-        got = [e.payload for e in p.of("server", MessageReceived) if e.chanid == 0]
+        got = [e.payload for e in p.of("server", Delivered) if e.chanid == 0]
         assert len(got) == len(set(got))
         reliable = [m for m, (mode, _) in self.sent.items() if mode is not Mode.UNRELIABLE]
         unreliable = [m for m, (mode, _) in self.sent.items() if mode is Mode.UNRELIABLE]
@@ -106,7 +106,7 @@ class ChannelTreeMachine(RuleBasedStateMachine):
         self.children: list[int] = []
 
     def _server_handles(self) -> set[int]:
-        return {a.chanid for e in self.p.of("server", MessageReceived) for a in e.attachments}
+        return {a.chanid for e in self.p.of("server", Delivered) for a in e.attachments}
 
     def _open_sender(self, side: str, chanid: int) -> bool:
         ch = self.p.conn(side).channels.get(chanid)

@@ -15,7 +15,7 @@ from aqueduct.proto.events import (
     ChannelLost,
     ConnectionCloseQueued,
     ConnectionTerminated,
-    MessageReceived,
+    MessagesReceived,
     StreamDataQueued,
     StreamResetQueued,
 )
@@ -443,6 +443,6 @@ def test_reset_stream_keeps_whole_frames_and_drops_the_partial_one():
     data = encode_sequence([RouteTo(0), msg(0, payload=b"whole")]) + encode_frame(msg(1))[:3]
     p.raw(6, data, end=False)
     p.conn.receive_stream_reset(6, 1, 0.0)
-    got = [e for e in iter(p.conn.next_event, None) if isinstance(e, MessageReceived)]
-    assert [e.payload for e in got] == [b"whole"]
+    got = [e for e in iter(p.conn.next_event, None) if isinstance(e, MessagesReceived)]
+    assert [payload for e in got for payload in e.payloads] == [b"whole"]
     assert p.alive()
