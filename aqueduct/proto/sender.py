@@ -130,7 +130,7 @@ class SenderChannel:
         self._u_costs: deque[int] = deque()  # costs of unreliable numbers from the cursor
         #: messages the window did not admit yet, oldest first (empty: everything taken went out)
         self.queue: deque[_Queued] = deque()
-        self._queued_bytes = 0  # payload bytes in _queue
+        self._queued_bytes = 0  # payload bytes in the queue
         self._streams_unacked: set[int] = set()  # numbers sent on their own stream, not acked
         #: attachments of evicted messages not taken yet (``take_evicted``): channels to lose
         self.evicted: list[int] = []

@@ -13,6 +13,13 @@ connection-level ones (handshake done, connection ended) for the driver to
 act on, so nothing here knows about QUIC, packets or timers. What the link
 needs of its pump is three calls (:class:`Pump`): a flush soon, a flush now,
 and the core's events delivered now.
+
+Those three are the one place where the link calls its driver rather than
+returning to it, and they cannot be results: the link's callers are the
+handles, that is, the application's own code (a ``send``, a ``finish``, a
+handle dropped), with no driver frame on the stack to return a result to.
+The driver's own calls into the link (``deliver_events``,
+``hand_over_dequeued``) do return what the driver must act on.
 """
 
 from __future__ import annotations
