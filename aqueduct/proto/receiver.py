@@ -151,13 +151,16 @@ class ReceiverChannel:
     def accept_reliable(self, first: int, count: int, now: float) -> None:
         """Check and record stream MESSAGE numbers ``first .. first + count - 1`` (one message: 1).
 
-        Numbers past everything received (the ORDERED case) are recorded as
-        one range; otherwise each is checked on its own (``_accept_number``),
-        so a violation raises exactly the error of a single MESSAGE.
+        A run of numbers past everything received (the ORDERED case) is
+        recorded as one range; otherwise each is checked on its own
+        (``_accept_number``, also the cheapest step for one number), so a
+        violation raises exactly the error of a single MESSAGE.
         """
         stop = first + count
         total = self.finish_total
-        if first >= self._received.top and not self.oneshot and (total is None or stop <= total):
+        if count == 1:
+            self._accept_number(first)
+        elif first >= self._received.top and not self.oneshot and (total is None or stop <= total):
             self._received.add_range(first, stop)
             self._unacked.add_range(first, stop)
         else:
