@@ -190,44 +190,48 @@ class SenderChannel:
         if self.state is not _OPEN:
             raise LocalProtocolError(f"channel {self.chanid}: send after {self.state.value}")
         n = len(payloads)
-        if n == 1:  # the run of one: checks once, no list, as cheap as a lone message
-            if self.oneshot and (self.sent_reliable or self.queue):
-                raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
-            payload = payloads[0]
-            if self.queue or not self._transmit(headers, attachments, payload):
-                self._enqueue(headers, attachments, payload)
-            elif self.oneshot:
+        if n != 1:
+            return self._send_run(payloads, headers, attachments)
+        # the run of one, the general step: checks once, no list, as cheap as a lone message
+        if self.oneshot and (self.sent_reliable or self.queue):
+            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
+        payload = payloads[0]
+        queue = self.queue
+        if not queue and self._transmit(headers, attachments, payload):
+            if self.oneshot:
                 self.finish()
             return 1
-        if attachments:
-            refuse_attachments_on_run(self.chanid, n)
-        if self.oneshot and n:
-            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
-        if self.mode is _ORDERED and not headers and self._out.log is None:
-            return self._send_plain(payloads)
-        count = 0
-        for payload in payloads:  # the general step, message by message
-            if count and self.blocked:
-                break
-            if self.queue or not self._transmit(headers, attachments, payload):
-                self._enqueue(headers, attachments, payload)
-            count += 1
-        return count
-
-    def _enqueue(self, headers: Headers, attachments: tuple[AttachmentRef, ...], payload: bytes) -> None:
-        """A message the window (or the stream cap) did not admit waits; a full UNRELIABLE queue evicts."""
-        self.stats.window_stalls += 1
+        self.stats.window_stalls += 1  # it waits for the window (or the stream cap)
         self._cstats.window_stalls += 1
-        if self.mode is Mode.UNRELIABLE and len(self.queue) >= self.max_queued:
-            dropped = self.queue.popleft()
+        if self.mode is _UNRELIABLE and len(queue) >= self.max_queued:  # full: evict the oldest
+            dropped = queue.popleft()
             self._queued_bytes -= len(dropped.payload)
             self.stats.evicted += 1
             self._cstats.evicted += 1
             self.evicted.extend(a.chanid for a in dropped.attachments)
-        self.queue.append(_Queued(headers, attachments, payload))
+        queue.append(_Queued(headers, attachments, payload))
         self._queued_bytes += len(payload)
         if self.oneshot:
             self.state = SenderState.FINISHING
+        return 1
+
+    def _send_run(
+        self, payloads: Sequence[bytes], headers: Headers, attachments: tuple[AttachmentRef, ...]
+    ) -> int:
+        """A run of several (or none): the fast step when plain ORDERED, else each as a run of one."""
+        if attachments:
+            refuse_attachments_on_run(self.chanid, len(payloads))
+        if self.oneshot and payloads:
+            raise LocalProtocolError(f"channel {self.chanid}: a oneshot channel carries one message")
+        if self.mode is _ORDERED and not headers and self._out.log is None:
+            return self._send_plain(payloads)
+        count = 0
+        for payload in payloads:
+            if count and self.blocked:
+                break
+            self.send((payload,), headers)
+            count += 1
+        return count
 
     def _send_plain(self, payloads: Sequence[bytes]) -> int:
         """The fast step of ``send`` for plain ORDERED runs: what the general step does per message.
