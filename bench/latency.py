@@ -241,7 +241,19 @@ async def _run_bridge(
         "records": [[round(r[k], 6) for k in _RECORD_KEYS] for r in records],
         "spark_ms": _spark_phases(events),
         "first_batch_ms": next((p["durationMs"] for p in events if p.get("numInputRows")), {}),
+        "first_triggers": _first_triggers(events, bridge.query_started_at or query_start),
     }
+
+
+def _first_triggers(progress: list[dict[str, Any]], query_start: float, count: int = 4) -> list[list[float]]:
+    """The query's first triggers up to its first with rows: [start after the query's start s, rows, ms]."""
+    out = []
+    for p in progress[:count]:
+        out.append([round(_ts(p["timestamp"]) - query_start, 3), p.get("numInputRows", 0),
+                    p["durationMs"].get("triggerExecution", 0)])  # fmt: skip
+        if p.get("numInputRows"):
+            break
+    return out
 
 
 def _spark_phases(progress: list[dict[str, Any]]) -> dict[str, float]:
@@ -435,6 +447,7 @@ async def send_bridge(params: dict[str, Any], certs: Certs, port: Any) -> dict[s
     try:
         stream = await connector.stream(STREAM_ID, "bench/latency")
         acks = _Acks(stream)
+        first_sent = time.time()
         await stream.send(body, event_time=int(time.time() * 1_000_000))
         await stream.wait_acked(stream.next_id, timeout=params["bound"])
         acked_at = time.time()
@@ -455,6 +468,7 @@ async def send_bridge(params: dict[str, Any], certs: Certs, port: Any) -> dict[s
             await connector.close(flush_timeout=5)
     return {
         "first_ack_s": first_ack, "first_ack_from_bridge_start_s": from_bridge_start, "phases": phases,
+        "first_sent_s": first_sent - port["query_start"],
         "cpus": _cpus(),
     }  # fmt: skip
 
@@ -496,6 +510,7 @@ def summarize(server: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
         "layout": {**server["layout"], "producer_cpus": client["cpus"]},
         "trigger": server["trigger"], "first_ack_s": client["first_ack_s"],
         "first_ack_from_bridge_start_s": client["first_ack_from_bridge_start_s"],
+        "first_sent_s": client["first_sent_s"], "first_triggers": server["first_triggers"],
         "spark_ms": server["spark_ms"], "first_batch_ms": server["first_batch_ms"], "rates": rows,
     }  # fmt: skip
 
@@ -527,7 +542,10 @@ def render(summary: dict[str, Any]) -> str:
     lines += [
         "",
         f"first micro-batch acked {summary['first_ack_s']:.2f} s after the query's start "
-        f"({summary['first_ack_from_bridge_start_s']:.2f} s after Bridge.start(), Spark session already up)",
+        f"({summary['first_ack_from_bridge_start_s']:.2f} s after Bridge.start(), Spark session already up); "
+        f"its record was sent {summary['first_sent_s']:.2f} s after the query's start; the query's first "
+        "triggers (start after the query's start, rows, triggerExecution): "
+        + ", ".join(f"{t:.2f} s / {rows} / {ms:,.0f} ms" for t, rows, ms in summary["first_triggers"]),
         "",
         "Spark's durationMs, median over batches with rows (ours over the whole run; the floor per rate):",
         "  ours: " + ", ".join(f"{k} {v:,.0f}" for k, v in summary["spark_ms"].items()),
