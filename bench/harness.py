@@ -1,7 +1,8 @@
 """The two processes of a benchmark: start them, send them work, always clean up.
 
 A :class:`WorkerPair` is a server process and a client process
-(``python -m bench.worker``), pinned to different cores. :meth:`WorkerPair.run`
+(``python -m bench.worker``), pinned to different cores (or, where a
+benchmark asks, not pinned at all). :meth:`WorkerPair.run`
 has the server listen on 127.0.0.1, then the client connect and send; each
 reports its result. Every process is in its own session (process group), so
 a timeout or failure kills exactly the processes this pair started, children
@@ -110,19 +111,27 @@ class _Side:
         self._stderr.close()
 
 
+def _cpu_arg(cpu: int | None) -> int:
+    """``bench.worker --cpu``'s value: -1 leaves the process unpinned."""
+    return -1 if cpu is None else cpu
+
+
 class WorkerPair:
     """A server and a client worker process, restarted after any failure."""
 
-    def __init__(self, certs: Path, log_dir: Path | None = None) -> None:
+    def __init__(
+        self, certs: Path, log_dir: Path | None = None, cpus: tuple[int | None, int | None] = (SERVER_CPU, CLIENT_CPU)
+    ) -> None:
         self.certs = certs
         self.log_dir = log_dir  # keep each process's stderr there (default: discarded)
+        self.cpus = cpus  # (server's core, client's core); None: that side is not pinned
         self._sides: tuple[_Side, _Side] | None = None
 
     def _start(self) -> tuple[_Side, _Side]:
         if self._sides is None:
             self._sides = (
-                _Side("server", self.certs, SERVER_CPU, self.log_dir),
-                _Side("client", self.certs, CLIENT_CPU, self.log_dir),
+                _Side("server", self.certs, _cpu_arg(self.cpus[0]), self.log_dir),
+                _Side("client", self.certs, _cpu_arg(self.cpus[1]), self.log_dir),
             )
         return self._sides
 

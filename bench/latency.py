@@ -1,7 +1,19 @@
 """``python -m bench.latency``: send -> ACK latency with the bridge's defaults, beside Spark's own floor.
 
-One run, two processes (as every benchmark: server on CPU 0 with Spark
-``local[1]`` as its child, producer on CPU 1):
+One run, two processes, a server (the bridge, with Spark's JVM and its
+Python workers as children) and a producer, in one of two layouts:
+
+* **the defaults** (default): what ``aqueduct-bridge serve`` does with its
+  defaults, nothing pinned: Spark's default master (``local[*]``, every
+  core) and the scheduler free to run any process on any core. The
+  producer is not pinned either: at 1,000 records/s it needs a few
+  hundredths of a core, and pinned to one core it would only queue there
+  behind whatever Spark runs on it, a wait a user's producer (on another
+  machine, or unpinned) does not have.
+* ``--pin-server``: every other benchmark's layout (``spark_e2e``'s): the
+  whole server side on CPU 0 with Spark ``local[1]``, the producer on CPU 1.
+
+The ``rate`` floor runs in the same layout, in the same run.
 
 0. The server warms Spark's JVM up, unmeasured (``--jvm-warmup``): the
    floor's query (step 3) at the highest rate. A fresh JVM compiles Spark's
@@ -45,6 +57,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -168,7 +181,9 @@ def _intervals(sent: float, durable: float | None, b: dict[str, Any]) -> dict[st
     }
 
 
-async def _run_bridge(spark: Any, params: dict[str, Any], certs: Certs, work: Path, ready: Any) -> dict[str, Any]:
+async def _run_bridge(
+    spark: Any, master: str, params: dict[str, Any], certs: Certs, work: Path, ready: Any
+) -> dict[str, Any]:
     from aqueduct.bridge.app.service import Bridge, BridgeConfig
 
     # Progress from the query itself, not a listener: a Python listener converts
@@ -176,7 +191,7 @@ async def _run_bridge(spark: Any, params: dict[str, Any], certs: Certs, work: Pa
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     config = BridgeConfig(
         log_dir=work / "log", quic=("127.0.0.1", 0), certfile=certs.server_cert, keyfile=certs.server_key,
-        master="local[1]", output_dir=work / "out", query_name=f"latency_{int(time.time() * 1000)}",
+        master=master, output_dir=work / "out", query_name=f"latency_{int(time.time() * 1000)}",
     )  # fmt: skip
     bridge = Bridge(config, spark=spark)
     acks_sent: dict[str, float] = {}
@@ -226,7 +241,19 @@ async def _run_bridge(spark: Any, params: dict[str, Any], certs: Certs, work: Pa
         "records": [[round(r[k], 6) for k in _RECORD_KEYS] for r in records],
         "spark_ms": _spark_phases(events),
         "first_batch_ms": next((p["durationMs"] for p in events if p.get("numInputRows")), {}),
+        "first_triggers": _first_triggers(events, bridge.query_started_at or query_start),
     }
+
+
+def _first_triggers(progress: list[dict[str, Any]], query_start: float, count: int = 4) -> list[list[float]]:
+    """The query's first triggers up to its first with rows: [start after the query's start s, rows, ms]."""
+    out = []
+    for p in progress[:count]:
+        out.append([round(_ts(p["timestamp"]) - query_start, 3), p.get("numInputRows", 0),
+                    p["durationMs"].get("triggerExecution", 0)])  # fmt: skip
+        if p.get("numInputRows"):
+            break
+    return out
 
 
 def _spark_phases(progress: list[dict[str, Any]]) -> dict[str, float]:
@@ -317,12 +344,32 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}_ms": percentile(values, q) * 1000 for q in (50, 90, 99)}
 
 
-async def serve_bridge(params: dict[str, Any], certs: Certs, ready: Any) -> dict[str, Any]:
-    from aqueduct.bridge.app.pipeline import trigger_option
+def layout_session(pin_server: bool) -> tuple[Any, str]:
+    """(SparkSession, its master) for the layout: the bridge's default master, or ``local[1]`` pinned.
+
+    Pinned, the session is every other benchmark's (``local[1]``, inheriting
+    this process's pinning to CPU 0); else the session ``aqueduct-bridge
+    serve`` makes with its defaults.
+    """
+    from aqueduct.bridge.app.pipeline import local_session
     from aqueduct.bridge.app.service import BridgeConfig
     from bench.bridge_bench import spark_session
 
-    spark = await asyncio.to_thread(spark_session)
+    if pin_server:
+        return spark_session(), "local[1]"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return local_session(BridgeConfig.master, "ERROR", app_name="aqueduct-bench"), BridgeConfig.master
+
+
+def _cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+async def serve_bridge(params: dict[str, Any], certs: Certs, ready: Any) -> dict[str, Any]:
+    from aqueduct.bridge.app.pipeline import trigger_option
+    from aqueduct.bridge.app.service import BridgeConfig
+
+    spark, master = await asyncio.to_thread(layout_session, params["pin_server"])
     spark.sparkContext.setLogLevel("ERROR")
     jit = JitClock(spark)
     trigger = trigger_option(BridgeConfig.trigger_interval)
@@ -330,7 +377,7 @@ async def serve_bridge(params: dict[str, Any], certs: Certs, ready: Any) -> dict
         if params["jvm_warmup"] > 0:  # unmeasured: neither side pays for the fresh JVM's compiling
             await asyncio.to_thread(_rate_floor, spark, max(params["rates"]), trigger, params["jvm_warmup"], 0.0)
         with tempfile.TemporaryDirectory(prefix="aqueduct-latency-") as tmp:
-            ours = await _run_bridge(spark, params, certs, Path(tmp), ready)
+            ours = await _run_bridge(spark, master, params, certs, Path(tmp), ready)
         floors = []
         for rate in params["rates"]:
             floors.append(await asyncio.to_thread(
@@ -338,7 +385,8 @@ async def serve_bridge(params: dict[str, Any], certs: Certs, ready: Any) -> dict
             ))  # fmt: skip
     finally:
         samples = jit.stop()
-    return {**ours, "trigger": trigger, "floors": floors, "jit": samples}
+    layout = {"master": master, "server_cpus": _cpus()}
+    return {**ours, "trigger": trigger, "floors": floors, "jit": samples, "layout": layout}
 
 
 # ------------------------------------------------------------------ client side
@@ -399,6 +447,7 @@ async def send_bridge(params: dict[str, Any], certs: Certs, port: Any) -> dict[s
     try:
         stream = await connector.stream(STREAM_ID, "bench/latency")
         acks = _Acks(stream)
+        first_sent = time.time()
         await stream.send(body, event_time=int(time.time() * 1_000_000))
         await stream.wait_acked(stream.next_id, timeout=params["bound"])
         acked_at = time.time()
@@ -417,7 +466,11 @@ async def send_bridge(params: dict[str, Any], certs: Certs, port: Any) -> dict[s
     finally:
         with contextlib.suppress(Exception):
             await connector.close(flush_timeout=5)
-    return {"first_ack_s": first_ack, "first_ack_from_bridge_start_s": from_bridge_start, "phases": phases}
+    return {
+        "first_ack_s": first_ack, "first_ack_from_bridge_start_s": from_bridge_start, "phases": phases,
+        "first_sent_s": first_sent - port["query_start"],
+        "cpus": _cpus(),
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------ the report
@@ -454,8 +507,10 @@ def summarize(server: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
             "budget": budget(server["records"], phase["window"], phase["p50_ms"] or 0.0),
         })  # fmt: skip
     return {
+        "layout": {**server["layout"], "producer_cpus": client["cpus"]},
         "trigger": server["trigger"], "first_ack_s": client["first_ack_s"],
         "first_ack_from_bridge_start_s": client["first_ack_from_bridge_start_s"],
+        "first_sent_s": client["first_sent_s"], "first_triggers": server["first_triggers"],
         "spark_ms": server["spark_ms"], "first_batch_ms": server["first_batch_ms"], "rates": rows,
     }  # fmt: skip
 
@@ -465,7 +520,10 @@ def _ms(v: float | None) -> str:
 
 
 def render(summary: dict[str, Any]) -> str:
+    layout = summary["layout"]
     lines = [
+        f"layout: Spark master {layout['master']}, server on CPUs {layout['server_cpus']}, "
+        f"producer on CPUs {layout['producer_cpus']}",
         f"send -> ACK with the bridge's defaults (trigger: {summary['trigger'] or 'as soon as possible'}), "
         "Spark's rate source -> the same Parquet sink, same trigger",
         "",
@@ -484,7 +542,10 @@ def render(summary: dict[str, Any]) -> str:
     lines += [
         "",
         f"first micro-batch acked {summary['first_ack_s']:.2f} s after the query's start "
-        f"({summary['first_ack_from_bridge_start_s']:.2f} s after Bridge.start(), Spark session already up)",
+        f"({summary['first_ack_from_bridge_start_s']:.2f} s after Bridge.start(), Spark session already up); "
+        f"its record was sent {summary['first_sent_s']:.2f} s after the query's start; the query's first "
+        "triggers (start after the query's start, rows, triggerExecution): "
+        + ", ".join(f"{t:.2f} s / {rows} / {ms:,.0f} ms" for t, rows, ms in summary["first_triggers"]),
         "",
         "Spark's durationMs, median over batches with rows (ours over the whole run; the floor per rate):",
         "  ours: " + ", ".join(f"{k} {v:,.0f}" for k, v in summary["spark_ms"].items()),
@@ -515,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, help="unmeasured seconds per rate first (default 5, quick 0.5)")
     parser.add_argument("--jvm-warmup", type=float,
                         help="unmeasured seconds of the floor's query first, on the fresh JVM (default 30, quick 0)")
+    parser.add_argument("--pin-server", action="store_true",
+                        help="every other benchmark's layout: server side (bridge, Spark local[1]) on CPU 0, "
+                        "producer on CPU 1 (default: the bridge's defaults, Spark local[*], nothing pinned)")
     parser.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
     args = parser.parse_args(argv)
     seconds = args.seconds or (1.0 if args.quick else 10.0)
@@ -522,16 +586,17 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",")]
     jvm_warmup = args.jvm_warmup if args.jvm_warmup is not None else (0.0 if args.quick else 30.0)
     params = {
-        "rates": rates, "seconds": seconds, "warmup": warmup, "bound": 300.0, "jvm_warmup": jvm_warmup,
+        "rates": rates, "seconds": seconds, "pin_server": args.pin_server, "warmup": warmup, "bound": 300.0, "jvm_warmup": jvm_warmup,
         "floor_warmup": 2.0 if args.quick else 5.0, "floor_seconds": 2.0 if args.quick else seconds,
     }  # fmt: skip
     from aqueduct.runtime.certs import generate_certs
-    from bench.harness import WorkerPair
+    from bench.harness import CLIENT_CPU, SERVER_CPU, WorkerPair
 
     with tempfile.TemporaryDirectory(prefix="aqueduct-latency-") as tmp:
         generate_certs(Path(tmp) / "certs")
         print(f"latency: rates {rates}, {warmup:g} s warm-up + {seconds:g} s each ...", file=sys.stderr, flush=True)
-        with WorkerPair(Path(tmp) / "certs") as pair:
+        cpus = (SERVER_CPU, CLIENT_CPU) if args.pin_server else (None, None)
+        with WorkerPair(Path(tmp) / "certs", cpus=cpus) as pair:
             timeout = 600 + jvm_warmup + len(rates) * (seconds + warmup + params["floor_warmup"] + params["floor_seconds"] + 60)
             result = pair.run("latency.bridge", params, timeout)
     summary = summarize(result["server"], result["client"])

@@ -70,7 +70,7 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
             reader = AqueductDataSource({"log": str(path), "consumer": "bench"}).streamReader(SPARK_STRUCT)
             t = time.perf_counter()
             start = reader.initialOffset()
-            end = reader.latestOffset(start, ReadAllAvailable())
+            end = reader.next_end(start, ReadAllAvailable())
             parts = len(reader.partitions(start, end))
             colds.append(time.perf_counter() - t)
             for _ in range(5):
@@ -80,7 +80,7 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
                     next_id[sid] += 2
                 log.commit()
                 t = time.perf_counter()
-                nxt = reader.latestOffset(end, ReadAllAvailable())
+                nxt = reader.next_end(end, ReadAllAvailable())
                 reader.partitions(end, nxt)
                 steadies.append(time.perf_counter() - t)
                 end = nxt

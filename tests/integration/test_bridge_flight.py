@@ -199,7 +199,7 @@ def test_one_query_over_two_bridges_names_each_rows_log(tmp_path: Path, flights:
     assert src.schema().fieldNames()[-1] == "log"
     r = pickle.loads(pickle.dumps(src.streamReader(SPARK_STRUCT)))
     start = r.initialOffset()
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     assert end == {"eu/1": 8, "us/1": 8}
     rows = [row for p in pickle.loads(pickle.dumps(r.partitions(start, end))) for b in r.read(p) for row in b.to_pylist()]
     assert sorted({row["log"] for row in rows}) == ["eu", "us"] and len(rows) == 12

@@ -25,7 +25,7 @@ def read_and_commit(options: dict[str, str]) -> list[bytes]:
     """One micro-batch as Spark runs it: plan, read the pickled partitions, commit."""
     r = pickle.loads(pickle.dumps(AqueductDataSource(options).streamReader(SPARK_STRUCT)))
     start = r.initialOffset()
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     parts = pickle.loads(pickle.dumps(r.partitions(start, end)))
     payloads = [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()]
     r.commit(end)

@@ -5,7 +5,8 @@ stream, the caught-up shortcut of the default trigger (no limit, nothing
 new but what the log reloaded: only the changed streams are looked at),
 and a budget (``maxRecordsPerTrigger``, ``maxBytesPerTrigger``) spent in
 whole epochs. Each is driven here as Spark drives it (``initialOffset``,
-``getDefaultReadLimit``, ``latestOffset``, ``partitions``, ``read``,
+``getDefaultReadLimit`` and ``latestOffset(start, limit)`` for a reader
+with limits, ``latestOffset()`` for the plain one, ``partitions``, ``read``,
 ``commit``, offsets and partitions pickled across), over real log files
 whose streams have open epochs (records after the last BOUNDARY) at
 every trigger.
@@ -21,7 +22,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource, AqueductStreamReader
+from aqueduct.bridge.source.datasource import (
+    SPARK_STRUCT,
+    AqueductDataSource,
+    AqueductLimitedStreamReader,
+    AqueductStreamReader,
+)
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import Message
 
@@ -97,17 +103,18 @@ def test_every_batch_holds_whole_epochs_and_every_record_once(tmp_path: Path, op
     with DurableLog(tmp_path / "log", segment_bytes=2048) as log:
         producers = Producers(log, rng)
         r = reader(log, **options)
-        limit = r.getDefaultReadLimit()  # what Spark's default trigger asks with
-        assert isinstance(limit, ReadAllAvailable) == (not options)
+        limited = isinstance(r, AqueductLimitedStreamReader)
+        assert limited == bool(options)  # only a limit makes Spark drive the reader with admission control
         start = r.initialOffset()
         batches: list[list[dict]] = []
 
         def trigger() -> dict:
             nonlocal start
-            end = r.latestOffset(start, limit)
+            # what Spark's default trigger asks: the plain reader knows its start itself
+            end = r.latestOffset(start, r.getDefaultReadLimit()) if limited else r.latestOffset()
             assert_epoch_edges(log, end)
-            if not options:  # the shortcut plans what a full look from the same start plans
-                assert end == reader(log, **options).latestOffset(start, limit)
+            if not limited:  # the shortcut plans what a full look from the same start plans
+                assert end == reader(log).next_end(start, ReadAllAvailable())
             if end != start:
                 batches.append(read_batch(r, start, end))
                 r.commit(end)
@@ -149,11 +156,11 @@ def test_a_caught_up_default_trigger_waits_for_the_boundary(tmp_path: Path) -> N
         r = reader(log)
         start = r.initialOffset()
         append(3, boundary=True)
-        first = r.latestOffset(start, ReadAllAvailable())  # a full look
+        first = r.next_end(start, ReadAllAvailable())  # a full look
         assert first == {"1": 4}
-        second = r.latestOffset(first, ReadAllAvailable())  # caught up: the shortcut from here on
+        second = r.next_end(first, ReadAllAvailable())  # caught up: the shortcut from here on
         assert second == first
         append(2, boundary=False)  # an open epoch grows
-        assert r.latestOffset(second, ReadAllAvailable()) == first
+        assert r.next_end(second, ReadAllAvailable()) == first
         append(1, boundary=True)  # and closes
-        assert r.latestOffset(second, ReadAllAvailable()) == {"1": 8}
+        assert r.next_end(second, ReadAllAvailable()) == {"1": 8}

@@ -106,10 +106,10 @@ def test_a_caught_up_reader_plans_what_a_fresh_one_plans(tmp_path: Path) -> None
                 ids[sid] += 1
             log.commit()
             if round_ % 3 == 2:  # now and then a limited trigger: the next full one must not trust it
-                end = steady.latestOffset(end, ReadMaxRows(2))
+                end = steady.next_end(end, ReadMaxRows(2))
                 continue
-            nxt = steady.latestOffset(end, ReadAllAvailable())
-            assert nxt == reader().latestOffset(end, ReadAllAvailable())
+            nxt = steady.next_end(end, ReadAllAvailable())
+            assert nxt == reader().next_end(end, ReadAllAvailable())
             rows = [(x.key, x.start, x.end) for p in steady.partitions(end, nxt) for x in p.slices]
             assert rows == [(x.key, x.start, x.end) for p in reader().partitions(end, nxt) for x in p.slices]
             end = nxt

@@ -6,6 +6,7 @@ and pickled partitions; here they are called the same way, on real files.
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 from pathlib import Path
@@ -80,12 +81,12 @@ def test_offsets_are_canonical_json_and_cover_complete_epochs_only(log: DurableL
     r = reader(log)
     start = r.initialOffset()
     assert json.dumps(start) == '{"2": 0, "10": 0}'
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     assert json.dumps(end) == '{"2": 1, "10": 4}'
     rows = read_all(r, start, end)
     assert sorted(row["payload"] for row in rows) == [b"e0-0", b"e0-1", b"e0-2", b"x"]
     assert read_all(r, start, end) == rows  # deterministic
-    assert r.latestOffset(end, ReadAllAvailable()) == end  # nothing new
+    assert r.next_end(end, ReadAllAvailable()) == end  # nothing new
 
 
 def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
@@ -99,7 +100,7 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
     assert r.getDefaultReadLimit() == ReadMaxRows(4)
     pos, ends = r.initialOffset(), []
     for _ in range(10):
-        nxt = r.latestOffset(pos, r.getDefaultReadLimit())
+        nxt = r.next_end(pos, r.getDefaultReadLimit())
         if nxt == pos:
             break
         ends.append(nxt["10"])
@@ -110,11 +111,11 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
 def test_available_now_ignores_data_appended_after_prepare(log: DurableLog) -> None:
     log.append(Message.build(2, b"before", message_id=0))
     log.commit()
-    r = reader(log)
+    r = reader(log, maxRecordsPerTrigger="100")  # without limits, Spark's own wrapper does this
     r.prepareForTriggerAvailableNow()
     log.append(Message.build(2, b"after", message_id=1))
     log.commit()
-    assert r.latestOffset(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
+    assert r.next_end(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
 
 
 def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
@@ -123,7 +124,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
     log.open_stream(7, "late", "c/2")
     log.append(Message.build(7, b"hi"))
     log.commit()
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     assert end == {"2": 0, "7": 1, "10": 0}
     assert [row["payload"] for row in read_all(r, start, end)] == [b"hi"]
 
@@ -164,7 +165,7 @@ def test_options_are_validated(log: DurableLog, options: dict, message: str) -> 
 def test_a_malformed_offset_from_spark_is_refused_with_the_one_offset_error(log: DurableLog) -> None:
     r = reader(log)
     with pytest.raises(OffsetError) as raised:
-        r.latestOffset({"2": -1, "10": 0}, ReadAllAvailable())
+        r.next_end({"2": -1, "10": 0}, ReadAllAvailable())
     assert str(raised.value) == (
         'aqueduct offset: expected a JSON object {"<stream id>": <position>, ...} '
         "with non-negative integer positions, got '2': -1"
@@ -181,7 +182,7 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
             lg.commit()
         assert lg.truncate(1, 2).result() == 2  # as if another query had committed up to 2
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
-            r.latestOffset(start, ReadAllAvailable())
+            r.next_end(start, ReadAllAvailable())
         assert r.initialOffset() == {"1": 2}  # a new query starts at what is left
 
 
@@ -247,9 +248,9 @@ def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: Durable
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     assert read_committed(log.path, "q1") is None  # the query's start is no commit
-    assert r.latestOffset(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
+    assert r.next_end(end, ReadAllAvailable()) == end  # no new record: Spark would not call commit()
     assert read_committed(log.path, "q1") == {2: 3, 10: 0}
 
 
@@ -259,17 +260,76 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
         log.append(Message.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
-    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    r.latestOffset(end, ReadAllAvailable())
+    end = r.next_end(r.initialOffset(), ReadAllAvailable())
+    r.next_end(end, ReadAllAvailable())
     path = commit_file(log.path, "q1")
     written = path.read_bytes()
     r.commit(end)
     assert path.read_bytes() == written  # the same document, committed_at included
     log.append(Message.build(2, b"", message_id=3))
     log.commit()
-    later = r.latestOffset(end, ReadAllAvailable())
+    later = r.next_end(end, ReadAllAvailable())
     r.commit(later)  # a commit latestOffset did not record yet is written
     assert read_committed(log.path, "q1") == {2: 4, 10: 0}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"maxRecordsPerTrigger": "5"}, {"maxBytesPerTrigger": "5000"}, {"minRecordsPerTrigger": "5"}],
+    ids=["no-limit", "max-records", "max-bytes", "min-records"],
+)
+def test_only_a_per_trigger_limit_makes_spark_drive_the_reader_with_admission_control(
+    log: DurableLog, options: dict
+) -> None:
+    """pyspark's planner worker reads latestOffset's signature: without arguments, no admission control.
+
+    Spark then asks ``latestOffset()`` alone each trigger, not ``latestOffset``
+    and ``reportLatestOffset``. Spark's reader class with AvailableNow support
+    is one with admission control, so the plain reader must not declare it.
+    """
+    from pyspark.sql.streaming import python_streaming_source_runner as runner
+
+    out = io.BytesIO()
+    runner.check_support_func(reader(log, **options), out)
+    flags = int.from_bytes(out.getvalue(), "big")
+    assert bool(flags & runner.SUPPORTS_ADMISSION_CONTROL) == bool(options)
+    assert bool(flags & runner.SUPPORTS_TRIGGER_AVAILABLE_NOW) == bool(options)
+
+
+def test_the_plain_reader_starts_each_batch_where_spark_planned_the_last_one(log: DurableLog) -> None:
+    """Spark hands ``latestOffset()`` no start: the end of the batch it planned last is the next start."""
+    for i in range(3):
+        log.append(Message.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    start = r.initialOffset()
+    end = r.latestOffset()
+    assert end == {"2": 3, "10": 0}
+    assert len(read_all(r, start, end)) == 3  # Spark plans and runs the batch, then commits it
+    assert read_committed(log.path, "q1") is None  # the query's start is no commit
+    assert r.latestOffset() == end  # nothing new; Spark asks only once the batch committed...
+    assert read_committed(log.path, "q1") == {2: 3, 10: 0}  # ...so that commit is recorded
+    log.append(Message.build(2, b"", message_id=3))
+    log.commit()
+    later = r.latestOffset()
+    assert later == {"2": 4, "10": 0}
+    assert [row["message_id"] for row in read_all(r, end, later)] == [3]
+
+
+def test_a_restarted_plain_reader_records_no_commit_of_a_batch_it_did_not_see_run(log: DurableLog) -> None:
+    """On restart Spark names its latest offset (the partitions of an empty range): that batch may re-run."""
+    for i in range(3):
+        log.append(Message.build(2, b"", message_id=i))
+    log.commit()
+    r = reader(log, consumer="q1")
+    assert r.latestOffset() == {"2": 3, "10": 0}  # no start known yet: every complete epoch, at once
+    seen = {"2": 2, "10": 0}
+    assert r.partitions(seen, seen) == []  # setLatestSeenOffset: batch ending at 2 is in the offset log
+    assert r.latestOffset() == {"2": 3, "10": 0}
+    assert read_committed(log.path, "q1") is None
+    assert len(read_all(r, {"2": 0, "10": 0}, seen)) == 2  # Spark re-runs that batch, commits it...
+    assert r.latestOffset() == {"2": 3, "10": 0}
+    assert read_committed(log.path, "q1") == {2: 2, 10: 0}  # ...and asks on: now it is a commit
 
 
 def forbid_index_reads(r: AqueductStreamReader) -> None:
@@ -289,7 +349,7 @@ def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
-    end = r.latestOffset(start, ReadAllAvailable())
+    end = r.next_end(start, ReadAllAvailable())
     log.append(Message.build(2, b"later", message_id=3))
     log.commit()
     forbid_index_reads(r)
@@ -301,9 +361,9 @@ def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: Durab
     """Spark asks reportLatestOffset right after latestOffset, for its progress: no index is read again."""
     log.append(Message.build(2, b"a", message_id=0))
     log.commit()
-    r = reader(log, consumer="q1")
+    r = reader(log, consumer="q1", maxRecordsPerTrigger="100")  # Spark asks only a reader with limits
     assert r.reportLatestOffset() == {"2": 1, "10": 0}  # before any latestOffset: read now
-    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    end = r.next_end(r.initialOffset(), ReadAllAvailable())
     log.append(Message.build(2, b"later", message_id=1))
     log.commit()
     forbid_index_reads(r)

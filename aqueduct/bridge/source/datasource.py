@@ -33,7 +33,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -83,8 +82,8 @@ from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
 
 __all__ = [
-    "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductOptionError",
-    "AqueductPartition", "AqueductStreamReader", "SourceOptions", "register",
+    "SPARK_STRUCT", "AqueductBatchReader", "AqueductDataLoss", "AqueductDataSource", "AqueductLimitedStreamReader", "AqueductOptionError",
+    "AqueductPartition", "AqueductStreamReader", "SourceOptions", "register", "stream_reader",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -171,12 +170,19 @@ class AqueductDataSource(DataSource):
         return SPARK_STRUCT
 
     def streamReader(self, schema: StructType) -> AqueductStreamReader:
+        """The plain reader, or with a per-trigger limit option the one Spark drives with admission control.
+
+        Spark asks a reader whose ``latestOffset`` takes a start and a limit
+        (admission control) two planner round trips per trigger,
+        ``latestOffset`` and then ``reportLatestOffset``; the plain reader's
+        ``latestOffset()`` takes no arguments, so Spark asks it once.
+        """
         if "endingoffsets" in self.parsed.given:
             raise AqueductOptionError(
                 "aqueduct source: endingOffsets is for batch reads (spark.read); a streaming "
                 "query reads on as records arrive"
             )
-        return AqueductStreamReader(self.parsed)
+        return stream_reader(self.parsed)
 
     def reader(self, schema: StructType) -> AqueductBatchReader:
         given = sorted(name for name in STREAMING_ONLY if name.lower() in self.parsed.given)
@@ -211,6 +217,11 @@ def read_partition(
     with a warning instead. Either way the log's ``corrupt/`` register
     records it (see :class:`~aqueduct.bridge.source.log_access.LogAccess`).
     """
+    # Imported where it is used: every new query spawns a fresh planner Python process
+    # that imports this module, and pyarrow.compute was a third of that import (about
+    # 0.1 s on the benchmark machine) on the way to the query's first micro-batch.
+    import pyarrow.compute as pc
+
     try:
         for x in partition.slices:
             log = logs[x.key[0] if isinstance(x.key, tuple) else None]
@@ -366,8 +377,19 @@ class AqueductBatchReader(_LogReader, DataSourceReader):
         return read_partition(partition, self.logs)
 
 
-class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader over memory-mapped Arrow segments.
+class AqueductStreamReader(_LogReader, DataSourceStreamReader):
+    """Micro-batch reader over memory-mapped Arrow segments, without admission control.
+
+    What a query without ``maxRecordsPerTrigger``, ``maxBytesPerTrigger``
+    or ``minRecordsPerTrigger`` gets: its ``latestOffset()`` takes no
+    arguments, so Spark (pyspark 4.3's ``PythonMicroBatchStream``) asks it
+    once per trigger, where a reader with admission control is asked
+    ``latestOffset`` and then ``reportLatestOffset``, each a round trip to
+    the planner's Python worker. Spark does not hand this reader the
+    batch's start, so it tracks it: the end of the last batch Spark planned
+    (:meth:`partitions`), or where the query started. ``Trigger.AvailableNow``
+    then runs through Spark's own wrapper, which asks ``latestOffset()``
+    once and reads up to that end.
 
     ``clock`` is what ``idleWait`` and ``maxTriggerDelay`` read and sleep
     by (:mod:`aqueduct.bridge.source.clock`): the real one, unless a test
@@ -385,8 +407,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         #: by latestOffset and again by partitions, around a commit)
         self._skipped_to: dict[StreamKey, int] = {}
         self._previous_unlimited = False  # the last offsets returned were taken without any limit
-        #: the offsets last recorded as committed (or the query's start): see :meth:`latestOffset`
+        #: the offsets last recorded as committed (or the query's start): see :meth:`next_end`
         self._committed: dict[str, int] | None = None
+        #: where the next batch starts, as far as this reader saw (None: not known yet), and
+        #: whether a batch ending there ran (Spark then asks for the next end only once it committed)
+        self._start: dict[str, int] | None = None
+        self._start_ran = False
 
     def initialOffset(self) -> dict[str, int]:
         """Where ``startingOffsets`` says (default: the earliest records still stored).
@@ -407,19 +433,23 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
             for name, positions in self._per_log(start).items():
                 self.logs[name].register(o.consumer, positions, o.reads)
         self._committed = _offsets(start)  # where it starts is no commit
+        self._start = dict(self._committed)
         return dict(self._committed)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """Spark's own read limit carries the first budget; the byte budget also applies with it."""
-        if self.options.max_records_per_trigger is not None:
-            return ReadMaxRows(self.options.max_records_per_trigger)
-        if self.options.max_bytes_per_trigger is not None:
-            return ReadMaxBytes(self.options.max_bytes_per_trigger)
-        return ReadAllAvailable()
+    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
+        """End of the next micro-batch: every stream's complete epochs (see :meth:`next_end`).
 
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Freeze the target: complete epochs as of now, nothing appended later."""
-        self._target = {k: s.complete for k, s in self._streams().items()}
+        Its start is the end of the batch Spark last planned. A batch only
+        seen as Spark's latest offset on restart (``partitions`` of an empty
+        range: it may not have run yet) or not seen at all is no commit to
+        record; with no start known, the end is every stream's complete
+        epochs, answered at once.
+        """
+        if self._start is None:
+            streams = self._streams()
+            self._take_dirty()
+            return self._out({k: s.complete for k, s in streams.items()})
+        return self.next_end(self._start, ReadAllAvailable(), record_commit=self._start_ran)
 
     def _starts(self, start: dict[str, int], streams: Mapping[StreamKey, StreamIndex]) -> dict[StreamKey, int]:
         """The previous batch's ends, checked against truncation in ``streams``."""
@@ -444,8 +474,8 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
                     self._skipped_to[k] = s.earliest
                 starts[k] = s.earliest
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """End of the next micro-batch: whole epochs, within the limits (see admission).
+    def next_end(self, start: dict[str, int], limit: ReadLimit, record_commit: bool = True) -> dict[str, int]:
+        """End of the next micro-batch from ``start``: whole epochs, within the limits (see admission).
 
         Caught up and without limits (the common trigger), only the streams
         the log changed since the last call are looked at: the rest keep
@@ -459,12 +489,14 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
 
         Spark asks for the next end only once the batch ending at ``start``
         is committed in the sink (and its commit log), so that commit is
-        recorded here, a trigger after it, rather than by :meth:`commit`,
-        which Spark calls only when it plans the batch after (never, while
-        no record arrives): a query in another application, which no
-        bridge's listener watches, has its producers acked as promptly.
+        recorded here (unless ``record_commit`` is false: ``start`` is not
+        known to be a batch that ran), a trigger after it, rather than by
+        :meth:`commit`, which Spark calls only when it plans the batch
+        after (never, while no record arrives): a query in another
+        application, which no bridge's listener watches, has its producers
+        acked as promptly.
         """
-        if start != self._committed:
+        if record_commit and start != self._committed:
             self.commit(start)
         end = self._latest(start, limit)
         wait = self.options.idle_wait
@@ -583,17 +615,14 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         waited = self.clock.monotonic() - self._last_batch_at
         return available < wanted and waited < self.options.max_trigger_delay
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``.
-
-        Spark asks right after :meth:`latestOffset`, for its progress report:
-        the snapshot that call took answers, no index is read again.
-        """
-        streams = self._selected[1] if self._selected is not None else self._streams()
-        return _offsets({k: s.complete for k, s in streams.items()})
-
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[AqueductPartition]:
-        """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.source.planning`)."""
+        """Stream ranges packed and split by volume (see :mod:`aqueduct.bridge.source.planning`).
+
+        ``end`` is where the next batch starts. Spark asks the partitions of
+        an empty range on restart to tell the reader its latest offset
+        (``setLatestSeenOffset``): a batch that may not have run yet.
+        """
+        self._start, self._start_ran = dict(end), end != start
         ends = self._parse(end)
         starts = self._parse(start)
         moved = {k: stop for k, stop in ends.items() if stop > starts.get(k, 0)}
@@ -637,6 +666,49 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader, SupportsTriggerAv
         self._committed = end
         for name, positions in self._per_log(self._parse(end)).items():
             self.logs[name].commit(self.options.consumer, positions, sum(skipped[name].values()))
+
+
+class AqueductLimitedStreamReader(AqueductStreamReader, SupportsTriggerAvailableNow):
+    """The reader with admission control: ``maxRecordsPerTrigger``, ``maxBytesPerTrigger``, ``minRecordsPerTrigger``.
+
+    Its ``latestOffset`` takes Spark's start and read limit, which makes
+    Spark drive it with admission control (and ``Trigger.AvailableNow``
+    through :meth:`prepareForTriggerAvailableNow`, in as many limited
+    batches as it takes); the price is one more planner round trip per
+    trigger, :meth:`reportLatestOffset`.
+    """
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # type: ignore[override]
+        return self.next_end(start, limit)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark's own read limit carries the first budget; the byte budget also applies with it."""
+        if self.options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Freeze the target: complete epochs as of now, nothing appended later."""
+        self._target = {k: s.complete for k, s in self._streams().items()}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        """Each stream's end of complete epochs: Spark shows it as the source's ``latestOffset``.
+
+        Spark asks right after :meth:`latestOffset`, for its progress report:
+        the snapshot that call took answers, no index is read again.
+        """
+        streams = self._selected[1] if self._selected is not None else self._streams()
+        return _offsets({k: s.complete for k, s in streams.items()})
+
+
+def stream_reader(options: SourceOptions, clock: Clock = SYSTEM_CLOCK) -> AqueductStreamReader:
+    """The reader for ``options``: with admission control only if a per-trigger limit asks for it."""
+    limits = (options.max_records_per_trigger, options.max_bytes_per_trigger, options.min_records_per_trigger)
+    if any(v is not None for v in limits):
+        return AqueductLimitedStreamReader(options, clock)
+    return AqueductStreamReader(options, clock)
 
 
 def register(spark: object) -> None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeReader
 from aqueduct.bridge.storage.index import IndexEntry, IndexSnapshot, read_index
@@ -185,6 +184,8 @@ class StreamIndex:
         if k == len(self.entries):
             return self.end
         e = self.entries[k]
+        import pyarrow.compute as pc  # here: a planner process never needs it (see the source's read_partition)
+
         (batch,) = self._batches([e], e.first_offset, e.end_offset)
         below = pc.sum(pc.less(batch.column("epoch"), epoch)).as_py() or 0
         return e.first_offset + below
