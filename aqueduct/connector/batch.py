@@ -182,7 +182,7 @@ class MessageBatch(Sequence[Message]):
         self.payloads += other.payloads
         self.event_times += other.event_times
 
-    def select(self, rows: list[int]) -> MessageBatch:
+    def select(self, rows: Sequence[int]) -> MessageBatch:
         """The batch of these rows (ascending): a run stays one if they are consecutive."""
         if len(rows) == len(self.payloads):
             return self

@@ -3,7 +3,7 @@
 A busy stream's channel carries payloads of consecutive new data records,
 which the decoder gathers into a :class:`MessageBatch` run; the worker
 session (:meth:`WorkerSession._on_batch`), the rulebook
-(:meth:`StreamPoints.receive_run`) and the durable log
+(:meth:`StreamPoints.receive`, against the spec in test_connector_points) and the durable log
 (:meth:`DurableLog.append`, checked against the log's model in
 test_log_model) take such a run at once. Anything unusual goes by the
 per-record rules inside the same call, with the same events, errors,
@@ -33,7 +33,6 @@ from aqueduct.connector.frames import (
 )
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.outbound import Outbox
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.wire.modes import Mode
 
@@ -60,35 +59,11 @@ def general(records: MessageBatch | list[Message]) -> MessageBatch:
 
 
 class RecordByRecord(WorkerSession):
-    """The reference: every batch by the rules record by record, never taken whole as a run."""
+    """The reference: every record as a batch of one, in general columns (never a run)."""
 
     def _on_batch(self, batch: MessageBatch) -> None:
-        super()._on_batch(general(batch))
-
-
-@given(
-    st.lists(st.integers(0, 40), max_size=30),
-    st.booleans(),
-    st.integers(0, 50),
-    st.integers(1, 8),
-    st.integers(0, 20),
-)
-def test_a_run_of_points_is_its_ids_one_by_one(
-    prior: list[int], ordered: bool, start: int, count: int, notified: int
-) -> None:
-    mode = Mode.ORDERED if ordered else Mode.UNORDERED
-    run, one_by_one = StreamPoints(mode), StreamPoints(mode)
-    run.start_from(notified)  # a NOTIFY's point: ids below it never come, none of them received
-    one_by_one.start_from(notified)
-    for m in prior:
-        run.receive(m)
-        one_by_one.receive(m)
-    taken = run.receive_run(start, start + count)
-    if taken:
-        assert all(one_by_one.receive(m) for m in range(start, start + count))
-    else:  # only a run that may hold a duplicate is refused, and it leaves no trace
-        assert start < one_by_one.point or start < one_by_one.received.top
-    assert (run.point, list(run.received)) == (one_by_one.point, list(one_by_one.received))
+        for row in range(len(batch)):  # a broken rule raises, ending the batch there
+            super()._on_batch(general(batch.select([row])))
 
 
 def test_a_run_is_consecutive_stable_data() -> None:
