@@ -14,6 +14,7 @@ session lives exactly as long as its connection.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from aqueduct.connector.batch import MessageBatch
@@ -38,7 +39,6 @@ from aqueduct.connector.frames import (
     Ok,
     Restart,
     encode,
-    encode_run,
     frame_name,
 )
 from aqueduct.connector.machine import SessionMachine, SessionOver
@@ -62,6 +62,8 @@ Outgoing = tuple[Frame | MessageBatch, bytes]
 #: (one frame may be larger), so a transport that cuts its payloads near a size
 #: (Aqueduct's ``MAX_BATCH_BYTES``) never has to split an entry.
 RUN_ENTRY_BYTES = 64 * 1024
+
+_LENGTH = struct.Struct(">I")  # a frame's length prefix
 
 
 class NoCredits(LocalProtocolError):
@@ -113,15 +115,16 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def send_messages(self, records: Sequence[Message]) -> None:
         """Queue one stream's MESSAGEs in order, a credit each: the one way MESSAGEs leave.
 
-        A run of data records with consecutive ids on an open stream (what
+        A run of data records on an open stream with a credit for each (what
         ``ConnectorStream.send_many`` makes, and a busy stream's ``send``
-        calls, which the outbox gathers) is checked and encoded in one
-        step; anything else, or too few credits, goes by the rules record
-        by record, which raise the error the first bad one breaks (those
-        before it stay queued).
+        calls, which the outbox gathers) is checked and encoded in one step
+        (:meth:`MessageBatch.run_of <aqueduct.connector.batch.MessageBatch.run_of>`
+        tells one); anything else goes by the rules record by record
+        (:meth:`_queue_by_the_rules`), which raise the error the first bad
+        one breaks (those before it stay queued).
         """
         n = len(records)
-        encoded = None
+        run = None
         if (
             n
             and self.state is C.STREAMING
@@ -129,13 +132,14 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
             and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
             is StreamState.OPEN  # one step of the stream's table covers the whole run
         ):
-            encoded = encode_run(records)  # None unless they are a run
-        if encoded is None:
-            for record in records:
+            run = MessageBatch.run_of(records)
+        if run is None:
+            for record in records:  # bounded by the batch
                 self._queue_by_the_rules(record)
             return
+        entries = _run_entries(run)
         self.credits -= n
-        self._out += _run_entries(records, encoded)
+        self._out += entries
 
     def _queue_by_the_rules(self, frame: Notify | Message) -> None:
         """Check one NOTIFY or MESSAGE against the connection's and its stream's rules, encode and queue it."""
@@ -197,23 +201,22 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._out.append((frame, encode(frame)))
 
 
-def _run_entries(records: Sequence[Message], encoded: list[bytes]) -> list[Outgoing]:
-    """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each."""
-    if sum(map(len, encoded)) <= RUN_ENTRY_BYTES:  # the usual run: one entry
-        return [_run_entry(records, encoded)]
-    entries, start, size = [], 0, 0
-    for i, data in enumerate(encoded):  # bounded by the run; each entry holds at least one frame
-        if size + len(data) > RUN_ENTRY_BYTES and i > start:
-            entries.append(_run_entry(records[start:i], encoded[start:i]))
-            start, size = i, 0
-        size += len(data)
-    entries.append(_run_entry(records[start:], encoded[start:]))
+def _run_entries(run: MessageBatch) -> list[Outgoing]:
+    """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each.
+
+    The run is encoded at once; a run too large for one entry is cut
+    between frames, found by their length prefixes.
+    """
+    data = encode(run)
+    if len(data) <= RUN_ENTRY_BYTES:  # the usual run: one entry
+        return [(run, data)]
+    entries: list[Outgoing] = []
+    unpack, first_row, first_pos, pos, row = _LENGTH.unpack_from, 0, 0, 0, 0
+    while pos < len(data):  # bounded: every round passes one frame; each entry holds at least one
+        end = pos + 4 + unpack(data, pos)[0]
+        if end - first_pos > RUN_ENTRY_BYTES and pos > first_pos:
+            entries.append((run.select(range(first_row, row)), data[first_pos:pos]))
+            first_row, first_pos = row, pos
+        pos, row = end, row + 1
+    entries.append((run.select(range(first_row, row)), data[first_pos:]))
     return entries
-
-
-def _run_entry(records: Sequence[Message], encoded: list[bytes]) -> Outgoing:
-    first = records[0]
-    run = MessageBatch.run(
-        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
-    )
-    return run, b"".join(encoded)

@@ -10,7 +10,6 @@ closes) and the rule that ids on an in-order channel must increase.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.batch import MessageBatch
@@ -77,14 +76,14 @@ class InboundStream:
         self.points.set_mode(mode)
         return self.points.start_from(point)
 
-    def receive(self, batch: MessageBatch, in_order: bool, count: int) -> tuple[Sequence[int], int, str | None]:
+    def receive(self, batch: MessageBatch, in_order: bool, count: int) -> tuple[MessageBatch | None, int, str | None]:
         """Take the first ``count`` records of one of this stream's batches, in order, by the rules.
 
-        Returns the rows kept (new records), how many were dropped as
-        duplicates, and the first rule a record broke (None if none did),
-        the rows before it taken as the spec wants everything before a bad
-        frame processed. ``in_order``: the channel delivers in order, so
-        ids must increase. A single record is the batch of one.
+        Returns the batch of the new records (None if none), how many were
+        dropped as duplicates, and the first rule a record broke (None if
+        none did), the records before it taken as the spec wants everything
+        before a bad frame processed. ``in_order``: the channel delivers in
+        order, so ids must increase. A single record is the batch of one.
 
         A run on an open stream whose first id is above the last (what a
         busy stream's channel carries) needs none of the per-record rules:
@@ -92,15 +91,16 @@ class InboundStream:
         :meth:`_check_each` first.
         """
         if batch.flags is None and self.state is StreamState.OPEN:
-            start = batch.first_id
-            if not (in_order and self.last_id is not None and start <= self.last_id):
+            start, last = batch.first_id, self.last_id
+            if not in_order or last is None or start > last:
                 if count and in_order:
                     self.last_id = start + count - 1
-                kept, dropped = _kept(self.points.receive(range(start, start + count)), count)
-                return kept, dropped, None
+                mask = self.points.receive(range(start, start + count))
+                if mask is None and count == len(batch.payloads):  # the busy path: every record new
+                    return batch, 0, None
+                return _kept(batch, mask, count) + (None,)
         ids, error = self._check_each(batch, in_order, count)
-        kept, dropped = _kept(self.points.receive(ids), len(ids))
-        return kept, dropped, error
+        return _kept(batch, self.points.receive(ids), len(ids)) + (error,)
 
     def _check_each(self, batch: MessageBatch, in_order: bool, count: int) -> tuple[list[int | None], str | None]:
         """The session's rules per record (an open stream, increasing ids in order, EOS closes):
@@ -138,9 +138,7 @@ class InboundStream:
         self.state = step(STREAM_TRANSITIONS, self.state, "restart")
 
 
-def _kept(mask: list[bool] | None, n: int) -> tuple[Sequence[int], int]:
-    """The rows of ``n`` that the points' ``mask`` kept, and how many it dropped."""
-    if mask is None:
-        return range(n), 0
-    kept = [row for row, new in enumerate(mask) if new]
-    return kept, n - len(kept)
+def _kept(batch: MessageBatch, mask: list[bool] | None, n: int) -> tuple[MessageBatch | None, int]:
+    """The batch of the first ``n`` rows that the points' ``mask`` kept (None if none), and how many it dropped."""
+    rows = range(n) if mask is None else [row for row, new in enumerate(mask) if new]
+    return (batch.select(rows) if rows else None), n - len(rows)

@@ -70,17 +70,29 @@ class StreamPoints:
         point). A duplicate is dropped (False in the mask) and changes
         nothing. A single record is the batch of one.
 
-        A ``range`` of new ids (a busy stream's run, above everything held)
-        is taken in one step, leaving exactly the state taking each would;
-        anything else goes id by id (:meth:`_receive_one`), which sorts out
-        the duplicates. ``references``, if given, gets the point after each
-        accepted record appended (the log stores it with the record).
+        A ``range`` of new ids (a busy stream's run, above everything held:
+        not below the point nor any received id) is taken in one step,
+        leaving exactly the state taking each would; anything else goes id
+        by id (:meth:`_receive_one`), which sorts out the duplicates.
+        ``references``, if given, gets the point after each accepted record
+        appended (the log stores it with the record).
         """
-        if type(ids) is range and ids.step == 1 and self._take_run(ids.start, ids.stop, references):
-            return None
+        if type(ids) is range:  # a run: in one step if every id is new (the busy path)
+            start, stop, before = ids.start, ids.stop, self.point
+            if start >= before and start >= self.received.top and stop > start and ids.step == 1:
+                if self.ordered:  # as each one: skipped ids below fill in, unless the run starts at the point
+                    self.received.add_range(start if start == before else 0, stop)
+                    self.point = stop
+                else:
+                    self.received.add_range(start, stop)
+                    if start == before:
+                        self.point = stop
+                if references is not None:  # the point follows the ids unless a gap below the run holds it
+                    references.extend(range(start + 1, stop + 1) if self.point == stop else [before] * (stop - start))
+                return None
         mask: list[bool] | None = None
         receive_one = self._receive_one
-        for row, message_id in enumerate(ids):  # bounded by the batch
+        for row, message_id in enumerate(ids):  # bounded by the batch; a run that may hold a duplicate too
             if message_id is None or receive_one(message_id):
                 if references is not None:
                     references.append(self.point)
@@ -89,26 +101,6 @@ class StreamPoints:
                     mask = [True] * len(ids)
                 mask[row] = False
         return mask
-
-    def _take_run(self, start: int, stop: int, references: list[int] | None) -> bool:
-        """Record the new ids ``start .. stop - 1`` in one step; False, changing nothing, if some may be held.
-
-        Refused when an id of the run may be held (below the point, or not
-        above every received id) or the run is empty.
-        """
-        if start < self.point or start < self.received.top or stop <= start:
-            return False
-        before = self.point
-        if self.ordered:  # as each one: skipped ids below fill in, unless the run starts at the point
-            self.received.add_range(start if start == before else 0, stop)
-            self.point = stop
-        else:
-            self.received.add_range(start, stop)
-            if start == before:
-                self.point = stop
-        if references is not None:  # the point follows the ids unless a gap below the run holds it
-            references.extend(range(start + 1, stop + 1) if self.point == stop else [before] * (stop - start))
-        return True
 
     def _receive_one(self, message_id: int) -> bool:
         """Record one stable id; False if it is a duplicate (and nothing changed).

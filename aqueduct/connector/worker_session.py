@@ -252,22 +252,23 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         records before a broken rule (or the last credit) are kept, as the
         spec wants everything before a bad frame processed.
         """
-        n, credits = len(batch), self._credits
+        n, credits = len(batch.payloads), self._credits
         stream = self.streams.get(batch.stream_id)
         if stream is None or not credits:
             self._credits = max(credits - 1, 0)
             raise self._fail("credit exceeded" if not credits else f"message for unknown stream {batch.stream_id}")
-        count = min(n, credits)
+        count = n if credits >= n else credits
         kept, dropped, error = stream.receive(batch, self._in_order, count)
         if error is None:
             self._credits = credits - count
             if count < n:
                 error = "credit exceeded"
         else:  # the record that broke a rule spent its credit too
-            self._credits = credits - len(kept) - dropped - 1
-        self._unpersisted += dropped
-        if kept:
-            self._gather(batch.select(kept))
+            self._credits = credits - (0 if kept is None else len(kept.payloads)) - dropped - 1
+        if dropped:
+            self._unpersisted += dropped
+        if kept is not None:
+            self._gather(kept)
         if error is not None:
             raise self._fail(error)
 

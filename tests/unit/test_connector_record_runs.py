@@ -83,10 +83,63 @@ def test_a_run_is_consecutive_stable_data() -> None:
     assert not is_run([Message(0, STREAM, 4, 5, None, b"x")])  # an event time without its flag
     assert not is_run([Message(0, STREAM, 4, None, b"k", b"x")])  # a key without its flag
     assert not is_run([Message(0, STREAM, 4, None, None, None)])  # no payload
+    # Only values a frame can carry: the session sends a run without checking each record.
+    assert not is_run([Message(0, STREAM, -1, None, None, b"x")])
+    assert not is_run([Message(0, STREAM, m, None, None, b"x") for m in (2**64 - 1, 2**64)])
+    assert is_run([Message(0, STREAM, 2**64 - 1, None, None, b"x")])
+    assert not is_run([Message(0, 2**64, 4, None, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, 2**64, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, -5, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, 5.0, None, b"x")])  # type: ignore[arg-type]
+    assert MessageBatch.run_of(recs([4, 6])) is None and MessageBatch.run_of([]) is None
+    assert MessageBatch.run_of(recs([4, 5])) == recs([4, 5])
     with pytest.raises(ValueError, match="several streams"):
         MessageBatch.of([Message(0, STREAM, 4, None, None, b"x"), Message(0, STREAM + 1, 5, None, None, b"x")])
     with pytest.raises(ValueError, match="no messages"):
         MessageBatch.of([])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, EVENT_TIME, EOS, UNSTABLE_REFERENCE, EPHEMERAL]),
+            st.one_of(st.integers(0, 5), st.sampled_from([-1, 2**64 - 1, 2**64])),
+            st.one_of(st.none(), st.integers(0, 9), st.sampled_from([-1, 2**64])),
+            st.binary(max_size=8),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 2**64 - 20),
+    st.booleans(),
+)
+def test_a_batch_encodes_as_its_messages_one_by_one(
+    rows: list[tuple[int, int, int | None, bytes]], first: int, consecutive: bool
+) -> None:
+    """encode of a MessageBatch (a run packed from its columns, else record by record) is the
+    encodings of its messages, batches of one, back to back; or the error of the first bad one."""
+    records = [
+        Message(
+            f, STREAM, None if f & EPHEMERAL else (first + i if consecutive else m),
+            t if f & EVENT_TIME else None, None, p,
+        )
+        for i, (f, m, t, p) in enumerate(rows)
+    ]  # fmt: skip
+
+    def outcome(encode_all: object) -> object:
+        try:
+            return encode_all()  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            return type(exc), str(exc)
+
+    expected = outcome(lambda: b"".join(encode(r) for r in records))
+    assert outcome(lambda: encode(MessageBatch.of(records))) == expected
+    assert outcome(lambda: encode(MessageBatch.general(records))) == expected
+    run = MessageBatch.run(STREAM, first, [r.payload or b"" for r in records], [r.event_time for r in records])
+    each = [Message(EVENT_TIME if t is not None else 0, STREAM, first + i, t, None, p) for i, (p, t) in enumerate(
+        zip(run.payloads, run.event_times, strict=True))]  # fmt: skip
+    assert outcome(lambda: encode(run)) == outcome(lambda: b"".join(encode(r) for r in each))
 
 
 # One chunk: a run from some start, then what to do to it.

@@ -333,32 +333,42 @@ class _StreamWriter:
     def append(self, batch: MessageBatch) -> int:
         """Buffer a batch of this stream's records (see :meth:`DurableLog.append`); return the first one's offset.
 
-        One step per batch: the records' values are checked
-        (:meth:`_check`), their ids go through the rulebook in one call,
+        One step per batch: the records' values are checked (a run's by its
+        first and last id, anything else record by record: :meth:`_check`),
+        their ids go through the rulebook in one call,
         which takes a run of new ids at once, and the pending columns grow
         by extension, from the run's own columns when every record is new.
         ``batch.accepted`` marks the duplicates dropped. A record that
         breaks a rule raises :class:`LogError`; the records before it stay
         buffered, it and those after it are marked not accepted.
         """
-        offset, n = self.end, len(batch)
-        good, error = self._check(batch)
+        offset, points, p = self.end, self.points, self.pending
+        n, run = len(batch.payloads), batch.flags is None
+        good, error = n, None
+        if run:  # a run's ids are consecutive, so its first and last tell
+            times = [t for t in batch.event_times if t is not None]
+            if batch.first_id < 0 or batch.first_id + n - 1 > MAX_INT64 or (
+                times and (min(times) < 0 or max(times) > MAX_INT64)
+            ):
+                good, error = self._check(batch)
+        else:
+            good, error = self._check(batch)
         mask = None
         if good:
-            points, p = self.points, self.pending
             if not p.payload:
                 p.reference_before = points.point
                 self._pending_streams.add(self)
-            if batch.flags is None:
+            if run:
                 mask = points.receive(range(batch.first_id, batch.first_id + good), p.reference)
             else:
                 rows = zip(batch.flags[:good], batch.ids[:good], strict=True)  # type: ignore[index]
                 mask = points.receive([None if f & _NO_STABLE_REFERENCE else m for f, m in rows], p.reference)
-            new = batch
-            if mask is not None or good < n:
-                new = batch.select(range(good) if mask is None else [row for row in range(good) if mask[row]])
-            if new:
-                self._buffer(new)
+            if mask is None and good == n:  # the busy path: every record new
+                self._buffer(batch)
+            else:
+                kept = range(good) if mask is None else [row for row in range(good) if mask[row]]
+                if kept:
+                    self._buffer(batch.select(kept))
         if error is not None:
             batch.accepted = (mask or [True] * good) + [False] * (n - good)
             raise error
@@ -368,18 +378,12 @@ class _StreamWriter:
     def _check(self, batch: MessageBatch) -> tuple[int, LogError | None]:
         """How many records lead the batch whose values fit the log, and the error of the one after them.
 
-        A run's ids are consecutive, so its first and last tell; only an
-        unusual batch (or a bad value) is checked record by record.
+        Record by record: for a batch other than a run, or a run holding a
+        value out of range.
         """
-        n, times = len(batch), batch.event_times
-        if batch.flags is None:
-            known = [t for t in times if t is not None]
-            if batch.first_id >= 0 and batch.stop_id - 1 <= MAX_INT64 and not (
-                known and (min(known) < 0 or max(known) > MAX_INT64)
-            ):
-                return n, None
         flags, ids, _ = batch.columns()
-        for row, (f, message_id, event_time) in enumerate(zip(flags, ids, times, strict=True)):  # bounded by the batch
+        rows = zip(flags, ids, batch.event_times, strict=True)
+        for row, (f, message_id, event_time) in enumerate(rows):  # bounded by the batch
             if message_id is None:
                 if f & BOUNDARY:
                     return row, LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
@@ -387,7 +391,7 @@ class _StreamWriter:
                 return row, _out_of_range("message id", message_id)
             if event_time is not None and not 0 <= event_time <= MAX_INT64:
                 return row, _out_of_range("event time", event_time)
-        return n, None
+        return len(flags), None
 
     def _buffer(self, batch: MessageBatch) -> None:
         """Append the batch's records to the pending columns, and count their epochs.
@@ -396,9 +400,9 @@ class _StreamWriter:
         stream used boundaries, falls in the open epoch; only a batch with
         boundaries counts them record by record.
         """
-        p, k = self.pending, len(batch)
+        p, k = self.pending, len(batch.payloads)
         if batch.flags is None:
-            p.message_id.extend(range(batch.first_id, batch.stop_id))
+            p.message_id.extend(range(batch.first_id, batch.first_id + k))
             p.key.extend([None] * k)
             p.payload.extend(batch.payloads)  # type: ignore[arg-type]
             p.boundary.extend([False] * k)
