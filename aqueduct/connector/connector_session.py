@@ -15,7 +15,9 @@ session lives exactly as long as its connection.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
@@ -205,18 +207,37 @@ def _run_entries(run: MessageBatch) -> list[Outgoing]:
     """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each.
 
     The run is encoded at once; a run too large for one entry is cut
-    between frames, found by their length prefixes.
+    between frames (each entry holds at least one), found by a binary
+    search over where its frames end.
     """
     data = encode(run)
     if len(data) <= RUN_ENTRY_BYTES:  # the usual run: one entry
         return [(run, data)]
+    end = _frame_ends(run, data)
     entries: list[Outgoing] = []
-    unpack, first_row, first_pos, pos, row = _LENGTH.unpack_from, 0, 0, 0, 0
-    while pos < len(data):  # bounded: every round passes one frame; each entry holds at least one
-        end = pos + 4 + unpack(data, pos)[0]
-        if end - first_pos > RUN_ENTRY_BYTES and pos > first_pos:
-            entries.append((run.select(range(first_row, row)), data[first_pos:pos]))
-            first_row, first_pos = row, pos
-        pos, row = end, row + 1
-    entries.append((run.select(range(first_row, row)), data[first_pos:]))
+    first, n = 0, len(run.payloads)
+    while first < n:  # bounded: every round takes at least one frame
+        start = end(first - 1) if first else 0
+        stop = max(bisect_right(range(n), start + RUN_ENTRY_BYTES, lo=first, key=end), first + 1)
+        entries.append((run.select(range(first, stop)), data[start : end(stop - 1)]))
+        first = stop
     return entries
+
+
+def _frame_ends(run: MessageBatch, data: bytes) -> Callable[[int], int]:
+    """Where the run's frame ``i`` ends in ``data``, as a function for the binary search.
+
+    Its frames differ only in their payloads when all or none have an
+    event time: one head size, found from the sizes, so no Python step per
+    frame; otherwise read from the length prefixes.
+    """
+    payloads, n = run.payloads, len(run.payloads)
+    if run.event_times.count(None) in (0, n):
+        sizes = list(accumulate(map(len, payloads)))
+        head = (len(data) - sizes[-1]) // n
+        return lambda i: sizes[i] + head * (i + 1)
+    ends, pos = [], 0
+    for _ in range(n):  # bounded by the run
+        pos += 4 + _LENGTH.unpack_from(data, pos)[0]
+        ends.append(pos)
+    return ends.__getitem__
