@@ -859,8 +859,9 @@ class DurableLog:
 
         ``messages`` is the worker session's batch
         (:class:`~aqueduct.connector.batch.MessageBatch`), appended in one
-        step when it is a run of new ids, else record by record; a single
-        :class:`~aqueduct.connector.frames.Message` is the batch of one. An
+        step per batch (a run of new ids by extending each column at once);
+        a single :class:`~aqueduct.connector.frames.Message` is the batch of
+        one. An
         EPHEMERAL or UNSTABLE_REFERENCE record never moves the point of
         reference; ``event_time`` is in microseconds since the Unix epoch.
 
