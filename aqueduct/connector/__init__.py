@@ -20,12 +20,12 @@ from typing import Any
 
 _LAZY = {
     "Connector": "producer.client",
-    "ConnectorClosed": "producer.client",
+    "ConnectorClosed": "errors",
     "ConnectorRefused": "errors",
     "ConnectorStream": "producer.client",
     "CreditTimeout": "errors",
     "Delivery": "producer.client",
-    "TlsRefused": "producer.client",
+    "TlsRefused": "errors",
     "Producer": "producer.blocking",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",

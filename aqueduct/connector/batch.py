@@ -34,6 +34,10 @@ from aqueduct.connector.frames import BOUNDARY, EVENT_TIME, MESSAGE_TAG, Message
 
 __all__ = ["MessageBatch"]
 
+_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+#: The largest payload a MESSAGE frame's u32 length holds beside its longest head.
+_MAX_PAYLOAD = 0xFFFF_FFFF - 31
+
 
 class MessageBatch(Sequence[Message]):
     """Consecutive MESSAGEs of one stream, held as columns (see the module docstring).
@@ -92,14 +96,30 @@ class MessageBatch(Sequence[Message]):
             return messages
         if not messages:
             raise ValueError("MessageBatch: no messages")
+        run = cls.run_of(messages)
+        if run is not None:
+            return run
         stream_id = messages[0].stream_id
         if any(m.stream_id != stream_id for m in messages):
             raise ValueError("MessageBatch: messages of several streams")
-        event_times = [m.event_time for m in messages]
-        payloads = [m.payload for m in messages]
-        if _is_run(messages):
-            return cls(stream_id, messages[0].message_id, payloads, event_times)  # type: ignore[arg-type]
         return cls.general(messages)
+
+    @classmethod
+    def run_of(cls, messages: Sequence[Message]) -> MessageBatch | None:
+        """``messages`` as a run, if they are one (see :attr:`is_run`); else None.
+
+        The one definition of a run on the sending side: a connector session
+        sends a run in one step (:meth:`ConnectorSession.send_messages
+        <aqueduct.connector.connector_session.ConnectorSession.send_messages>`),
+        so a run also holds only values its frames can carry (ids, stream id
+        and event times in 0..2**64-1).
+        """
+        if not messages or not _is_run(messages):
+            return None
+        first = messages[0]
+        return cls(
+            first.stream_id, first.message_id, [m.payload for m in messages], [m.event_time for m in messages]  # type: ignore[arg-type, misc]
+        )
 
     @classmethod
     def general(cls, messages: Sequence[Message]) -> MessageBatch:
@@ -182,7 +202,7 @@ class MessageBatch(Sequence[Message]):
         self.payloads += other.payloads
         self.event_times += other.event_times
 
-    def select(self, rows: list[int]) -> MessageBatch:
+    def select(self, rows: Sequence[int]) -> MessageBatch:
         """The batch of these rows (ascending): a run stays one if they are consecutive."""
         if len(rows) == len(self.payloads):
             return self
@@ -235,19 +255,30 @@ class MessageBatch(Sequence[Message]):
 
 
 def _is_run(messages: Sequence[Message]) -> bool:
-    """True if ``messages`` are stable data records (no flag but EVENT_TIME, matching its time),
-    with consecutive ids, no key and a payload: a run."""
-    start = messages[0].message_id
-    if type(start) is not int:
+    """True if ``messages`` are one stream's stable data records (no flag but EVENT_TIME,
+    matching its time), with consecutive ids, no key, a payload, and every value a frame
+    can carry (a stream id, ids and event times in 0..2**64-1; a length in 32 bits): a run."""
+    first = messages[0]
+    start, stream_id = first.message_id, first.stream_id
+    if (
+        type(start) is not int
+        or type(stream_id) is not int
+        or not 0 <= start <= _U64_MAX - len(messages) + 1
+        or not 0 <= stream_id <= _U64_MAX
+    ):
         return False
     for i, m in enumerate(messages):
-        f = m.flags
+        f, t = m.flags, m.event_time
         if (
             (f != 0 and f != EVENT_TIME)
             or m.message_id != start + i
-            or (m.event_time is None) == bool(f)
+            or m.stream_id != stream_id
+            or (t is None) == bool(f)
             or m.key is not None
             or type(m.payload) is not bytes
+            or len(m.payload) > _MAX_PAYLOAD
         ):
+            return False
+        if t is not None and not (type(t) is int and 0 <= t <= _U64_MAX):
             return False
     return True

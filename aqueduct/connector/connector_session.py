@@ -14,7 +14,10 @@ session lives exactly as long as its connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
@@ -38,7 +41,6 @@ from aqueduct.connector.frames import (
     Ok,
     Restart,
     encode,
-    encode_run,
     frame_name,
 )
 from aqueduct.connector.machine import SessionMachine, SessionOver
@@ -62,6 +64,8 @@ Outgoing = tuple[Frame | MessageBatch, bytes]
 #: (one frame may be larger), so a transport that cuts its payloads near a size
 #: (Aqueduct's ``MAX_BATCH_BYTES``) never has to split an entry.
 RUN_ENTRY_BYTES = 64 * 1024
+
+_LENGTH = struct.Struct(">I")  # a frame's length prefix
 
 
 class NoCredits(LocalProtocolError):
@@ -113,15 +117,16 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def send_messages(self, records: Sequence[Message]) -> None:
         """Queue one stream's MESSAGEs in order, a credit each: the one way MESSAGEs leave.
 
-        A run of data records with consecutive ids on an open stream (what
+        A run of data records on an open stream with a credit for each (what
         ``ConnectorStream.send_many`` makes, and a busy stream's ``send``
-        calls, which the outbox gathers) is checked and encoded in one
-        step; anything else, or too few credits, goes by the rules record
-        by record, which raise the error the first bad one breaks (those
-        before it stay queued).
+        calls, which the outbox gathers) is checked and encoded in one step
+        (:meth:`MessageBatch.run_of <aqueduct.connector.batch.MessageBatch.run_of>`
+        tells one); anything else goes by the rules record by record
+        (:meth:`_queue_by_the_rules`), which raise the error the first bad
+        one breaks (those before it stay queued).
         """
         n = len(records)
-        encoded = None
+        run = None
         if (
             n
             and self.state is C.STREAMING
@@ -129,13 +134,14 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
             and STREAM_TRANSITIONS.get((self.streams.get(records[0].stream_id, StreamState.START), "message"))
             is StreamState.OPEN  # one step of the stream's table covers the whole run
         ):
-            encoded = encode_run(records)  # None unless they are a run
-        if encoded is None:
-            for record in records:
+            run = MessageBatch.run_of(records)
+        if run is None:
+            for record in records:  # bounded by the batch
                 self._queue_by_the_rules(record)
             return
+        entries = _run_entries(run)
         self.credits -= n
-        self._out += _run_entries(records, encoded)
+        self._out += entries
 
     def _queue_by_the_rules(self, frame: Notify | Message) -> None:
         """Check one NOTIFY or MESSAGE against the connection's and its stream's rules, encode and queue it."""
@@ -197,23 +203,41 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._out.append((frame, encode(frame)))
 
 
-def _run_entries(records: Sequence[Message], encoded: list[bytes]) -> list[Outgoing]:
-    """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each."""
-    if sum(map(len, encoded)) <= RUN_ENTRY_BYTES:  # the usual run: one entry
-        return [_run_entry(records, encoded)]
-    entries, start, size = [], 0, 0
-    for i, data in enumerate(encoded):  # bounded by the run; each entry holds at least one frame
-        if size + len(data) > RUN_ENTRY_BYTES and i > start:
-            entries.append(_run_entry(records[start:i], encoded[start:i]))
-            start, size = i, 0
-        size += len(data)
-    entries.append(_run_entry(records[start:], encoded[start:]))
+def _run_entries(run: MessageBatch) -> list[Outgoing]:
+    """A run's entries for :meth:`ConnectorSession.data_to_send`: RUN_ENTRY_BYTES of frames at most each.
+
+    The run is encoded at once; a run too large for one entry is cut
+    between frames (each entry holds at least one), found by a binary
+    search over where its frames end.
+    """
+    data = encode(run)
+    if len(data) <= RUN_ENTRY_BYTES:  # the usual run: one entry
+        return [(run, data)]
+    end = _frame_ends(run, data)
+    entries: list[Outgoing] = []
+    first, n = 0, len(run.payloads)
+    while first < n:  # bounded: every round takes at least one frame
+        start = end(first - 1) if first else 0
+        stop = max(bisect_right(range(n), start + RUN_ENTRY_BYTES, lo=first, key=end), first + 1)
+        entries.append((run.select(range(first, stop)), data[start : end(stop - 1)]))
+        first = stop
     return entries
 
 
-def _run_entry(records: Sequence[Message], encoded: list[bytes]) -> Outgoing:
-    first = records[0]
-    run = MessageBatch.run(
-        first.stream_id, first.message_id, [r.payload for r in records], [r.event_time for r in records]  # type: ignore[arg-type, misc]
-    )
-    return run, b"".join(encoded)
+def _frame_ends(run: MessageBatch, data: bytes) -> Callable[[int], int]:
+    """Where the run's frame ``i`` ends in ``data``, as a function for the binary search.
+
+    Its frames differ only in their payloads when all or none have an
+    event time: one head size, found from the sizes, so no Python step per
+    frame; otherwise read from the length prefixes.
+    """
+    payloads, n = run.payloads, len(run.payloads)
+    if run.event_times.count(None) in (0, n):
+        sizes = list(accumulate(map(len, payloads)))
+        head = (len(data) - sizes[-1]) // n
+        return lambda i: sizes[i] + head * (i + 1)
+    ends, pos = [], 0
+    for _ in range(n):  # bounded by the run
+        pos += 4 + _LENGTH.unpack_from(data, pos)[0]
+        ends.append(pos)
+    return ends.__getitem__

@@ -13,7 +13,7 @@ connector library, TCP and Aqueduct transports.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,7 +48,6 @@ __all__ = [
     "StreamRef",
     "decode",
     "encode",
-    "encode_run",
     "frame_name",
     "validate_flags",
 ]
@@ -250,11 +249,19 @@ class Message:
 
 
 class ColumnRun(Protocol):
-    """What the worker's decoder gathers a run of data records into (the connector's
-    :class:`~aqueduct.connector.batch.MessageBatch`): it only appends to these columns."""
+    """A batch of one stream's MESSAGEs as columns (the connector's
+    :class:`~aqueduct.connector.batch.MessageBatch`): what the worker's decoder
+    gathers a run of data records into (it only appends to its payloads and
+    event times), and what :func:`encode` packs a run from (``flags`` None)."""
 
+    TAG: int
+    stream_id: int
+    first_id: int
     payloads: list[bytes]
     event_times: list[int | None]
+    flags: list[int] | None
+
+    def __iter__(self) -> Iterator[Message]: ...
 
 
 RunFactory = Callable[[int, int, list[bytes], list["int | None"]], ColumnRun]
@@ -429,59 +436,52 @@ def _explain_ranges(m: Message) -> None:
         _u64("MESSAGE", "event time", m.event_time)
 
 
-def encode(frame: Frame) -> bytes:
-    """Encode one frame, length prefix included."""
-    if type(frame) is Message:
-        plain = _encode_plain_message(frame)
+def encode(frame: Frame | ColumnRun) -> bytes:
+    """Encode one frame, length prefix included; or a batch of MESSAGEs, its frames back to back.
+
+    A batch is a :class:`~aqueduct.connector.batch.MessageBatch` (which this
+    codec knows as :class:`ColumnRun`); a single :class:`Message` is the
+    batch of one. A run (what a busy stream carries) is packed from its
+    columns, one pack per record and no object; anything else, and a run
+    holding a value out of range, is encoded record by record, which
+    validates each and raises the error naming the first bad one.
+    """
+    kind = type(frame)
+    if kind is Message:
+        plain = _encode_plain_message(frame)  # type: ignore[arg-type]
         if plain is not None:
             return plain
-    if type(frame) not in _FRAME_TYPES:
+    elif kind not in _FRAME_TYPES:
+        if getattr(frame, "TAG", None) == MESSAGE_TAG and hasattr(frame, "payloads"):
+            return _encode_batch(frame)  # type: ignore[arg-type]
         raise TypeError(f"not a connector frame: {frame!r}")
-    body = frame._encode()
+    body = frame._encode()  # type: ignore[union-attr]
     return struct.pack(">IB", len(body) + 1, frame.TAG) + body
 
 
-#: What :func:`encode_run` compares a run's flags, payload types, event times and keys with.
-_UNTIMED, _DATA_FLAGS, _BYTES, _NONE = frozenset({0}), frozenset({0, EVENT_TIME}), frozenset({bytes}), frozenset({None})
-
-
-def encode_run(records: Sequence[Message]) -> list[bytes] | None:
-    """Each record's frame, if ``records`` are a run; None if they are not one.
-
-    A run (the sender's side of :attr:`MessageBatch.is_run
-    <aqueduct.connector.batch.MessageBatch.is_run>`) is one stream's stable
-    data records (no flag but EVENT_TIME, no key, a payload) with
-    consecutive ids: what a busy stream carries, which a connector session
-    checks and sends in one step. One pack per record and no checks beyond
-    the fast encoder's; anything else (a key, a boundary, EOS, EPHEMERAL,
-    UNSTABLE_REFERENCE, a gap, another stream, a value out of range)
-    returns None, and :func:`encode` of each validates and explains.
-    """
-    if not records or len({r.stream_id for r in records}) != 1:
-        return None
-    start = records[0].message_id
-    if type(start) is not int or [r.message_id for r in records] != list(range(start, start + len(records))):
-        return None
-    flags = {r.flags for r in records}
-    if (
-        flags == _UNTIMED
-        and {type(r.payload) for r in records} == _BYTES
-        and {r.event_time for r in records} == _NONE
-        and {r.key for r in records} == _NONE
-    ):
-        # The commonest run (no event times): one pack per record, no call.
+def _encode_batch(batch: ColumnRun) -> bytes:
+    """A batch's frames back to back: a run from its columns in one step, else each message's."""
+    if batch.flags is None:
+        payloads, times = batch.payloads, batch.event_times
+        sid, first, n = batch.stream_id, batch.first_id, len(payloads)
         pack, head = _MESSAGE_HEAD.pack, _MESSAGE_HEAD.size - 4
+        parts: list[bytes] = [b""] * (2 * n)
         try:
-            return [
-                pack(head + len(r.payload), MESSAGE_TAG, 0, r.stream_id, r.message_id) + r.payload  # type: ignore[arg-type, operator]
-                for r in records
-            ]
+            if times.count(None) == n:  # the commonest run (no event times): one pack per record, no call
+                parts[0::2] = [pack(head + len(p), MESSAGE_TAG, 0, sid, first + i) for i, p in enumerate(payloads)]
+            else:
+                pack_time, head_time = _MESSAGE_HEAD_TIME.pack, _MESSAGE_HEAD_TIME.size - 4
+                parts[0::2] = [
+                    pack(head + len(p), MESSAGE_TAG, 0, sid, first + i)
+                    if t is None
+                    else pack_time(head_time + len(p), MESSAGE_TAG, EVENT_TIME, sid, first + i, t)
+                    for i, (p, t) in enumerate(zip(payloads, times, strict=True))
+                ]
+            parts[1::2] = payloads
+            return b"".join(parts)
         except struct.error:
-            return None
-    if not flags <= _DATA_FLAGS:
-        return None
-    encoded = [_encode_plain_message(r) for r in records]
-    return None if None in encoded else encoded  # type: ignore[return-value]
+            pass  # a value out of range: each record's own encoding names it
+    return b"".join([encode(m) for m in batch])  # type: ignore[attr-defined]
 
 
 def _encode_plain_message(m: Message) -> bytes | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
@@ -75,64 +76,69 @@ class InboundStream:
         self.points.set_mode(mode)
         return self.points.start_from(point)
 
-    def accepts(self, message_id: int | None, in_order: bool) -> bool:
-        """Whether a MESSAGE with this id may arrive now (the stream is open).
+    def receive(self, batch: MessageBatch, in_order: bool, count: int) -> tuple[MessageBatch | None, int, str | None]:
+        """Take the first ``count`` records of one of this stream's batches, in order, by the rules.
+
+        Returns the batch of the new records (None if none), how many were
+        dropped as duplicates, and the first rule a record broke (None if
+        none did), the records before it taken as the spec wants everything
+        before a bad frame processed. ``in_order``: the channel delivers in
+        order, so ids must increase. A single record is the batch of one.
+
+        A run on an open stream whose first id is above the last (what a
+        busy stream's channel carries) needs none of the per-record rules:
+        its ids go to the points in one call. Anything else goes through
+        :meth:`_check_each` first.
+        """
+        if batch.flags is None and self.state is StreamState.OPEN:
+            start, last = batch.first_id, self.last_id
+            if not in_order or last is None or start > last:
+                if count and in_order:
+                    self.last_id = start + count - 1
+                mask = self.points.receive(range(start, start + count))
+                if mask is None and count == len(batch.payloads):  # the busy path: every record new
+                    return batch, 0, None
+                return _kept(batch, mask, count) + (None,)
+        ids, error = self._check_each(batch, in_order, count)
+        return _kept(batch, self.points.receive(ids), len(ids)) + (error,)
+
+    def _check_each(self, batch: MessageBatch, in_order: bool, count: int) -> tuple[list[int | None], str | None]:
+        """The session's rules per record (an open stream, increasing ids in order, EOS closes):
+        the ids to deduplicate (None: not stable) up to the first record that breaks one, and its error.
 
         On unordered input a message sent before the EOS may arrive after it,
-        so a stream closed by EOS still takes ids below the EOS id.
-        """
-        if self.state is StreamState.OPEN:
-            return True
-        return (
-            self.state is StreamState.CLOSED
-            and not in_order
-            and self.eos_id is not None
-            and message_id is not None
-            and message_id < self.eos_id
-        )
-
-    def out_of_order(self, message_id: int | None, in_order: bool) -> bool:
-        """True if in-order input carries an id not above the previous one.
-
-        Ids of a resumable stream strictly increase; accepting a lower id
+        so a stream closed by EOS still takes ids below the EOS id. Ids of a
+        resumable stream strictly increase: accepting a lower id in order
         would silently drop it as a duplicate, so it is an error instead.
         """
-        return in_order and message_id is not None and self.last_id is not None and message_id <= self.last_id
-
-    def receive(self, flags: int, message_id: int | None, in_order: bool) -> bool:
-        """Take one MESSAGE (its flag bits and id); return False if it is a duplicate to drop.
-
-        The caller has checked :meth:`accepts`. Flags and id rather than a
-        :class:`~aqueduct.connector.frames.Message`: the session reads them
-        from a batch's columns.
-        """
-        if flags & EOS and self.state is StreamState.OPEN:
-            self.state = step(STREAM_TRANSITIONS, self.state, "eos")
-            self.eos_id = message_id
-        if message_id is None:
-            return True  # EPHEMERAL
-        if in_order:
-            self.last_id = message_id
-        return bool(flags & UNSTABLE_REFERENCE) or self.points.receive(message_id)
-
-    def receive_run(self, start: int, stop: int, in_order: bool) -> bool:
-        """Take a run of new data records, ids ``start .. stop - 1``, at once if it can be; else change nothing.
-
-        A run is what a busy stream's channel carries
-        (:attr:`MessageBatch.is_run <aqueduct.connector.batch.MessageBatch.is_run>`).
-        Taken whole when all its ids are above what the stream holds and
-        the stream is open, leaving the state :meth:`receive` of each would;
-        otherwise (a possible duplicate, an id not above the last, a closed
-        stream) it returns False and the caller applies the rules record by
-        record, which also names any error.
-        """
-        if self.state is not StreamState.OPEN or (in_order and self.last_id is not None and start <= self.last_id):
-            return False
-        if not self.points.receive_run(start, stop):
-            return False
-        if in_order:
-            self.last_id = stop - 1
-        return True
+        flags, ids, _ = batch.columns()
+        stable: list[int | None] = []
+        for f, message_id in zip(flags[:count], ids[:count], strict=True):  # bounded by the batch
+            if self.state is not StreamState.OPEN and not (
+                self.state is StreamState.CLOSED
+                and not in_order
+                and self.eos_id is not None
+                and message_id is not None
+                and message_id < self.eos_id
+            ):
+                return stable, f"message for unknown stream {self.stream_id}"
+            if in_order and message_id is not None and self.last_id is not None and message_id <= self.last_id:
+                return stable, (
+                    f"MESSAGE: id {message_id} not above {self.last_id} on stream {self.stream_id} (ids must increase)"
+                )
+            if f & EOS and self.state is StreamState.OPEN:
+                self.state = step(STREAM_TRANSITIONS, self.state, "eos")
+                self.eos_id = message_id
+            if message_id is not None and in_order:
+                self.last_id = message_id
+            stable.append(None if message_id is None or f & UNSTABLE_REFERENCE else message_id)
+        return stable, None
 
     def terminate(self) -> None:
         self.state = step(STREAM_TRANSITIONS, self.state, "restart")
+
+
+def _kept(batch: MessageBatch, mask: list[bool] | None, n: int) -> tuple[MessageBatch | None, int]:
+    """The batch of the first ``n`` rows that the points' ``mask`` kept (None if none), and how many it dropped."""
+    rows = range(n) if mask is None else [row for row, new in enumerate(mask) if new]
+    return (batch.select(rows) if rows else None), n - len(rows)

@@ -28,6 +28,8 @@ the wire cannot tell whether its id will ever be stable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 
@@ -60,13 +62,52 @@ class StreamPoints:
         """True if a stable message with this id was already received (a duplicate to drop)."""
         return message_id < self.point or message_id in self.received
 
-    def receive(self, message_id: int) -> bool:
-        """Record a stable id; False if it is a duplicate (and nothing changed).
+    def receive(self, ids: Sequence[int | None], references: list[int] | None = None) -> list[bool] | None:
+        """Record a batch's ids in order; the accepted mask, or None when every record was new.
+
+        ``ids`` are one stream's records in order, None for a record without
+        a stable reference (accepted, neither deduplicated nor moving the
+        point). A duplicate is dropped (False in the mask) and changes
+        nothing. A single record is the batch of one.
+
+        A ``range`` of new ids (a busy stream's run, above everything held:
+        not below the point nor any received id) is taken in one step,
+        leaving exactly the state taking each would; anything else goes id
+        by id (:meth:`_receive_one`), which sorts out the duplicates.
+        ``references``, if given, gets the point after each accepted record
+        appended (the log stores it with the record).
+        """
+        if type(ids) is range:  # a run: in one step if every id is new (the busy path)
+            start, stop, before = ids.start, ids.stop, self.point
+            if start >= before and start >= self.received.top and stop > start and ids.step == 1:
+                if self.ordered:  # as each one: skipped ids below fill in, unless the run starts at the point
+                    self.received.add_range(start if start == before else 0, stop)
+                    self.point = stop
+                else:
+                    self.received.add_range(start, stop)
+                    if start == before:
+                        self.point = stop
+                if references is not None:  # the point follows the ids unless a gap below the run holds it
+                    references.extend(range(start + 1, stop + 1) if self.point == stop else [before] * (stop - start))
+                return None
+        mask: list[bool] | None = None
+        receive_one = self._receive_one
+        for row, message_id in enumerate(ids):  # bounded by the batch; a run that may hold a duplicate too
+            if message_id is None or receive_one(message_id):
+                if references is not None:
+                    references.append(self.point)
+            else:
+                if mask is None:
+                    mask = [True] * len(ids)
+                mask[row] = False
+        return mask
+
+    def _receive_one(self, message_id: int) -> bool:
+        """Record one stable id; False if it is a duplicate (and nothing changed).
 
         ``insert`` is the membership test and the add in one, O(1) for the
-        next id: this runs once per record on both the session and the log.
-        An ORDERED stream's skipped ids are filled in (they never come), so
-        its received set stays one range however its ids skip.
+        next id. An ORDERED stream's skipped ids are filled in (they never
+        come), so its received set stays one range however its ids skip.
         """
         if message_id < self.point or not self.received.insert(message_id):
             return False
@@ -76,24 +117,4 @@ class StreamPoints:
             self.point = message_id + 1
         else:
             self.point = self.received.min_missing_from(self.point)
-        return True
-
-    def receive_run(self, start: int, stop: int) -> bool:
-        """Record the stable ids ``start .. stop - 1`` at once, if none of them is held yet.
-
-        The common case of a busy stream: a run of consecutive new ids,
-        which leaves exactly the state :meth:`receive` of each would, in one
-        step. Returns False, changing nothing, when some id of the run may
-        be held (below the point, or not above every received id): the
-        caller then takes the ids one by one, which sorts out the duplicates.
-        """
-        if start < self.point or start < self.received.top or stop <= start:
-            return False
-        if self.ordered:  # as receive() each: skipped ids below fill in, unless the run starts at the point
-            self.received.add_range(start if start == self.point else 0, stop)
-            self.point = stop
-        else:
-            self.received.add_range(start, stop)
-            if start == self.point:
-                self.point = stop
         return True

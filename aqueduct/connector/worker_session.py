@@ -246,53 +246,31 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self._emit(StreamNotified(notify.stream_id, notify.stream_name, point, mode))
 
     def _on_batch(self, batch: MessageBatch) -> None:
-        """One stream's MESSAGEs: a run of new ids taken whole, anything else by the rules per record.
-
-        The whole-run step leaves exactly the state the rules applied to each
-        record would; it is refused (changing nothing) when some record needs
-        them one by one (a possible duplicate, too few credits, a closed or
-        unknown stream, ...), which also name any error.
-        """
-        n = len(batch)
-        stream = self.streams.get(batch.stream_id)
-        if (
-            batch.flags is None  # a run
-            and self._credits >= n
-            and stream is not None
-            and stream.receive_run(batch.first_id, batch.stop_id, self._in_order)
-        ):
-            self._credits -= n
-            self._gather(batch)
-            return
-        kept, error = self._by_the_rules(stream, batch)
-        if kept:
-            self._gather(batch.select(kept))
-        if error is not None:
-            raise self._fail(error)
-
-    def _by_the_rules(self, stream: InboundStream | None, batch: MessageBatch) -> tuple[list[int], str | None]:
-        """Apply the spec's rules to each record in order: the rows that are new, and the first broken rule.
+        """One stream's MESSAGEs, a credit each, by the stream's rules in one call (:meth:`InboundStream.receive`).
 
         A duplicate's credit goes back at once (:meth:`_input_handled`); the
-        rows before a broken rule are kept, as the spec wants everything
-        before a bad frame processed.
+        records before a broken rule (or the last credit) are kept, as the
+        spec wants everything before a bad frame processed.
         """
-        in_order, sid = self._in_order, batch.stream_id
-        flags, ids, _ = batch.columns()
-        kept: list[int] = []
-        for row, (f, mid) in enumerate(zip(flags, ids, strict=True)):  # bounded by the batch
-            if self._credits == 0:
-                return kept, "credit exceeded"
-            self._credits -= 1
-            if stream is None or not stream.accepts(mid, in_order):
-                return kept, f"message for unknown stream {sid}"
-            if stream.out_of_order(mid, in_order):
-                return kept, f"MESSAGE: id {mid} not above {stream.last_id} on stream {sid} (ids must increase)"
-            if stream.receive(f, mid, in_order):
-                kept.append(row)
-            else:
-                self._unpersisted += 1
-        return kept, None
+        n, credits = len(batch.payloads), self._credits
+        stream = self.streams.get(batch.stream_id)
+        if stream is None or not credits:
+            self._credits = max(credits - 1, 0)
+            raise self._fail("credit exceeded" if not credits else f"message for unknown stream {batch.stream_id}")
+        count = n if credits >= n else credits
+        kept, dropped, error = stream.receive(batch, self._in_order, count)
+        if error is None:
+            self._credits = credits - count
+            if count < n:
+                error = "credit exceeded"
+        else:  # the record that broke a rule spent its credit too
+            self._credits = credits - (0 if kept is None else len(kept.payloads)) - dropped - 1
+        if dropped:
+            self._unpersisted += dropped
+        if kept is not None:
+            self._gather(kept)
+        if error is not None:
+            raise self._fail(error)
 
     def _gather(self, batch: MessageBatch) -> None:
         """Add accepted records to the batch of their stream; another stream's starts a new one."""

@@ -23,7 +23,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
-from aqueduct.connector.producer.client import Connector, ConnectorRefused, TlsRefused
+from aqueduct.connector.errors import ConnectorRefused, TlsRefused
+from aqueduct.connector.producer.client import Connector
 from aqueduct.runtime.certs import generate_certs
 
 TIMEOUT = 30.0  # only turns a hang into a failure

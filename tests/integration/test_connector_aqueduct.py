@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 import aqueduct.runtime as rt
+from aqueduct.connector.errors import ConnectorRefused
 from aqueduct.connector.frames import EPHEMERAL, Message, Notify, encode
-from aqueduct.connector.producer.client import UNORDERED, UNRELIABLE, Connector, ConnectorRefused
+from aqueduct.connector.producer.client import UNORDERED, UNRELIABLE, Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker_session import WorkerConfig
 from tests.waiting import wait_until

@@ -19,14 +19,9 @@ import pytest
 
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.errors import ConnectorClosed, ConnectorRefused, TlsRefused
 from aqueduct.connector.producer.blocking import Producer
-from aqueduct.connector.producer.client import (
-    Connector,
-    ConnectorClosed,
-    ConnectorRefused,
-    Delivery,
-    TlsRefused,
-)
+from aqueduct.connector.producer.client import Connector, Delivery
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from aqueduct.connector.errors import ConnectorRefused, CreditTimeout
 from aqueduct.connector.events import SessionEnded
 from aqueduct.connector.frames import (
     EPHEMERAL,
@@ -19,12 +20,7 @@ from aqueduct.connector.frames import (
     Ok,
     encode,
 )
-from aqueduct.connector.producer.client import (
-    UNRELIABLE,
-    Connector,
-    ConnectorRefused,
-    CreditTimeout,
-)
+from aqueduct.connector.producer.client import UNRELIABLE, Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig

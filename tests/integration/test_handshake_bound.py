@@ -18,7 +18,8 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated
 from aioquic.quic.packet import QuicErrorCode
 
-from aqueduct.connector.producer.client import Connector, WorkerBusy
+from aqueduct.connector.errors import WorkerBusy
+from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.runtime import quic_server
 from aqueduct.runtime.quic_server import BoundedQuicServer

@@ -16,7 +16,8 @@ import pytest
 
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.producer.client import Connector, ConnectorRefused
+from aqueduct.connector.errors import ConnectorRefused
+from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from tests.ingest_stop import stop_ingest
 

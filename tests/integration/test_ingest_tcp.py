@@ -20,7 +20,8 @@ import pytest
 from aqueduct.bridge.ingest.service import Ingest, IngestConfig
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector import frames as f
-from aqueduct.connector.producer.client import Connector, ConnectorRefused
+from aqueduct.connector.errors import ConnectorRefused
+from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from tests.ingest_stop import stop_ingest

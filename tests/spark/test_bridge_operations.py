@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aqueduct.connector.producer.client import Connector, ConnectorRefused
+from aqueduct.connector.errors import ConnectorRefused
+from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

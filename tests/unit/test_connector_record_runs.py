@@ -3,7 +3,7 @@
 A busy stream's channel carries payloads of consecutive new data records,
 which the decoder gathers into a :class:`MessageBatch` run; the worker
 session (:meth:`WorkerSession._on_batch`), the rulebook
-(:meth:`StreamPoints.receive_run`) and the durable log
+(:meth:`StreamPoints.receive`, against the spec in test_connector_points) and the durable log
 (:meth:`DurableLog.append`, checked against the log's model in
 test_log_model) take such a run at once. Anything unusual goes by the
 per-record rules inside the same call, with the same events, errors,
@@ -33,7 +33,6 @@ from aqueduct.connector.frames import (
 )
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.outbound import Outbox
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.wire.modes import Mode
 
@@ -60,35 +59,11 @@ def general(records: MessageBatch | list[Message]) -> MessageBatch:
 
 
 class RecordByRecord(WorkerSession):
-    """The reference: every batch by the rules record by record, never taken whole as a run."""
+    """The reference: every record as a batch of one, in general columns (never a run)."""
 
     def _on_batch(self, batch: MessageBatch) -> None:
-        super()._on_batch(general(batch))
-
-
-@given(
-    st.lists(st.integers(0, 40), max_size=30),
-    st.booleans(),
-    st.integers(0, 50),
-    st.integers(1, 8),
-    st.integers(0, 20),
-)
-def test_a_run_of_points_is_its_ids_one_by_one(
-    prior: list[int], ordered: bool, start: int, count: int, notified: int
-) -> None:
-    mode = Mode.ORDERED if ordered else Mode.UNORDERED
-    run, one_by_one = StreamPoints(mode), StreamPoints(mode)
-    run.start_from(notified)  # a NOTIFY's point: ids below it never come, none of them received
-    one_by_one.start_from(notified)
-    for m in prior:
-        run.receive(m)
-        one_by_one.receive(m)
-    taken = run.receive_run(start, start + count)
-    if taken:
-        assert all(one_by_one.receive(m) for m in range(start, start + count))
-    else:  # only a run that may hold a duplicate is refused, and it leaves no trace
-        assert start < one_by_one.point or start < one_by_one.received.top
-    assert (run.point, list(run.received)) == (one_by_one.point, list(one_by_one.received))
+        for row in range(len(batch)):  # a broken rule raises, ending the batch there
+            super()._on_batch(general(batch.select([row])))
 
 
 def test_a_run_is_consecutive_stable_data() -> None:
@@ -108,10 +83,63 @@ def test_a_run_is_consecutive_stable_data() -> None:
     assert not is_run([Message(0, STREAM, 4, 5, None, b"x")])  # an event time without its flag
     assert not is_run([Message(0, STREAM, 4, None, b"k", b"x")])  # a key without its flag
     assert not is_run([Message(0, STREAM, 4, None, None, None)])  # no payload
+    # Only values a frame can carry: the session sends a run without checking each record.
+    assert not is_run([Message(0, STREAM, -1, None, None, b"x")])
+    assert not is_run([Message(0, STREAM, m, None, None, b"x") for m in (2**64 - 1, 2**64)])
+    assert is_run([Message(0, STREAM, 2**64 - 1, None, None, b"x")])
+    assert not is_run([Message(0, 2**64, 4, None, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, 2**64, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, -5, None, b"x")])
+    assert not is_run([Message(EVENT_TIME, STREAM, 4, 5.0, None, b"x")])  # type: ignore[arg-type]
+    assert MessageBatch.run_of(recs([4, 6])) is None and MessageBatch.run_of([]) is None
+    assert MessageBatch.run_of(recs([4, 5])) == recs([4, 5])
     with pytest.raises(ValueError, match="several streams"):
         MessageBatch.of([Message(0, STREAM, 4, None, None, b"x"), Message(0, STREAM + 1, 5, None, None, b"x")])
     with pytest.raises(ValueError, match="no messages"):
         MessageBatch.of([])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, EVENT_TIME, EOS, UNSTABLE_REFERENCE, EPHEMERAL]),
+            st.one_of(st.integers(0, 5), st.sampled_from([-1, 2**64 - 1, 2**64])),
+            st.one_of(st.none(), st.integers(0, 9), st.sampled_from([-1, 2**64])),
+            st.binary(max_size=8),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 2**64 - 20),
+    st.booleans(),
+)
+def test_a_batch_encodes_as_its_messages_one_by_one(
+    rows: list[tuple[int, int, int | None, bytes]], first: int, consecutive: bool
+) -> None:
+    """encode of a MessageBatch (a run packed from its columns, else record by record) is the
+    encodings of its messages, batches of one, back to back; or the error of the first bad one."""
+    records = [
+        Message(
+            f, STREAM, None if f & EPHEMERAL else (first + i if consecutive else m),
+            t if f & EVENT_TIME else None, None, p,
+        )
+        for i, (f, m, t, p) in enumerate(rows)
+    ]  # fmt: skip
+
+    def outcome(encode_all: object) -> object:
+        try:
+            return encode_all()  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            return type(exc), str(exc)
+
+    expected = outcome(lambda: b"".join(encode(r) for r in records))
+    assert outcome(lambda: encode(MessageBatch.of(records))) == expected
+    assert outcome(lambda: encode(MessageBatch.general(records))) == expected
+    run = MessageBatch.run(STREAM, first, [r.payload or b"" for r in records], [r.event_time for r in records])
+    each = [Message(EVENT_TIME if t is not None else 0, STREAM, first + i, t, None, p) for i, (p, t) in enumerate(
+        zip(run.payloads, run.event_times, strict=True))]  # fmt: skip
+    assert outcome(lambda: encode(run)) == outcome(lambda: b"".join(encode(r) for r in each))
 
 
 # One chunk: a run from some start, then what to do to it.

@@ -136,19 +136,20 @@ class LogMachine(RuleBasedStateMachine):
         self._append_run(ORDERED, start, count, timed, columns)
         self.next_ordered_id = start + count
 
-    @rule(ahead=st.integers(0, 3), count=st.integers(2, 5), columns=st.booleans())
-    def append_unordered_run(self, ahead: int, count: int, columns: bool) -> None:
-        """Runs above a gap and runs that fill it; a run the log may already hold goes one by one."""
+    @rule(ahead=st.integers(0, 3), back=st.integers(0, 3), count=st.integers(2, 5), columns=st.booleans())
+    def append_unordered_run(self, ahead: int, back: int, count: int, columns: bool) -> None:
+        """Runs above a gap, runs that fill it, and runs that overlap ids the log holds (dropped, the rest kept)."""
         top = max(self.unordered_sent, default=-1) + 1
         free = [m for m in range(top + 1) if m not in self.unordered_sent]
-        start = free[min(ahead, len(free) - 1)]
-        ids = range(start, start + count)
-        if any(m in self.unordered_sent for m in ids):
-            return
-        self.unordered_sent.update(ids)
-        self._append_run(UNORDERED, start, count, False, columns)
+        start = max(0, free[min(ahead, len(free) - 1)] - back)
+        new = [m not in self.unordered_sent for m in range(start, start + count)]
+        self.unordered_sent.update(range(start, start + count))
+        self._append_run(UNORDERED, start, count, False, columns, new)
 
-    def _append_run(self, sid: int, start: int, count: int, timed: bool, columns: bool = False) -> None:
+    def _append_run(
+        self, sid: int, start: int, count: int, timed: bool, columns: bool = False, new: list[bool] | None = None
+    ) -> None:
+        """One batch of consecutive ids; ``new`` says which the log does not hold yet (None: all)."""
         records = [
             Message(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
@@ -157,8 +158,14 @@ class LogMachine(RuleBasedStateMachine):
         assert batch.is_run == columns
         offset = self.log.append(batch)
         assert offset == len(self.committed[sid]) + len(self.pending[sid])
-        assert batch.accepted is None and batch.stored() == (count, 0)  # every id was new to the log
-        self.pending[sid].extend(Rec(r.payload, r.message_id, True, False, r.event_time) for r in records)
+        kept = count if new is None else sum(new)
+        assert batch.accepted == (None if kept == count else new)
+        assert batch.stored() == (kept, count - kept)
+        self.pending[sid].extend(
+            Rec(r.payload, r.message_id, True, False, r.event_time)
+            for r, is_new in zip(records, new or [True] * count, strict=True)
+            if is_new
+        )
 
     @rule()
     def commit(self) -> None:

@@ -333,111 +333,110 @@ class _StreamWriter:
     def append(self, batch: MessageBatch) -> int:
         """Buffer a batch of this stream's records (see :meth:`DurableLog.append`); return the first one's offset.
 
-        A run of new ids goes in one step (:meth:`_append_run`); anything
-        else, or a run that may hold a duplicate, record by record
-        (:meth:`_append_rows`), with the same result.
+        One step per batch: the records' values are checked (a run's by its
+        first and last id, anything else record by record: :meth:`_check`),
+        their ids go through the rulebook in one call,
+        which takes a run of new ids at once, and the pending columns grow
+        by extension, from the run's own columns when every record is new.
+        ``batch.accepted`` marks the duplicates dropped. A record that
+        breaks a rule raises :class:`LogError`; the records before it stay
+        buffered, it and those after it are marked not accepted.
         """
-        offset = self.end
-        if batch.flags is None and self._append_run(batch):
-            return offset
-        self._append_rows(batch)
-        return offset
-
-    def _append_rows(self, batch: MessageBatch) -> None:
-        """Buffer each record by the rules, marking in ``batch.accepted`` the duplicates it drops.
-
-        Runs once per record of an unusual batch. The flag bits rather than
-        Message's properties: a property call per record and flag is a
-        visible share of ingest. A record that breaks a rule raises
-        :class:`LogError`; the records before it stay buffered, it and
-        those after it are marked not accepted.
-        """
-        flags, ids, keys = batch.columns()
-        n = len(batch)
-        points, p, next_epoch = self.points, self.pending, self.next_epoch
-        accepted: list[bool] | None = None
-        rows = zip(flags, ids, batch.event_times, keys, batch.payloads, strict=True)
-        for row, (f, message_id, event_time, key, payload) in enumerate(rows):  # bounded by the batch
-            boundary = bool(f & BOUNDARY)
-            error = None
-            if message_id is None:
-                if boundary:
-                    error = LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
-            elif not 0 <= message_id <= MAX_INT64:
-                error = _out_of_range("message id", message_id)
-            if event_time is not None and not 0 <= event_time <= MAX_INT64 and error is None:
-                error = _out_of_range("event time", event_time)
-            if error is not None:
-                batch.accepted = (accepted or [True] * n)[:row] + [False] * (n - row)
-                self.next_epoch = next_epoch
-                raise error
-            stable = not f & _NO_STABLE_REFERENCE  # Message.stable
+        offset, points, p = self.end, self.points, self.pending
+        n, run = len(batch.payloads), batch.flags is None
+        good, error = n, None
+        if run:  # a run's ids are consecutive, so its first and last tell
+            times = [t for t in batch.event_times if t is not None]
+            if batch.first_id < 0 or batch.first_id + n - 1 > MAX_INT64 or (
+                times and (min(times) < 0 or max(times) > MAX_INT64)
+            ):
+                good, error = self._check(batch)
+        else:
+            good, error = self._check(batch)
+        mask = None
+        if good:
             if not p.payload:
                 p.reference_before = points.point
                 self._pending_streams.add(self)
-            if stable and not points.receive(message_id):  # type: ignore[arg-type]
-                if accepted is None:
-                    accepted = [True] * n
-                accepted[row] = False
-                continue
-            p.message_id.append(message_id)
-            p.event_time.append(event_time)
-            p.key.append(key)
-            p.payload.append(payload or b"")
-            p.epoch.append(next_epoch)
-            p.boundary.append(boundary)
-            p.stable.append(stable)
-            p.reference.append(points.point)
+            if run:
+                mask = points.receive(range(batch.first_id, batch.first_id + good), p.reference)
+            else:
+                rows = zip(batch.flags[:good], batch.ids[:good], strict=True)  # type: ignore[index]
+                mask = points.receive([None if f & _NO_STABLE_REFERENCE else m for f, m in rows], p.reference)
+            if mask is None and good == n:  # the busy path: every record new
+                self._buffer(batch)
+            else:
+                kept = range(good) if mask is None else [row for row in range(good) if mask[row]]
+                if kept:
+                    self._buffer(batch.select(kept))
+        if error is not None:
+            batch.accepted = (mask or [True] * good) + [False] * (n - good)
+            raise error
+        batch.accepted = mask
+        return offset
+
+    def _check(self, batch: MessageBatch) -> tuple[int, LogError | None]:
+        """How many records lead the batch whose values fit the log, and the error of the one after them.
+
+        Record by record: for a batch other than a run, or a run holding a
+        value out of range.
+        """
+        flags, ids, _ = batch.columns()
+        rows = zip(flags, ids, batch.event_times, strict=True)
+        for row, (f, message_id, event_time) in enumerate(rows):  # bounded by the batch
+            if message_id is None:
+                if f & BOUNDARY:
+                    return row, LogError("a BOUNDARY record needs a message id (it cannot be EPHEMERAL)")
+            elif not 0 <= message_id <= MAX_INT64:
+                return row, _out_of_range("message id", message_id)
+            if event_time is not None and not 0 <= event_time <= MAX_INT64:
+                return row, _out_of_range("event time", event_time)
+        return len(flags), None
+
+    def _buffer(self, batch: MessageBatch) -> None:
+        """Append the batch's records to the pending columns, and count their epochs.
+
+        Without a BOUNDARY each record is an epoch of its own, or, once the
+        stream used boundaries, falls in the open epoch; only a batch with
+        boundaries counts them record by record.
+        """
+        p, k = self.pending, len(batch.payloads)
+        if batch.flags is None:
+            p.message_id.extend(range(batch.first_id, batch.first_id + k))
+            p.key.extend([None] * k)
+            p.payload.extend(batch.payloads)  # type: ignore[arg-type]
+            p.boundary.extend([False] * k)
+            p.stable.extend([True] * k)
+            boundaries = None
+        else:
+            flags = batch.flags
+            p.message_id.extend(batch.ids)  # type: ignore[arg-type]
+            p.key.extend(batch.keys)  # type: ignore[arg-type]
+            p.payload.extend([payload or b"" for payload in batch.payloads])
+            boundaries = [bool(f & BOUNDARY) for f in flags]
+            p.boundary.extend(boundaries)
+            p.stable.extend([not f & _NO_STABLE_REFERENCE for f in flags])
+            if not any(boundaries):
+                boundaries = None
+        p.event_time.extend(batch.event_times)
+        if boundaries is None:
+            if self.uses_boundaries:  # all in the open epoch
+                p.epoch.extend([self.next_epoch] * k)
+            else:  # each an epoch of its own
+                p.epoch.extend(range(self.next_epoch, self.next_epoch + k))
+                self.next_epoch += k
+            self.end += k
+            if not self.uses_boundaries:
+                self.complete = self.end
+            return
+        for boundary in boundaries:  # bounded by the batch
+            p.epoch.append(self.next_epoch)
             self.end += 1
             if boundary:
                 self.uses_boundaries = True
             if boundary or not self.uses_boundaries:
-                next_epoch += 1
+                self.next_epoch += 1
                 self.complete = self.end
-        self.next_epoch = next_epoch
-        batch.accepted = accepted
-
-    def _append_run(self, run: MessageBatch) -> bool:
-        """Buffer a run of new ids at once; False, buffering nothing, unless every id is new and fits.
-
-        The columns grow by extension from the run's own (no object per
-        record) instead of eight appends and the rule checks per record,
-        with exactly the result :meth:`_append_rows` would leave.
-        """
-        n = len(run)
-        start, stop = run.first_id, run.stop_id
-        event_times = run.event_times
-        if n == 0 or start < 0 or stop - 1 > MAX_INT64:
-            return False
-        times = [t for t in event_times if t is not None]
-        if times and (min(times) < 0 or max(times) > MAX_INT64):
-            return False
-        points = self.points
-        before = points.point
-        if not points.receive_run(start, stop):
-            return False
-        p = self.pending
-        if not p.payload:
-            p.reference_before = before
-            self._pending_streams.add(self)
-        p.message_id.extend(range(start, stop))
-        p.event_time.extend(event_times)
-        p.key.extend([None] * n)
-        p.payload.extend(run.payloads)  # type: ignore[arg-type]
-        if self.uses_boundaries:  # the run's records all fall in the open epoch
-            p.epoch.extend([self.next_epoch] * n)
-        else:  # each record is an epoch of its own
-            p.epoch.extend(range(self.next_epoch, self.next_epoch + n))
-            self.next_epoch += n
-        p.boundary.extend([False] * n)
-        p.stable.extend([True] * n)
-        # The point after each record: it follows the ids unless a gap below the run holds it.
-        p.reference.extend(range(start + 1, stop + 1) if points.point == stop else [before] * n)
-        self.end += n
-        if not self.uses_boundaries:
-            self.complete = self.end
-        run.accepted = None
-        return True
 
     def seal(self, now_us: int) -> _Sealed | None:
         """Take the pending records and the stream state after them (caller's thread).
@@ -860,8 +859,9 @@ class DurableLog:
 
         ``messages`` is the worker session's batch
         (:class:`~aqueduct.connector.batch.MessageBatch`), appended in one
-        step when it is a run of new ids, else record by record; a single
-        :class:`~aqueduct.connector.frames.Message` is the batch of one. An
+        step per batch (a run of new ids by extending each column at once);
+        a single :class:`~aqueduct.connector.frames.Message` is the batch of
+        one. An
         EPHEMERAL or UNSTABLE_REFERENCE record never moves the point of
         reference; ``event_time`` is in microseconds since the Unix epoch.
 

@@ -30,8 +30,9 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import BinaryIO
 
+from aqueduct.connector.errors import ConnectorRefused
 from aqueduct.connector.outbound import Mode
-from aqueduct.connector.producer.client import Connector, ConnectorRefused, ConnectorStream
+from aqueduct.connector.producer.client import Connector, ConnectorStream
 from aqueduct.console import (
     COOKIE_ENV,
     UsageError,

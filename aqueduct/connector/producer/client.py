@@ -60,15 +60,11 @@ __all__ = [
     "UNORDERED",
     "UNRELIABLE",
     "Connector",
-    "ConnectorClosed",
-    "ConnectorRefused",
     "ConnectorStream",
-    "CreditTimeout",
     "Delivery",
     "DeliveryCallback",
     "Link",
     "Mode",
-    "TlsRefused",
 ]
 
 logger = logging.getLogger(__name__)

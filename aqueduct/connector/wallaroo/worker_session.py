@@ -275,7 +275,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
                 f"MESSAGE: event time {message.event_time} is negative "
                 "(the bridge stores microseconds since the Unix epoch)"
             )
-        if not stream.points.receive(message.message_id):
+        if stream.points.receive(range(message.message_id, message.message_id + 1)) is not None:  # a batch of one
             self._unpersisted += 1  # a duplicate from a resume: dropped, its credit returned
             return
         self._add(message.stream_id, _record(message))
