@@ -45,6 +45,21 @@ async def _serve_and_deliver(tmp: Path) -> tuple[asyncio.subprocess.Process, lis
     return proc, psutil.Process(proc.pid).children(recursive=True)
 
 
+def _jvms(tree: list[psutil.Process]) -> list[psutil.Process]:
+    """The JVMs among the bridge's processes.
+
+    A child listed a moment ago may be gone by now: Hadoop's local file
+    system forks a short-lived ``chmod`` for files Spark's sink writes, and
+    Python workers come and go. Such a child is no JVM.
+    """
+    jvms = []
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if "java" in p.name():
+                jvms.append(p)
+    return jvms
+
+
 async def _ends_cleanly(proc: asyncio.subprocess.Process, tree: list[psutil.Process], log: Path) -> str:
     try:
         assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
@@ -64,7 +79,7 @@ async def _ends_cleanly(proc: asyncio.subprocess.Process, tree: list[psutil.Proc
 
 async def test_sigterm_to_the_process_group_stops_the_bridge_cleanly(tmp_path: Path) -> None:
     proc, tree = await _serve_and_deliver(tmp_path)
-    assert any("java" in p.name() for p in tree)  # its JVM: in a session of its own, untouched by the signal
+    assert _jvms(tree)  # its JVM: in a session of its own, untouched by the signal
     os.killpg(proc.pid, signal.SIGTERM)
     text = await _ends_cleanly(proc, tree, tmp_path / "bridge.log")
     assert "aqueduct-bridge: SIGTERM: stopped in " in text and ", everything acked is durable" in text
@@ -72,7 +87,7 @@ async def test_sigterm_to_the_process_group_stops_the_bridge_cleanly(tmp_path: P
 
 async def test_the_jvm_ending_first_from_a_stop_signal_stops_the_bridge_cleanly(tmp_path: Path) -> None:
     proc, tree = await _serve_and_deliver(tmp_path)
-    (jvm,) = [p for p in tree if "java" in p.name()]
+    (jvm,) = _jvms(tree)
     jvm.send_signal(signal.SIGTERM)  # a unit stop that signals every process, the JVM first
     text = await _ends_cleanly(proc, tree, tmp_path / "bridge.log")
     assert "aqueduct-bridge: Spark's JVM ended by SIGTERM (exit status 143): stopped in " in text
