@@ -51,6 +51,16 @@ def read_on(path: Path, previous: IndexSnapshot) -> IndexSnapshot:
     return again
 
 
+def refused_on(path: Path, previous: IndexSnapshot) -> str:
+    """A reload from ``previous`` that fails, and the message it fails with: the one a full read gives."""
+    with pytest.raises(IndexCorrupt) as full:
+        read_index(path)
+    with pytest.raises(IndexCorrupt) as tail:
+        read_index(path, previous)
+    assert str(tail.value) == str(full.value)
+    return str(tail.value)
+
+
 def test_a_reload_decodes_only_the_appended_entries(tmp_path: Path, history: list[IndexEntry]) -> None:
     index = tmp_path / "index"
     index.write_bytes(MAGIC + encoded(history[:5]))
@@ -92,11 +102,7 @@ def test_a_flipped_byte_in_the_appended_part_is_reported_as_a_full_read_reports_
     added = bytearray(encoded(history[4:8]))
     added[ENTRY_SIZE + 20] ^= 0x10  # inside entry 5, with intact entries after it
     append(index, bytes(added))
-    with pytest.raises(IndexCorrupt) as full:
-        read_index(index)
-    with pytest.raises(IndexCorrupt) as tail:
-        read_index(index, snapshot)
-    assert str(tail.value) == str(full.value) == (
+    assert refused_on(index, snapshot) == (
         f"{index}: index entry 5 (byte {len(MAGIC) + 5 * ENTRY_SIZE}) fails its CRC but a later entry is "
         "intact: the index is corrupt, not torn (a crash tears only the last entry)"
     )
@@ -114,11 +120,7 @@ def test_a_flipped_byte_in_the_first_known_entry_is_reported_as_a_full_read_repo
     data = bytearray(index.read_bytes() + encoded(history[4:6]))
     data[len(MAGIC) + 3] ^= 0x01
     index.write_bytes(bytes(data))
-    with pytest.raises(IndexCorrupt) as full:
-        read_index(index)
-    with pytest.raises(IndexCorrupt) as tail:
-        read_index(index, snapshot)
-    assert str(tail.value) == str(full.value) and "index entry 0 (byte 8)" in str(full.value)
+    assert "index entry 0 (byte 8)" in refused_on(index, snapshot)
 
 
 def test_an_entry_cut_off_in_place_and_written_again_is_read_again(tmp_path: Path, history: list[IndexEntry]) -> None:
