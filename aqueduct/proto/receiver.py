@@ -156,16 +156,17 @@ class ReceiverChannel:
         (``_accept_number``, also the cheapest step for one number), so a
         violation raises exactly the error of a single MESSAGE.
         """
-        stop = first + count
-        total = self.finish_total
         if count == 1:
             self._accept_number(first)
-        elif first >= self._received.top and not self.oneshot and (total is None or stop <= total):
-            self._received.add_range(first, stop)
-            self._unacked.add_range(first, stop)
         else:
-            for num in range(first, stop):
-                self._accept_number(num)
+            stop = first + count
+            total = self.finish_total
+            if first >= self._received.top and not self.oneshot and (total is None or stop <= total):
+                self._received.add_range(first, stop)
+                self._unacked.add_range(first, stop)
+            else:
+                for num in range(first, stop):
+                    self._accept_number(num)
         if self.ack_due is None:
             self.ack_due = now + self._ack_delay
 
