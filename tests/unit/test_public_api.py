@@ -1,0 +1,67 @@
+"""The public API, and every import path the docs ever showed: a move cannot break them silently.
+
+``PUBLIC`` is what users import today (the docs show these paths): each must
+import without a warning. ``OLD_PATHS`` are paths the docs showed before a
+move: each must still work and warn (``DeprecationWarning``) naming the new
+path, for one release (see :mod:`aqueduct._moved`). When you move a public
+name, add its old path here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+PUBLIC: list[tuple[str, str]] = [
+    ("aqueduct", "channel"),
+    ("aqueduct", "connect"),
+    ("aqueduct", "serve"),
+    ("aqueduct.connector", "Connector"),
+    ("aqueduct.connector", "Producer"),
+    ("aqueduct.connector", "UNORDERED"),
+    ("aqueduct.bridge", "SparkBridge"),
+    ("aqueduct.bridge", "repair_checkpoint"),
+    ("aqueduct.bridge.source", "register"),
+    ("aqueduct.runtime", "HeaderContext"),
+    ("aqueduct.runtime.certs", "generate_certs"),
+]
+
+OLD_PATHS: list[tuple[str, str]] = [
+    ("aqueduct.connector.client", "Connector"),
+    ("aqueduct.connector.client", "UNORDERED"),
+    ("aqueduct.bridge", "Receiver"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])
+def test_a_public_name_imports_without_a_warning(module: str, name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert getattr(importlib.import_module(module), name) is not None
+
+
+#: Run in a fresh interpreter: the old path's warning fires on its first import,
+#: and reloading modules inside the suite would split its classes in two.
+_CHECK_OLD_PATH = """
+import importlib, sys, warnings
+module, name = sys.argv[1], sys.argv[2]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    value = getattr(importlib.import_module(module), name)
+assert value is not None, (module, name)
+messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+assert any("instead" in m for m in messages), messages
+print(messages[0])
+"""
+
+
+@pytest.mark.parametrize(("module", "name"), OLD_PATHS, ids=[f"{m}.{n}" for m, n in OLD_PATHS])
+def test_an_old_path_still_works_and_warns(module: str, name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHECK_OLD_PATH, module, name], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
