@@ -20,8 +20,7 @@ import json
 import sys
 import threading
 
-from aqueduct.connector.producer.blocking import Producer
-from aqueduct.connector.producer.client import Delivery
+from aqueduct.connector import Delivery, Producer
 
 THREADS = 4
 

@@ -17,23 +17,55 @@ import warnings
 import pytest
 
 PUBLIC: list[tuple[str, str]] = [
-    ("aqueduct", "channel"),
-    ("aqueduct", "connect"),
-    ("aqueduct", "serve"),
-    ("aqueduct.connector", "Connector"),
-    ("aqueduct.connector", "Producer"),
-    ("aqueduct.connector", "UNORDERED"),
+    # aqueduct: the channels (re-exported from aqueduct.runtime) and their errors
+    *[
+        ("aqueduct", name)
+        for name in (
+            "__version__", "channel", "oneshot", "connect", "serve", "Sender", "Receiver", "Server",
+            "ServerConnection", "Connection", "Mode", "Message", "Finished", "OneshotSender",
+            "OneshotReceiver", "PayloadError", "AqueductError", "LocalProtocolError",
+            "RemoteProtocolError", "Cancelled", "ReceiverClosed", "LostInTransit", "ConnectionLost",
+        )
+    ],  # fmt: skip
+    *[
+        ("aqueduct.runtime", name)
+        for name in (
+            "channel", "oneshot", "connect", "serve", "Sender", "Receiver", "Server", "ServerConnection",
+            "Connection", "Mode", "Message", "Finished", "OneshotSender", "OneshotReceiver",
+            "PayloadError", "HeaderContext",
+        )
+    ],  # fmt: skip
+    ("aqueduct.runtime.certs", "generate_certs"),
+    ("aqueduct.runtime.retry_hint", "retry_within"),
+    # aqueduct.connector: producers (docs/connector.md) and the worker side
+    *[
+        ("aqueduct.connector", name)
+        for name in (
+            "Connector", "ConnectorStream", "Delivery", "Producer", "ORDERED", "UNORDERED", "UNRELIABLE",
+            "Mode", "ConnectorClosed", "ConnectorRefused", "CreditTimeout", "TlsRefused",
+            "DurableStream", "WorkerConfig", "WorkerSession", "ConnectorSession", "WorkerPeer",
+            "WorkerSink", "MemorySink", "serve_tcp", "serve_aqueduct",
+        )
+    ],  # fmt: skip
+    # the paths the connector docs and examples showed before they showed aqueduct.connector
+    ("aqueduct.connector.producer.client", "Connector"),
+    ("aqueduct.connector.producer.client", "UNORDERED"),
+    ("aqueduct.connector.producer.client", "Delivery"),
+    ("aqueduct.connector.producer.blocking", "Producer"),
+    # the bridge in your own Spark job (docs/own-pipeline.md), the source (docs/source.md)
     ("aqueduct.bridge", "SparkBridge"),
+    ("aqueduct.bridge", "SparkBridgeError"),
     ("aqueduct.bridge", "repair_checkpoint"),
     ("aqueduct.bridge.source", "register"),
-    ("aqueduct.runtime", "HeaderContext"),
-    ("aqueduct.runtime.certs", "generate_certs"),
 ]
 
 OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "Connector"),
     ("aqueduct.connector.client", "UNORDERED"),
+    ("aqueduct.connector.client", "Delivery"),
+    ("aqueduct.connector.blocking", "Producer"),
     ("aqueduct.bridge", "Receiver"),
+    ("aqueduct.bridge", "ReceiverError"),
 ]
 
 
