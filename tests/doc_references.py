@@ -70,6 +70,7 @@ NOT_OURS = {
     "_spark_metadata", "spark_e2e",
     # aioquic's classes, whose internals the runtime uses (architecture.md)
     "QuicConnectionProtocol.", "QuicServer.",
+    "_write_application",  # aioquic's, in a profile (performance.md)
     # prometheus_client's own process metrics
     "process_cpu_seconds_total", "process_open_fds", "process_resident_memory_bytes",
     # other tools' options: spark-submit's, docker's, pytest's, py-spy's
