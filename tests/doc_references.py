@@ -735,9 +735,17 @@ def check_text(text: str, doc: str) -> list[Missing]:
         for target in _LINK.findall(line):
             found += [Missing(doc, number, n, w) for n, w in _check_link(target, doc)]
         for m in _IN_MODULE.finditer(line):
-            if m["name"] not in code_index().defined_in.get(m["module"], set()):
+            if not lives_in(m["name"], m["module"]):
                 found.append(Missing(doc, number, f"{m['module']}.{m['name']}", f"{m['name']} is not defined there"))
     return found
+
+
+def lives_in(name: str, module: str) -> bool:
+    """"`Mode` in `aqueduct.wire.modes`": a module must define it; a package may export it."""
+    if name in code_index().defined_in.get(module, set()):
+        return True
+    is_package = (REPO / module.replace(".", "/") / "__init__.py").exists()
+    return is_package and resolve_aqueduct(f"{module}.{name}")[1] is None
 
 
 def check_span(span: str) -> list[tuple[str, str]]:
