@@ -702,6 +702,7 @@ _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _IN_MODULE = re.compile(r"`(?P<name>[A-Za-z_]\w*)`(?: lives| is)? in `(?P<module>aqueduct(?:\.\w+)+)`")
 _IMPORT = re.compile(r"^\s*(?:from\s+(?P<from>aqueduct[\w.]*)\s+import\s+(?P<names>[^#]+)|import\s+(?P<mod>aqueduct[\w.]*))")
+_CALL = re.compile(r"(?<![\w.])((?:aqueduct\.)?[A-Za-z_][\w.]*)\(([^()]*)\)")
 _SOURCE_OPTION = re.compile(r"\.option\(\s*\"(\w+)\"")
 
 
@@ -820,6 +821,10 @@ def _check_code_line(line: str, lang: str) -> list[tuple[str, str]]:
         missing = resolve_aqueduct(m["mod"])[1]
         if missing:
             found.append((f"import {m['mod']}", _why_missing(missing)))
+    for call in _CALL.finditer(line):  # SparkBridge(spark, log=...), aqueduct.connect(host, port, cafile=...)
+        name = call[1]
+        if name.startswith("aqueduct.") or (name[0].isupper() and name in code_index().classes):
+            found += check_name(f"{name}({call[2]})")
     source = line.split('format("aqueduct")', 1)[1] if 'format("aqueduct")' in line else ""
     for option in _SOURCE_OPTION.findall(source):
         if option not in _source_options():

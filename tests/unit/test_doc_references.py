@@ -30,6 +30,7 @@ Run it before a change to `source.py` or `aqueduct/bridge/ingest/ingest.py` land
 ```python
 from aqueduct.bridge import Nothing, SparkBridge
 import aqueduct.nothing
+config = WorkerConfig(cookie=b"s", initial_creditz=10)
 df = spark.readStream.format("aqueduct").option("maxRecordPerTrigger", 5).load()
 ```
 
@@ -63,8 +64,9 @@ CAUGHT = {
     (9, "test_no_such_file"),
     (12, "from aqueduct.bridge import Nothing"),
     (13, "import aqueduct.nothing"),
-    (14, 'option("maxRecordPerTrigger")'),
-    (18, "aqueduct-produce --bogus"),
+    (14, 'WorkerConfig(cookie=b"s", initial_creditz=10)'),
+    (15, 'option("maxRecordPerTrigger")'),
+    (19, "aqueduct-produce --bogus"),
 }
 
 
