@@ -1,7 +1,7 @@
 """Every module, class, function, option and command the docs cite exists.
 
 A doc that names a missing thing fails here with the page, the line and the
-name (see tests/doc_references.py for what is checked and what is prose).
+name (see tests/doc_references/ for what is checked and what is prose).
 The checker's own tests plant false claims in a small page and expect each
 one to be caught, and true ones to pass.
 """
@@ -57,7 +57,7 @@ CAUGHT = {
     (7, "NoSuchClass"),
     (8, "--no-such-option"),
     (8, "group_commit_intervall"),
-    (8, "flow.SendWindoww"),
+    (8, "aqueduct.proto.flow.SendWindoww"),
     (8, "bridge.ack_afterr"),
     (9, "nowhere.md"),
     (9, "aqueduct.runtime.retry_hint.retry_within(exc, more)"),
