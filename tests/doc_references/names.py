@@ -218,7 +218,7 @@ def check_path(text: str) -> list[tuple[str, str]]:
     if not looks_ours:
         return []
     wanted = path.rstrip("/")
-    hits = [p for p in index.files if p == wanted or p.endswith("/" + wanted)]
+    hits = [p for p in index.files if any(p == w or p.endswith("/" + w) for w in (wanted, wanted + ".py"))]
     if not hits:
         return [(path, "no such file in the repository")]
     if test:
