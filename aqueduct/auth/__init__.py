@@ -11,10 +11,12 @@ use it.
 - :mod:`~aqueduct.auth.keys`: the key pair's PEM files, the ring of public keys by key id;
 - :mod:`~aqueduct.auth.identity`, :mod:`~aqueduct.auth.permissions`: an identity and its HELLO/NOTIFY checks;
 - :mod:`~aqueduct.auth.acl`, :mod:`~aqueduct.auth.revocation`: the operator's two files;
+- :mod:`~aqueduct.auth.admission`: a HELLO's credential (token, certificate) to an identity;
 - :mod:`~aqueduct.auth.refusals`: every reason a producer is refused.
 """
 
 from aqueduct.auth.acl import Acl, AclEntry, parse_acl
+from aqueduct.auth.admission import Admission
 from aqueduct.auth.identity import ANONYMOUS, Identity, Method, certificate_subject
 from aqueduct.auth.keys import KeyRing, key_id, load_private_key
 from aqueduct.auth.permissions import (
@@ -44,6 +46,7 @@ __all__ = [
     "NO_REVOCATIONS",
     "Acl",
     "AclEntry",
+    "Admission",
     "AuthFileError",
     "Denied",
     "IdRange",

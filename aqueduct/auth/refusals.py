@@ -26,7 +26,8 @@ class Refusal(StrEnum):
     EXPIRED = "expired"  #: past its expiry (beyond the clock-skew allowance)
     NOT_YET_VALID = "not_yet_valid"  #: issued in the future (beyond the clock-skew allowance)
     REVOKED = "revoked"  #: its token id or its subject is in the revocation file
-    # what the identity asked for
+    # the session's credential
+    CREDENTIAL_REQUIRED = "credential_required"  #: no token nor certificate where the cookie admits no one
     NO_ACL_ENTRY = "no_acl_entry"  #: a certificate subject no line of the ACL file matches
     PROGRAM_NOT_ALLOWED = "program_not_allowed"  #: HELLO's program/instance is outside the identity's
     STREAM_NOT_ALLOWED = "stream_not_allowed"  #: NOTIFY's stream name is outside the identity's patterns
