@@ -110,11 +110,11 @@ def add_token_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     inspect.add_argument("--json", action="store_true", help="print the claims and the verdict as JSON")
 
 
-def _read(path: str, option: str) -> bytes:
+def _read(path: str, option: str, command: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}", "token") from None
+        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}", command) from None
 
 
 def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
@@ -160,7 +160,7 @@ def _issue(args: argparse.Namespace) -> int:
     programs = None if args.programs is None else _option(parse_patterns, args.programs, "--programs")
     ids = None if args.stream_ids is None else _option(parse_id_ranges, args.stream_ids, "--stream-ids")
     try:
-        private_key = load_private_key(_read(args.key, "--key"))
+        private_key = load_private_key(_read(args.key, "--key", "token issue"))
     except ValueError as exc:
         raise UsageError(f"--key: {args.key}: {exc}", "token issue") from None
     try:
@@ -197,12 +197,12 @@ def _inspect(args: argparse.Namespace) -> int:
         keys = KeyRing()
         for path in args.pub:
             try:
-                keys = keys.merged(KeyRing.from_pem(_read(path, "--pub")))
+                keys = keys.merged(KeyRing.from_pem(_read(path, "--pub", "token inspect")))
             except ValueError as exc:
                 raise UsageError(f"--pub: {path}: {exc}", "token inspect") from None
         revoked = NO_REVOCATIONS
         if args.revoked is not None:
-            source = _read(args.revoked, "--revoked")
+            source = _read(args.revoked, "--revoked", "token inspect")
             try:
                 revoked = parse_revocations(source.decode("utf-8", "replace"), args.revoked)
             except AuthFileError as exc:

@@ -131,7 +131,7 @@ def test_issue_with_a_missing_or_wrong_key_file_is_one_line(keys, tmp_path):
     _, pub = keys
     one_line_error(
         aqueduct("token", "issue", "--key", str(tmp_path / "none"), "--subject", "s", "--streams", "a", "--expires", "1h"),
-        f"aqueduct token: --key: cannot read {tmp_path / 'none'}: No such file or directory",
+        f"aqueduct token issue: --key: cannot read {tmp_path / 'none'}: No such file or directory",
     )
     done = aqueduct("token", "issue", "--key", str(pub), "--subject", "s", "--streams", "a", "--expires", "1h")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
