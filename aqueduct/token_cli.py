@@ -187,6 +187,8 @@ def _summary(claims: TokenClaims) -> dict[str, Any]:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.revoked is not None and not args.pub:
+        raise UsageError("--revoked needs --pub: only a verified token is checked for revocation", "token inspect")
     text = sys.stdin.readline().strip() if args.token == "-" else args.token.strip()
     try:
         claims = decode_token(text)

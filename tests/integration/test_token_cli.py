@@ -167,10 +167,14 @@ def test_inspect_refuses_expired_and_foreign_tokens(keys, tmp_path):
     ok(aqueduct("token", "inspect", foreign, "--pub", str(pub), "--pub", str(other_pub)))
 
 
-def test_inspect_of_something_else_is_one_line():
+def test_inspect_of_something_else_is_one_line(tmp_path):
     one_line_error(
         aqueduct("token", "inspect", "a shared cookie"),
         "aqueduct token inspect: not a token: malformed: not aqt1.<payload>.<signature>",
+    )
+    one_line_error(
+        aqueduct("token", "inspect", "-", "--revoked", str(tmp_path / "revoked"), stdin=""),
+        "aqueduct token inspect: --revoked needs --pub: only a verified token is checked for revocation",
     )
 
 
