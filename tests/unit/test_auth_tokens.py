@@ -260,3 +260,24 @@ def test_deeply_nested_json_is_malformed_not_a_recursion_error():
     deep = _signed(("[" * 2500 + "]" * 2500).encode(), KEY)
     assert len(deep) <= MAX_TOKEN_LENGTH
     assert refusal(deep) is Refusal.MALFORMED
+
+
+NAMES = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters=","), min_size=1, max_size=12).filter(str.isprintable)
+RANGES = st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)).map(lambda p: IdRange(min(p), max(p)))
+
+
+@FUZZ
+@given(
+    subject=NAMES,
+    streams=st.lists(NAMES, min_size=1, max_size=4).map(tuple),
+    programs=st.none() | st.lists(NAMES, min_size=1, max_size=4).map(tuple),
+    stream_ids=st.none() | st.lists(RANGES, min_size=1, max_size=3).map(tuple),
+    now=st.integers(0, 2**40),
+    lifetime=st.integers(1, 2**30),
+)
+def test_any_issued_token_verifies_to_the_claims_it_was_issued_with(subject, streams, programs, stream_ids, now, lifetime):
+    text = issue_token(KEY, subject=subject, streams=streams, programs=programs, stream_ids=stream_ids, now=now, lifetime=lifetime)
+    claims = verify_token(text, RING, now)
+    assert (claims.subject, claims.streams, claims.stream_ids) == (subject, streams, stream_ids)
+    assert claims.programs == (programs or (f"{subject}/*",))
+    assert claims.expires_at - claims.issued_at == lifetime
