@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
+from aqueduct._moved import moved_name
 from aqueduct.proto.announce import ANNOUNCE_TIMER, Announcements
 from aqueduct.proto.channels import ChannelTable
 from aqueduct.proto.config import ProtoConfig, peer_window
@@ -76,27 +78,27 @@ from aqueduct.wire.frames import (
     FinishSender,
     ForgetChannel,
     Frame,
-    Message,
+    MessageFrame,
     SentUnreliable,
     Version,
 )
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.varint import Headers
 
-__all__ = ["Connection", "Mode"]
+__all__ = ["ConnectionMachine", "Mode"]
 
 Channel = SenderChannel | ReceiverChannel
 
 # who may send each routed frame (spec section 3): the sender side, the receiver side, the creator
 _FROM_SENDER, _FROM_RECEIVER, _FROM_CREATOR = "s->r", "r->s", "creator"
 _SIDE_RULE: dict[type, str] = {
-    **dict.fromkeys((Message, SentUnreliable, FinishSender, CancelSender), _FROM_SENDER),
+    **dict.fromkeys((MessageFrame, SentUnreliable, FinishSender, CancelSender), _FROM_SENDER),
     **dict.fromkeys((AckReliable, AckNackUnreliable, CloseReceiver, Dequeued), _FROM_RECEIVER),
     ForgetChannel: _FROM_CREATOR,
 }
 
 
-class Connection:
+class ConnectionMachine:
     """The Aqueduct state machines of one connection (client or server side)."""
 
     def __init__(self, is_client: bool, config: ProtoConfig | None = None) -> None:
@@ -434,7 +436,7 @@ class Connection:
 
     def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
         """One routed frame for ``chanid``: check the side, then hand it to the channel."""
-        if type(frame) is Message:  # the hot path, one per message
+        if type(frame) is MessageFrame:  # the hot path, one per message
             if chanid_sender(chanid) == self.peer:  # we hold the receiver: the peer may send
                 ch = self._channels.get(chanid)
                 if ch is not None:
@@ -492,7 +494,7 @@ class Connection:
         if announce.senders and not announce.armed:  # queued datagrams left
             announce.arm(now)
 
-    def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
+    def _receive_message(self, ch: ReceiverChannel, frame: MessageFrame, unreliable: bool, now: float) -> None:
         """One MESSAGE of the general path (headers, attachments, a datagram, a logged frame)."""
         fresh = ch.ack_due is None
         if unreliable:
@@ -647,3 +649,10 @@ class Connection:
         self._out.drain()
         self._out.close(1, reason)
         self._events.append(ConnectionTerminated(1, reason, by_peer=False))
+
+
+def __getattr__(name: str) -> Any:
+    """``Connection``, this class's name until it took one of its own: works, and warns."""
+    if name == "Connection":
+        return moved_name(__name__, name, __name__, "ConnectionMachine")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,12 +17,12 @@ PACKAGE = Path(aqueduct.__file__).parent
 #: Each QUIC stack and the modules of its backend: the only ones that may import it.
 BACKENDS = {
     "aioquic": {
-        "runtime/aioquic_backend.py",
-        "runtime/aioquic_internals.py",
-        "runtime/quic_server.py",
-        "runtime/tls.py",
+        "runtime/backends/aioquic.py",
+        "runtime/backends/aioquic_internals.py",
+        "runtime/backends/quic_server.py",
+        "runtime/backends/tls.py",
     },
-    "aiopquic": {"runtime/aiopquic_backend.py"},
+    "aiopquic": {"runtime/backends/aiopquic.py"},
     "qh3": set(),
 }
 STACKS = tuple(BACKENDS)
