@@ -55,7 +55,12 @@ from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
-from aqueduct.proto.sender import SenderChannel, refuse_attachments_on_run
+from aqueduct.proto.sender import (
+    FeedbackTaken,
+    SenderChannel,
+    SenderConfig,
+    refuse_attachments_on_run,
+)
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker, message_key
@@ -119,9 +124,16 @@ class ConnectionMachine:
         self._table = ChannelTable(self.side)
         self._channels = self._table.live  # lookups go straight to the dict (hot path)
         self._announce = Announcements(self._timers, config.announce_delay)
-        self._send_window = config.window  # until the peer announces its own
+        #: what each new sender is told (the window is ours until the peer announces its own)
+        self._sender_config = SenderConfig(
+            config.window,
+            config.max_queued,
+            config.max_queued_bytes,
+            config.max_open_streams,
+            config.max_datagram_size,
+            self._hs.datagram_prefix(),
+        )
         self._rtt: float | None = None
-        self._max_datagram = config.max_datagram_size
         self._terminated = False
         self._intake = Intake(self.side, config, self._hs, self._table, self._stats)
         self._lifecycle = ChannelLifecycle(self.side, self._table, self._transit, self._parking, self._out)
@@ -200,10 +212,7 @@ class ConnectionMachine:
         self._rtt = seconds
 
     def set_max_datagram_size(self, n: int) -> None:
-        self._max_datagram = n
-        for ch in self._channels.values():
-            if ch.is_sender:
-                ch.max_datagram_size = n
+        self._senders_reconfigured(max_datagram_size=n)
 
     def receipt_deadline(self) -> float:
         """max(2 x RTT, 100 ms); 1 s before an RTT sample exists."""
@@ -297,6 +306,8 @@ class ConnectionMachine:
         else:
             refs = ()
         taken = ch.send(payloads, headers, refs)
+        if ch.report:  # datagrams went out: SENT_UNRELIABLE reports them soon
+            self._announce.note(chanid, ch.take_report())
         settled = not ch.queue
         if not settled and ch.evicted:  # (only a queued message evicts)
             self._channels_lost(self._lifecycle.lose(ch.take_evicted()))
@@ -402,14 +413,12 @@ class ConnectionMachine:
             hs.version_received()
         elif isinstance(frame, AckVersion):
             hs.ack_version_received()
+            self._senders_reconfigured(datagram_prefix=hs.datagram_prefix())
         elif isinstance(frame, ConnectionHeaders):
             hs.headers_received(frame.headers)
             window = peer_window(frame.headers)
             if window is not None:
-                self._send_window = window
-                for ch in self._channels.values():
-                    if ch.is_sender:
-                        ch.window.limit = window
+                self._senders_reconfigured(window=window)
             if not self.is_client:
                 hs.send_headers()
             self._events.append(HandshakeCompleted(frame.headers))
@@ -477,21 +486,25 @@ class ConnectionMachine:
             self._receiver_frame(ch, frame, unreliable, now)
 
     def _sender_frame(self, ch: SenderChannel, frame: Frame, now: float) -> None:
+        taken: FeedbackTaken
         if isinstance(frame, AckReliable):
-            ch.on_ack_reliable(frame.ranges)
+            taken = ch.on_ack_reliable(frame.ranges)
         elif isinstance(frame, AckNackUnreliable):
-            lost = ch.on_ack_nack(frame.ranges)
-            if lost:
-                self._channels_lost(self._lifecycle.lose(lost))
+            taken = ch.on_ack_nack(frame.ranges)
         elif isinstance(frame, Dequeued):
-            ch.on_dequeued(frame.num_bytes)
+            taken = ch.on_dequeued(frame.num_bytes)
         else:  # CloseReceiver
-            lost = ch.on_close_receiver()
+            taken = ch.on_close_receiver()
+        for event in taken.events:  # (before a CLOSE_RECEIVER frees the channel: parking knows it)
+            self._emit(event)
+        if type(frame) is CloseReceiver:
             self._lifecycle.free(ch.chanid)
-            if lost:
-                self._channels_lost(self._lifecycle.lose(lost))
+        if taken.lost:
+            self._channels_lost(self._lifecycle.lose(taken.lost))
         announce = self._announce
-        if announce.senders and not announce.armed:  # queued datagrams left
+        if ch.report:  # queued datagrams went out
+            announce.note(ch.chanid, ch.take_report())
+        if announce.senders and not announce.armed:
             announce.arm(now)
 
     def _receive_message(self, ch: ReceiverChannel, frame: MessageFrame, unreliable: bool, now: float) -> None:
@@ -608,21 +621,7 @@ class ConnectionMachine:
     def _new_state(self, chanid: int) -> Channel:
         cfg = self.config
         if chanid_sender(chanid) == self.side:
-            ch = SenderChannel(
-                chanid,
-                self._send_window,
-                cfg.max_queued,
-                cfg.max_queued_bytes,
-                cfg.max_open_streams,
-                self._out,
-                self._transit,
-                self._emit,
-                self._stats,
-                self._hs.datagram_prefix,
-                self._announce.note,
-            )
-            ch.max_datagram_size = self._max_datagram
-            return ch
+            return SenderChannel(chanid, self._sender_config, self._out, self._transit, self._stats)
         return ReceiverChannel(
             chanid,
             cfg.window,
@@ -632,6 +631,13 @@ class ConnectionMachine:
             self._out,
             self._stats,
         )
+
+    def _senders_reconfigured(self, **changes: Any) -> None:
+        """What every sender is told changed: new senders start from it, live ones take it now."""
+        self._sender_config = config = replace(self._sender_config, **changes)
+        for ch in self._channels.values():
+            if ch.is_sender:
+                ch.reconfigure(config)
 
     def _sender(self, chanid: int) -> SenderChannel:
         if self._terminated:
