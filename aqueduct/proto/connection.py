@@ -306,14 +306,11 @@ class ConnectionMachine:
         else:
             refs = ()
         taken = ch.send(payloads, headers, refs)
-        if ch.report:  # datagrams went out: SENT_UNRELIABLE reports them soon
-            self._announce.note(chanid, ch.take_report())
+        if ch.report:  # (set by the first datagram a report covers, or one carrying a handle)
+            self._report_datagrams(ch, now)
         settled = not ch.queue
         if not settled and ch.evicted:  # (only a queued message evicts)
             self._channels_lost(self._lifecycle.lose(ch.take_evicted()))
-        announce = self._announce
-        if announce.senders and not announce.armed:
-            announce.arm(now)
         return taken, settled
 
     def send_blocked(self, chanid: int) -> bool:
@@ -501,10 +498,19 @@ class ConnectionMachine:
             self._lifecycle.free(ch.chanid)
         if taken.lost:
             self._channels_lost(self._lifecycle.lose(taken.lost))
-        announce = self._announce
         if ch.report:  # queued datagrams went out
-            announce.note(ch.chanid, ch.take_report())
-        if announce.senders and not announce.armed:
+            self._report_datagrams(ch, now)
+
+    def _report_datagrams(self, ch: SenderChannel, now: float) -> None:
+        """Datagrams of ``ch`` went out: a SENT_UNRELIABLE reports them within the announce delay.
+
+        Only a call that sent a datagram gets here, so the send path pays
+        nothing for it otherwise; a datagram carrying a handle is reported
+        at the next transmit (see :mod:`.announce`).
+        """
+        announce = self._announce
+        announce.note(ch.chanid, ch.take_report())
+        if not announce.armed:
             announce.arm(now)
 
     def _receive_message(self, ch: ReceiverChannel, frame: MessageFrame, unreliable: bool, now: float) -> None:

@@ -1,6 +1,6 @@
 """What both halves of a channel share: the handle base and its two backends, a local pipe or a networked channel.
 
-A handle runs on a backend. A pair made by :func:`channel` starts on a
+A handle runs on a backend. A pair made by :func:`~.pairs.channel` starts on a
 :class:`LocalPipe`: the sender appends straight into the receiver's
 :class:`~aqueduct.runtime.handles.delivery.Inbox` (no encoding, values passed by
 reference). When one half is sent inside a message on a networked channel,
@@ -8,12 +8,12 @@ the pipe *networks* the half that stays: it moves to a
 :class:`NetworkedChannel` on that connection and from then on talks
 through the sans-IO core (via the :class:`Link` the connection's driver
 implements). Handles that arrive inside received messages are networked
-from birth (:func:`networked_handle`).
+from birth (:func:`~.pairs.networked_handle`).
 
 Whatever feeds a handle speaks the delivery protocol of
 :mod:`aqueduct.runtime.handles.delivery` (a Receiver's ``inbox``, a Sender's
 ``gate``), the local pipe as much as the driver; the driver calls nothing
-else of a handle beyond the functions at the end of this module.
+else of a handle beyond the functions of :mod:`.pairs`.
 
 Topology rules, enforced before anything is sent (``LocalProtocolError``):
 
