@@ -17,7 +17,7 @@ channel:
 * the core's timer is armed with ``loop.call_at``;
 * core events go to the handles through the driver's
   :class:`~aqueduct.runtime.driver.handle_link.HandleLink`, which is also the
-  :class:`~aqueduct.runtime.handles.Link` networked handles talk through;
+  :class:`~aqueduct.runtime.handles.handle.Link` networked handles talk through;
   the driver acts on the connection's own events (handshake done, ended).
 """
 

@@ -1,7 +1,7 @@
 """The link between one connection's core and its handles: :class:`HandleLink`.
 
 A networked :class:`~aqueduct.runtime.handles.Sender` or ``Receiver`` talks
-to its connection through the :class:`~aqueduct.runtime.handles.Link`
+to its connection through the :class:`~aqueduct.runtime.handles.handle.Link`
 protocol (send, finish, cancel, close, read progress ...), and the core's
 channel events (a message arrived, the window opened, the channel ended)
 must reach the handle of their channel. Both are this module's job, kept
@@ -76,7 +76,7 @@ class Pump(Protocol):
 
 
 class HandleLink:
-    """The :class:`~aqueduct.runtime.handles.Link` of one connection's networked handles."""
+    """The :class:`~aqueduct.runtime.handles.handle.Link` of one connection's networked handles."""
 
     def __init__(
         self,
