@@ -80,9 +80,11 @@ class SenderConfig:
 
     The bounds come from ``ProtoConfig`` (``max_queued``, ``max_queued_bytes``,
     ``max_open_streams``); the rest is what the connection learned:
-    ``window`` is the peer's W0 (its ``aqueduct-window`` header), the
-    ``max_datagram_size`` the path's, and ``datagram_prefix`` what starts
-    each datagram before its ROUTE_TO (VERSION, until the peer acked ours).
+    ``window`` is the peer's W0 (its ``aqueduct-window`` header; ours until
+    it announced one), ``max_datagram_size`` what QUIC says fits a packet,
+    and ``datagram_prefix`` what starts each datagram before its ROUTE_TO
+    (VERSION, until the peer acked ours). Each changes at most once per
+    connection, so pushing it to every live sender costs nothing per message.
     """
 
     window: int
