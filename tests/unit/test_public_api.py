@@ -93,8 +93,6 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.bridge.source", "register"),
     ("aqueduct.runtime", "HeaderContext"),
     ("aqueduct.runtime.certs", "generate_certs"),
-    ("aqueduct.runtime.retry_hint", "retry_within"),
-    ("aqueduct.runtime", "Finished"),
     ("aqueduct.runtime.backends.tls", "client_configuration"),
     ("aqueduct.proto.connection", "ConnectionMachine"),
     ("aqueduct.wire.frames", "MessageFrame"),

@@ -43,9 +43,7 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.retry_hint import RetryHint, busy_reason
 
-#: Named as docs/metrics.md names it, which operators filter on: the module's
-#: name before it moved into ``backends``.
-logger = logging.getLogger("aqueduct.runtime.quic_server")
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
