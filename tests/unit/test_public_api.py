@@ -93,6 +93,9 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.bridge.source", "register"),
     ("aqueduct.runtime", "HeaderContext"),
     ("aqueduct.runtime.certs", "generate_certs"),
+    ("aqueduct.runtime.backends.tls", "client_configuration"),
+    ("aqueduct.proto.connection", "ConnectionMachine"),
+    ("aqueduct.wire.frames", "MessageFrame"),
 ]
 
 OLD_PATHS: list[tuple[str, str]] = [
@@ -102,6 +105,10 @@ OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "Connector"),
     ("aqueduct.connector.client", "UNORDERED"),
     ("aqueduct.bridge", "Receiver"),
+    ("aqueduct.runtime.tls", "client_configuration"),
+    ("aqueduct.runtime.quic_server", "BoundedQuicServer"),
+    ("aqueduct.proto.connection", "Connection"),
+    ("aqueduct.wire.frames", "Message"),
 ]
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])
