@@ -42,8 +42,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check aqueduct demo interop tests bench examples
 
 # Hand-written mutants of the rule modules (tests/mutants/mutants.toml), each
-# applied to a scratch copy and run against its fast tests: run it before a
-# change to those modules lands (docs/testing.md). ARGS="ID ..." runs some only.
+# applied to a scratch copy and run against its fast tests (about a minute);
+# CI runs it after `make test`, so a stale or surviving mutant fails CI
+# (docs/testing.md). ARGS="ID ..." runs some only; ARGS=--check only locates them.
 mutate: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.mutants.run $(ARGS)
 
