@@ -5,6 +5,12 @@ address), so the tests that need one run only where loopback is the only
 interface: ``make test`` runs them in a second pass inside a network
 namespace of their own (``python -m interop.netns -- pytest -m
 picoquic_server``); elsewhere they are skipped, saying so.
+
+``make test`` spreads the tests over two pytest-xdist workers
+(``--dist loadgroup``): the tests that share a session-scoped Spark
+fixture form one group each, so every group runs on one worker that
+starts its session once, and everything else is spread one test at a
+time. The groups come first, so the longest units start first.
 """
 
 from __future__ import annotations
@@ -39,12 +45,25 @@ def picoquic_missing() -> str | None:
     return None
 
 
+#: session-scoped fixtures worth sharing (tests/spark/conftest.py): the tests using one run together
+SHARED_SESSIONS = ("spark", "cluster")
+
+
+def shared_session(item: pytest.Item) -> str | None:
+    """The expensive session fixture this test uses, if any: its xdist group."""
+    return next((name for name in SHARED_SESSIONS if name in getattr(item, "fixturenames", ())), None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test run with a picoquic server, for ``-m picoquic_server``."""
+    """Mark every test run with a picoquic server, for ``-m picoquic_server``; group the shared sessions' tests."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("server_backend") == "picoquic":
             item.add_marker(pytest.mark.picoquic_server)
+        if group := shared_session(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+    # stable: within a group, and among the rest, the files keep their order
+    items.sort(key=lambda item: (SHARED_SESSIONS + (None,)).index(shared_session(item)))
 
 
 @pytest.fixture(params=["aioquic", "picoquic"])
