@@ -83,7 +83,7 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(venv: Path) -> dict[str, str]:
     done = pip(venv / "bin" / "python", "list", "--format", "json")
     assert done.returncode == 0, done.stderr
-    return {d["name"].lower(): d["version"] for d in json.loads(done.stdout)}
+    return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(done.stdout)}  # PEP 503 names
 
 
 def clean_env(venv: Path) -> dict[str, str]:
@@ -196,8 +196,8 @@ def test_serve_and_produce_from_the_virtualenv_deliver_exactly_once_with_no_secr
     try:
         wait_for_line(log, "listening on QUIC", bridge)
         producer = subprocess.Popen(
-            [str(venv / "bin" / "aqueduct-produce"), f"aqueduct://127.0.0.1:{port}", "--cafile", str(certs.ca),
-             "--program", "packaged", "--ack-timeout", str(TIMEOUT), "--json", "--quiet", "records.txt"],
+            [str(venv / "bin" / "aqueduct-produce"), f"aqueduct://127.0.0.1:{port}", "records.txt", "--cafile",
+             str(certs.ca), "--program", "packaged", "--ack-timeout", str(TIMEOUT), "--json", "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=clean_env(venv) | {"AQUEDUCT_COOKIE": cookie},
         )  # fmt: skip
         argv = {"producer": Path(f"/proc/{producer.pid}/cmdline").read_bytes()}
