@@ -32,21 +32,22 @@ java:
 # Two passes: everything but the picoquic-server tests, then those in a network
 # namespace whose only interface is loopback (a picoquic server listens on every
 # interface); where the machine refuses a namespace, they run here and skip, saying why.
-# The first pass runs on TEST_WORKERS pytest-xdist workers: the tests sharing a Spark
-# session (or the standalone cluster) as one group on one worker, the rest spread
+# The first pass runs on TEST_WORKERS pytest-xdist workers (3: most tests wait on
+# processes, sockets and Spark triggers more than they compute): the tests sharing a
+# Spark session (or the standalone cluster) as one group on one worker, the rest spread
 # (tests/conftest.py). It lists its 15 slowest tests: the suite must stay under
 # 15 minutes on 2 cores.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -rs --durations=15 \
 	  -n $(TEST_WORKERS) --dist loadgroup -m "not picoquic_server" tests
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m interop.netns --or-run -- \
-	  $(PY) -m pytest -q -p no:cacheprovider -rs -m picoquic_server tests/integration
+	  $(PY) -m pytest -q -p no:cacheprovider -rs -n 2 -m picoquic_server tests/integration
 
 # The inner loop, under 3 minutes: unit tests, the mutant list, and the integration
 # tests that need no JVM or wheel build (not marked spark or slow). No picoquic server.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -rs --durations=5 -n $(TEST_WORKERS) --dist loadgroup \
+	$(PY) -m pytest -q -p no:cacheprovider -rs --durations=5 -n 2 --dist loadgroup \
 	  -m "not spark and not slow and not picoquic_server" tests/unit tests/mutants tests/integration
 
 lint: $(STAMP)

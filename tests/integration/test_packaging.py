@@ -35,6 +35,7 @@ import pytest
 import aqueduct
 from aqueduct.runtime.certs import CertPaths
 from demo.verify import verify_output
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow  # a virtualenv resolved from the registry and a Spark bridge: not for test-fast
 
@@ -147,12 +148,6 @@ def test_the_declared_dependencies_were_resolved_into_the_virtualenv(venv: Path)
     assert have[DISTRIBUTION] == aqueduct.__version__
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def command_lines(pid: int) -> dict[int, bytes]:
     """What ``ps`` shows of ``pid`` and every process under it now (the bridge's JVM among them)."""
     lines = {}
@@ -181,7 +176,7 @@ def test_serve_and_produce_from_the_virtualenv_deliver_exactly_once_with_no_secr
     cookie_file.write_text(cookie + "\n")
     cookie_file.chmod(0o600)
     key_body = certs.server_key.read_text().splitlines()[1]  # a line of the private key itself
-    port = free_udp_port()
+    port = free_port(socket.SOCK_DGRAM)
     records = [f"record {i} {os.urandom(6).hex()}".encode() for i in range(40)]
     (tmp_path / "records.txt").write_bytes(b"".join(r + b"\n" for r in records))
 
