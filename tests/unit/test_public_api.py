@@ -34,6 +34,7 @@ OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "Connector"),
     ("aqueduct.connector.client", "UNORDERED"),
     ("aqueduct.bridge", "Receiver"),
+    ("aqueduct.bridge.app.receiver", "SparkBridge"),
 ]
 
 
