@@ -208,6 +208,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
                         **ticker.summary(),
                     }), flush=True)
+                elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
+                    print(json.dumps({"cpu_s": time.process_time()}), flush=True)
                 elif line.startswith("storm "):  # a storm's window (wall clock): what this bridge did in it
                     since, until = map(float, line.split()[1:])
                     print(json.dumps({
