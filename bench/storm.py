@@ -251,7 +251,8 @@ async def run_storms(args: argparse.Namespace, transport: str, n: int, certs: st
     if args.quiet:
         common.append("--quiet")
     log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-storm-log-")
-    bridge_args = [*common, "--log", log_dir.name]
+    # --profile: the last bridge, the one stopped rather than killed, prints its cProfile (storm included)
+    bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
     bridge = await _spawn("--role", "bridge", *bridge_args)
     procs: list[asyncio.subprocess.Process] = []
     storms: list[dict[str, Any]] = []
