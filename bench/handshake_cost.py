@@ -25,7 +25,7 @@ when idle would otherwise pass its idling off as handshake work. Kinds:
   closes. That is a storm's unit of work.
 
 ``--profile DIR`` writes the server's cProfile of each kind there (its
-whole life: warm-up included) and prints its top functions.
+whole life: warm-up included), and its top functions as text.
 """
 
 from __future__ import annotations
@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profiler = cProfile.Profile()
             profiler.runcall(asyncio.run, server_role(args))
+            profiler.dump_stats(args.profile / f"{args.kind}.prof")  # for pstats, or snakeviz
             with open(args.profile / f"{args.kind}.txt", "w") as out:
                 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
                 pstats.Stats(profiler, stream=out).sort_stats("cumtime").print_stats(30)
