@@ -303,12 +303,9 @@ def _dump_tasks() -> None:
         print(f"tasks {count:6}: {stack}", file=sys.stderr, flush=True)
 
 
-async def producer_role(args: argparse.Namespace) -> None:
-    """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
-    from aqueduct.connector.producer.client import Connector
-
+async def producers_setup(args: argparse.Namespace) -> tuple[asyncio.StreamReader, str, str | None]:
+    """A producers' process: its commands (stdin), the bridge's URL and the CA file that verifies it."""
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     scheme = "tcp" if args.transport == "tcp" else "aqueduct"
@@ -317,7 +314,16 @@ async def producer_role(args: argparse.Namespace) -> None:
         from aqueduct.runtime.certs import cert_paths
 
         cafile = str(cert_paths(args.certs).ca)
-    url = f"{scheme}://127.0.0.1:{args.port}"
+    return reader, f"{scheme}://127.0.0.1:{args.port}", cafile
+
+
+async def producer_role(args: argparse.Namespace) -> None:
+    """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
+    from aqueduct.connector.producer.client import Connector
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?
+    reader, url, cafile = await producers_setup(args)
     release = asyncio.Event()
     results: list[dict[str, Any]] = []
 
@@ -426,31 +432,67 @@ def _say(proc: asyncio.subprocess.Process, text: str) -> None:
     proc.stdin.write(text.encode() + b"\n")
 
 
-async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
-    """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
-    common = ["--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend]
-    if args.quiet:
-        common.append("--quiet")
+def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]:
+    """The arguments every process of a run gets, the bridge and the producers alike."""
+    return [
+        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend,
+        *(["--quiet"] if args.quiet else []),
+    ]  # fmt: skip
+
+
+async def spawn_producers(
+    procs: list[asyncio.subprocess.Process], role: str, common: list[str], port: int, n: int, nprocs: int,
+    *extra: str, profile_first: bool = False,
+) -> None:
+    """Producers ``0..n-1`` shared out over ``nprocs`` processes of ``role`` (into ``procs``), all ready."""
+    nprocs = max(1, min(nprocs, n))
+    share = -(-n // nprocs)
+    for k in range(nprocs):
+        first, count = k * share, min(share, n - k * share)
+        if count > 0:
+            procs.append(await _spawn(
+                "--role", role, *common, "--port", str(port), "--first", str(first), "--count", str(count),
+                *extra, *(["--profile"] if profile_first and k == 0 else []),
+            ))  # fmt: skip
+    for p in procs:
+        assert await _json_line(p, 60) == "ready"
+
+
+async def start_bridge(
+    args: argparse.Namespace, common: list[str]
+) -> tuple[tempfile.TemporaryDirectory[str], list[str], asyncio.subprocess.Process]:
+    """A bridge on a new log: the log's directory, the bridge's arguments (to restart it) and its process.
+
+    With ``--profile`` a bridge prints its cProfile when stopped (not when killed).
+    """
     log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-fleet-log-")
     bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
-    bridge = await _spawn("--role", "bridge", *bridge_args)
+    return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
+
+
+async def kill_left(
+    procs: list[asyncio.subprocess.Process], bridge: asyncio.subprocess.Process, log_dir: tempfile.TemporaryDirectory[str]
+) -> None:
+    """However a run ended: no process of it left running, its log gone."""
+    for p in [*procs, bridge]:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    log_dir.cleanup()
+
+
+async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
+    """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
+    common = role_args(args, transport, certs)
+    log_dir, bridge_args, bridge = await start_bridge(args, common)
     procs: list[asyncio.subprocess.Process] = []
     restart: dict[str, Any] = {}
     try:
         port = (await _json_line(bridge, 60))["port"]
-        nprocs = max(1, min(args.procs, n))
-        share = -(-n // nprocs)
-        for k in range(nprocs):
-            first, count = k * share, min(share, n - k * share)
-            if count > 0:
-                procs.append(await _spawn(
-                    "--role", "producers", *common, "--port", str(port), "--first", str(first),
-                    "--count", str(count), "--messages", str(args.messages),
-                    "--rate", str(args.rate), "--limit", str(args.limit),
-                    *(["--profile"] if args.profile and k == 0 else []),
-                ))
-        for p in procs:
-            assert await _json_line(p, 60) == "ready"
+        await spawn_producers(
+            procs, "producers", common, port, n, args.procs, "--messages", str(args.messages),
+            "--rate", str(args.rate), "--limit", str(args.limit), profile_first=args.profile,
+        )  # fmt: skip
         burst = time.time() + 0.5
         for p in procs:
             _say(p, f"go {burst}")
@@ -474,11 +516,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
         final = await _json_line(bridge, 120)
         await asyncio.wait_for(bridge.wait(), 60)
     finally:
-        for p in [*procs, bridge]:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
-        log_dir.cleanup()
+        await kill_left(procs, bridge, log_dir)
     connected = sum(r["connected"] for r in results)
     times = sorted(t for r in results for t in r["connect_s"])
     span = times[-1] if times else 0.0

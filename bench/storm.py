@@ -46,12 +46,24 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Any
 
-from bench.fleet import PROGRAM, LagTicker, _json_line, _say, _spawn, payload, percentile
+from bench.fleet import (
+    PROGRAM,
+    LagTicker,
+    _json_line,
+    _say,
+    _spawn,
+    kill_left,
+    payload,
+    percentile,
+    producers_setup,
+    role_args,
+    spawn_producers,
+    start_bridge,
+)
 
 ROUND = 4  # decimals of the seconds the producers report
 BUSY = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")  # a busy bridge's refusal, as producers log it
@@ -143,16 +155,7 @@ class Producers:
 
 async def producers_role(args: argparse.Namespace) -> None:
     """Commands on stdin: ``go``, ``kill T``, ``window A B``, ``stop``; answers as JSON lines."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    scheme = "tcp" if args.transport == "tcp" else "aqueduct"
-    cafile = None
-    if args.transport == "quic":
-        from aqueduct.runtime.certs import cert_paths
-
-        cafile = str(cert_paths(args.certs).ca)
-    url = f"{scheme}://127.0.0.1:{args.port}"
+    reader, url, cafile = await producers_setup(args)
     fleet = Producers(args)
     print("ready", flush=True)
     await reader.readline()  # "go"
@@ -247,29 +250,17 @@ async def _storm(
 
 async def run_storms(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
     """One fleet of ``n`` producers through ``args.repeat`` storms; every storm's figures and the verdict."""
-    common = ["--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend]
-    if args.quiet:
-        common.append("--quiet")
-    log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-storm-log-")
+    common = role_args(args, transport, certs)
     # --profile: the last bridge, the one stopped rather than killed, prints its cProfile (storm included)
-    bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
-    bridge = await _spawn("--role", "bridge", *bridge_args)
+    log_dir, bridge_args, bridge = await start_bridge(args, common)
     procs: list[asyncio.subprocess.Process] = []
     storms: list[dict[str, Any]] = []
     try:
         port = (await _json_line(bridge, 60))["port"]
         bridge_args += ["--port", str(port)]
-        nprocs = max(1, min(args.procs, n))
-        share = -(-n // nprocs)
-        for k in range(nprocs):
-            first, count = k * share, min(share, n - k * share)
-            if count > 0:
-                procs.append(await _spawn(
-                    "--role", "storm-producers", *common, "--port", str(port), "--first", str(first),
-                    "--count", str(count), "--rate", str(args.rate), "--limit", str(args.limit),
-                ))  # fmt: skip
-        for p in procs:
-            assert await _json_line(p, 60) == "ready"
+        await spawn_producers(
+            procs, "storm-producers", common, port, n, args.procs, "--rate", str(args.rate), "--limit", str(args.limit)
+        )
         for p in procs:
             _say(p, "go")
         up = max([(await _json_line(p, args.limit + 60))["all_acked_s"] for p in procs])
@@ -288,11 +279,7 @@ async def run_storms(args: argparse.Namespace, transport: str, n: int, certs: st
         for p in [*procs, bridge]:
             await asyncio.wait_for(p.wait(), 60)
     finally:
-        for p in [*procs, bridge]:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
-        log_dir.cleanup()
+        await kill_left(procs, bridge, log_dir)
     backs = [s["back_s"] for s in storms if s["back_s"] is not None]
     return {
         "mode": "storm",
