@@ -85,10 +85,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class LagTicker:
-    """How late the event loop runs a 10 ms timer: the loop's responsiveness."""
+    """How late the event loop runs a 10 ms timer: the loop's responsiveness.
+
+    Each sample keeps its wall-clock time, so a storm's own window can be
+    told apart from the quiet before and after it.
+    """
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.stamps: list[float] = []  # wall clock of each sample
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -96,9 +101,13 @@ class LagTicker:
             before = loop.time()
             await asyncio.sleep(TICK)
             self.samples.append(max(0.0, loop.time() - before - TICK))
+            self.stamps.append(time.time())
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
+        """Lag p50 / p99 / max of the samples taken between ``since`` and ``until`` (wall clock)."""
         s = self.samples
+        if since > 0.0 or until < float("inf"):
+            s = [lag for lag, at in zip(s, self.stamps, strict=True) if since <= at <= until]
         return {
             "lag_p50_s": percentile(s, 0.50),
             "lag_p99_s": percentile(s, 0.99),
@@ -140,26 +149,33 @@ async def bridge_role(args: argparse.Namespace) -> None:
         else:
             from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
             from aqueduct.runtime.certs import cert_paths
+            from bench.common import listen_host
 
             certs = cert_paths(args.certs)
             server = await serve_aqueduct(
-                "127.0.0.1", port, ingest, certfile=certs.server_cert, keyfile=certs.server_key
+                listen_host(args.quic_backend), port, ingest, certfile=certs.server_cert,
+                keyfile=certs.server_key, backend=args.quic_backend,
             )
         baseline = peak = rss_bytes()  # listening, no session yet
         print(json.dumps({
             "port": server.port,
             "streams_at_start": len(log.stream_ids()),
             "log_open_s": opened,
+            "cpu_s": time.process_time(),  # imports and opening the log: not the storm's
             "listening_s": time.perf_counter() - started,
         }), flush=True)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
 
+        handshakes: list[tuple[float, int]] = []  # (wall clock, sessions started so far), every 0.25 s
+
         async def watch() -> None:
             nonlocal peak
             while True:
-                await asyncio.sleep(0.5)
+                for _ in range(2):
+                    await asyncio.sleep(0.25)
+                    handshakes.append((time.time(), ingest.counters.sessions_started))
                 peak = max(peak, rss_bytes())
                 if not args.quiet:
                     c = ingest.counters
@@ -192,9 +208,20 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
                         **ticker.summary(),
                     }), flush=True)
+                elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
+                    print(json.dumps({"cpu_s": time.process_time()}), flush=True)
+                elif line.startswith("storm "):  # a storm's window (wall clock): what this bridge did in it
+                    since, until = map(float, line.split()[1:])
+                    print(json.dumps({
+                        "handshakes_per_s": per_second(handshakes, since, until),
+                        "bridge_cpu_s": time.process_time(),
+                        "sessions": ingest.counters.sessions,
+                        **ticker.summary(since, until),
+                    }), flush=True)
                 elif line.startswith("stop "):
                     await ingest.group_commit()
-                    expected = int(line.split()[1])
+                    counts = json.loads(line.split(maxsplit=1)[1])  # messages per producer: one count or {stream: count}
+                    expected = {int(k): v for k, v in counts.items()} if isinstance(counts, dict) else counts
                     print(json.dumps({
                         "rss_peak_mb": peak / 1e6,
                         **verify(log, expected),
@@ -208,13 +235,28 @@ async def bridge_role(args: argparse.Namespace) -> None:
             log.close()
 
 
+def per_second(counts: list[tuple[float, int]], since: float, until: float) -> list[int]:
+    """Increments per whole second after ``since`` of a running total sampled as (wall clock, total)."""
+    seconds = max(1, int(until - since + 0.999))
+    totals = [0] * (seconds + 1)  # the total at the end of each second (and before the first)
+    inside = [(at, total) for at, total in counts if at <= until]
+    for at, total in inside:
+        totals[min(seconds, max(0, int(at - since + 1)))] = total
+    for k in range(1, seconds + 1):  # a second without a sample keeps the total it had
+        totals[k] = max(totals[k], totals[k - 1])
+    return [totals[k] - totals[k - 1] for k in range(1, seconds + 1)]
+
+
 def payload(stream_id: int, message_id: int) -> bytes:
     """What producer ``stream_id`` sends as message ``message_id`` (the verdict reads it back)."""
     return b"%d:%d" % (stream_id, message_id)
 
 
-def verify(log: Any, expected: int) -> dict[str, Any]:
+def verify(log: Any, expected: int | dict[int, int]) -> dict[str, Any]:
     """Exactly-once from the log read back: each stream holds ids ``0..expected-1`` once, with their payloads.
+
+    ``expected`` is one count for every stream, or each stream's own (a
+    storm's producers send until told to stop, each as far as it got).
 
     The records are read from the log's files (the committed index and
     segments), not taken from its counters: a stream whose records or
@@ -230,7 +272,8 @@ def verify(log: Any, expected: int) -> dict[str, Any]:
             d = batch.to_pydict()
             got += [(m, p) for m, p, b in zip(d["message_id"], d["payload"], d["boundary"], strict=True) if not b]
         records += len(got)
-        want = [(n, payload(sid, n)) for n in range(expected)]
+        count = expected if isinstance(expected, int) else expected.get(sid, 0)
+        want = [(n, payload(sid, n)) for n in range(count)]
         if view.earliest > 0 or got != want:
             wrong = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w), min(len(got), len(want)))
             bad.append({"stream": sid, "records": len(got), "first_wrong_index": wrong, "truncated_below": view.earliest})
@@ -260,12 +303,9 @@ def _dump_tasks() -> None:
         print(f"tasks {count:6}: {stack}", file=sys.stderr, flush=True)
 
 
-async def producer_role(args: argparse.Namespace) -> None:
-    """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
-    from aqueduct.connector.producer.client import Connector
-
+async def producers_setup(args: argparse.Namespace) -> tuple[asyncio.StreamReader, str, str | None]:
+    """A producers' process: its commands (stdin), the bridge's URL and the CA file that verifies it."""
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     scheme = "tcp" if args.transport == "tcp" else "aqueduct"
@@ -274,7 +314,16 @@ async def producer_role(args: argparse.Namespace) -> None:
         from aqueduct.runtime.certs import cert_paths
 
         cafile = str(cert_paths(args.certs).ca)
-    url = f"{scheme}://127.0.0.1:{args.port}"
+    return reader, f"{scheme}://127.0.0.1:{args.port}", cafile
+
+
+async def producer_role(args: argparse.Namespace) -> None:
+    """Run producers ``first..first+count-1``; start on ``go``, close on ``close`` (stdin)."""
+    from aqueduct.connector.producer.client import Connector
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)  # where is a stuck producer process waiting?
+    reader, url, cafile = await producers_setup(args)
     release = asyncio.Event()
     results: list[dict[str, Any]] = []
 
@@ -294,7 +343,9 @@ async def producer_role(args: argparse.Namespace) -> None:
     conns: dict[int, Connector] = {}
 
     async def one(i: int, burst: float) -> None:
-        conn = conns[i] = Connector(url, program=PROGRAM, instance=f"p{i}", cafile=cafile)
+        conn = conns[i] = Connector(
+            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=args.quic_backend
+        )
         out: dict[str, Any] = {"connected": False}
         try:
             await asyncio.wait_for(conn.connect(), args.limit)
@@ -381,31 +432,67 @@ def _say(proc: asyncio.subprocess.Process, text: str) -> None:
     proc.stdin.write(text.encode() + b"\n")
 
 
-async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
-    """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
-    common = ["--transport", transport, "--certs", certs]
-    if args.quiet:
-        common.append("--quiet")
+def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]:
+    """The arguments every process of a run gets, the bridge and the producers alike."""
+    return [
+        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend,
+        *(["--quiet"] if args.quiet else []),
+    ]  # fmt: skip
+
+
+async def spawn_producers(
+    procs: list[asyncio.subprocess.Process], role: str, common: list[str], port: int, n: int, nprocs: int,
+    *extra: str, profile_first: bool = False,
+) -> None:
+    """Producers ``0..n-1`` shared out over ``nprocs`` processes of ``role`` (into ``procs``), all ready."""
+    nprocs = max(1, min(nprocs, n))
+    share = -(-n // nprocs)
+    for k in range(nprocs):
+        first, count = k * share, min(share, n - k * share)
+        if count > 0:
+            procs.append(await _spawn(
+                "--role", role, *common, "--port", str(port), "--first", str(first), "--count", str(count),
+                *extra, *(["--profile"] if profile_first and k == 0 else []),
+            ))  # fmt: skip
+    for p in procs:
+        assert await _json_line(p, 60) == "ready"
+
+
+async def start_bridge(
+    args: argparse.Namespace, common: list[str]
+) -> tuple[tempfile.TemporaryDirectory[str], list[str], asyncio.subprocess.Process]:
+    """A bridge on a new log: the log's directory, the bridge's arguments (to restart it) and its process.
+
+    With ``--profile`` a bridge prints its cProfile when stopped (not when killed).
+    """
     log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-fleet-log-")
     bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
-    bridge = await _spawn("--role", "bridge", *bridge_args)
+    return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
+
+
+async def kill_left(
+    procs: list[asyncio.subprocess.Process], bridge: asyncio.subprocess.Process, log_dir: tempfile.TemporaryDirectory[str]
+) -> None:
+    """However a run ended: no process of it left running, its log gone."""
+    for p in [*procs, bridge]:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    log_dir.cleanup()
+
+
+async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
+    """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
+    common = role_args(args, transport, certs)
+    log_dir, bridge_args, bridge = await start_bridge(args, common)
     procs: list[asyncio.subprocess.Process] = []
     restart: dict[str, Any] = {}
     try:
         port = (await _json_line(bridge, 60))["port"]
-        nprocs = max(1, min(args.procs, n))
-        share = -(-n // nprocs)
-        for k in range(nprocs):
-            first, count = k * share, min(share, n - k * share)
-            if count > 0:
-                procs.append(await _spawn(
-                    "--role", "producers", *common, "--port", str(port), "--first", str(first),
-                    "--count", str(count), "--messages", str(args.messages),
-                    "--rate", str(args.rate), "--limit", str(args.limit),
-                    *(["--profile"] if args.profile and k == 0 else []),
-                ))
-        for p in procs:
-            assert await _json_line(p, 60) == "ready"
+        await spawn_producers(
+            procs, "producers", common, port, n, args.procs, "--messages", str(args.messages),
+            "--rate", str(args.rate), "--limit", str(args.limit), profile_first=args.profile,
+        )  # fmt: skip
         burst = time.time() + 0.5
         for p in procs:
             _say(p, f"go {burst}")
@@ -429,11 +516,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
         final = await _json_line(bridge, 120)
         await asyncio.wait_for(bridge.wait(), 60)
     finally:
-        for p in [*procs, bridge]:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
-        log_dir.cleanup()
+        await kill_left(procs, bridge, log_dir)
     connected = sum(r["connected"] for r in results)
     times = sorted(t for r in results for t in r["connect_s"])
     span = times[-1] if times else 0.0
@@ -492,6 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=10.0, help="messages per second per producer (default 10)")
     p.add_argument("--procs", type=int, default=4, help="producer processes (default 4)")
     p.add_argument("--limit", type=float, default=300.0, help="seconds a producer may take to connect, and to be acked")
+    p.add_argument(
+        "--quic-backend", choices=["aioquic", "picoquic"], default="aioquic",
+        help="the QUIC stack of the bridge and the producers (picoquic: run under python -m interop.netns)",
+    )
     p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--profile", action="store_true", help="profile the bridge process and the first producer process (cProfile, top functions on stderr)")
@@ -501,7 +588,15 @@ def build_parser() -> argparse.ArgumentParser:
         "and port: the fleet must reconnect and resume, still exactly once",
     )
     # internal: the roles of the processes a run starts
-    p.add_argument("--role", choices=["bridge", "producers"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--storm", action="store_true",
+        help="storm mode (bench.storm): once every producer acks, SIGKILL the bridge and restart it on its "
+        "log, --repeat times; the time until every producer acks again, the connected producers' ACK "
+        "latency and the bridge's loop lag meanwhile, its handshakes/s, the busy refusals",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="storms per fleet in storm mode (default 3)")
+    p.add_argument("--settle", type=float, default=2.0, help="storm mode: seconds between all acking and a kill")
+    p.add_argument("--role", choices=["bridge", "producers", "storm-producers"], help=argparse.SUPPRESS)
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
     p.add_argument("--certs", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -528,8 +623,16 @@ def _line(r: dict[str, Any]) -> str:
     )
 
 
+def line_of(r: dict[str, Any]) -> str:
+    """A run's figures in one line, a storm's or a burst's."""
+    from bench import storm
+
+    return storm.result_line(r) if r.get("mode") == "storm" else _line(r)
+
+
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     from aqueduct.runtime.certs import generate_certs
+    from bench import storm
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
@@ -540,25 +643,28 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             for n in args.producers:
                 if not args.quiet:
                     print(f"fleet: {transport} with {n} producers ...", file=sys.stderr, flush=True)
-                r = await run_one(args, transport, n, certs)
+                r = await (storm.run_storms if args.storm else run_one)(args, transport, n, certs)
                 out.append(r)
                 if not args.quiet:
-                    print(_line(r), file=sys.stderr, flush=True)
+                    print(line_of(r), file=sys.stderr, flush=True)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.role is not None:
-        role = bridge_role if args.role == "bridge" else producer_role
+        from bench import storm
+
+        role = {"bridge": bridge_role, "producers": producer_role, "storm-producers": storm.producers_role}[args.role]
         if args.profile:
             import cProfile
             import pstats
 
             profiler = cProfile.Profile()
             profiler.runcall(asyncio.run, role(args))
-            print(f"{args.role} profile (top 25 by own time):", file=sys.stderr)
-            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            print(f"{args.role} profile (top 40 by own time, then by cumulative time):", file=sys.stderr)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(40)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumtime").print_stats(40)
             return 0
         asyncio.run(role(args))
         return 0
@@ -567,8 +673,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=1))
     else:
         for r in results:
-            print(_line(r))
-    ok = all(r["failed"] == 0 and r["exactly_once"] for r in results)
+            print(line_of(r))
+    ok = all(r.get("failed", 0) == 0 and r.get("every_producer_back", True) and r["exactly_once"] for r in results)
     return 0 if ok else 1
 
 

@@ -1,0 +1,123 @@
+"""A model of a reconnect storm: the bridge's admission (its real ``RetryHint``) against a given capacity.
+
+::
+
+    python -m bench.admission_model --producers 2000 --capacity 50 --detect 10
+
+Why the last producer comes back minutes after a kill when a handshake
+costs milliseconds is a question about admission, not about CPU: this
+model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.RetryHint`
+and the producers' own retry rule (``Connector``'s capped full-jitter
+backoff, stretched to a random time within the window a refusal names)
+against a server that completes ``--capacity`` handshakes a second, at
+most ``--slots`` at once (the aioquic server's bound), every other Initial
+refused. Nothing but the clock is simulated: no sockets, no CPU.
+
+``--detect`` is when the producers notice the bridge is gone (a QUIC
+producer hears nothing from a killed bridge and waits out its idle
+timeout, 10 s; a TCP producer gets a reset at once). ``--window fixed:W``
+or ``--window capacity`` replace the hint with a fixed window or with the
+one "admission that follows capacity" would name (the crowd still waiting
+divided by the capacity), to say what each would buy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import sys
+from typing import Any
+
+from aqueduct.runtime.retry_hint import MAX_WINDOW, RetryHint
+
+BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
+
+
+def backoff(failures: int, rng: random.Random) -> float:
+    """``Connector._delay``: full jitter between the first step and the current one."""
+    low, high = BACKOFF
+    return rng.uniform(low, min(high, low * 2 ** min(failures, 16)))
+
+
+def simulate(
+    producers: int, capacity: float, slots: int, detect: float, window: str, seed: int = 1
+) -> dict[str, Any]:
+    """One storm; when the producers got in, how often they were refused, the windows named."""
+    rng = random.Random(seed)
+    hint = RetryHint(0.0)
+    events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
+    for p in range(producers):
+        heapq.heappush(events, (detect + backoff(1, rng), 1, p))
+    failures = [1] * producers
+    in_progress = 0
+    server_free = 0.0  # when the server finishes the handshakes it has admitted (one at a time)
+    admitted: list[float] = []
+    windows: list[float] = []
+    while events:
+        now, kind, p = heapq.heappop(events)
+        if kind == 0:
+            in_progress -= 1
+            hint.completed()
+            admitted.append(now)
+            continue
+        hint.tick(now)
+        if in_progress < slots:
+            in_progress += 1
+            server_free = max(server_free, now) + 1.0 / capacity
+            heapq.heappush(events, (server_free, 0, p))
+            continue
+        named = hint.refused(now)
+        if window == "capacity":  # the crowd still out, spread over the time the server needs for it
+            named = min(MAX_WINDOW, max(0.25, (producers - len(admitted)) / capacity))
+        elif window.startswith("fixed:"):
+            named = float(window.split(":")[1])
+        windows.append(named)
+        failures[p] += 1
+        delay = max(backoff(failures[p], rng), rng.uniform(0.0, named))
+        heapq.heappush(events, (now + delay, 1, p))
+    admitted.sort()
+    return {
+        "producers": producers,
+        "capacity_per_s": capacity,
+        "detect_s": detect,
+        "window": window,
+        "last_back_s": admitted[-1],
+        "p50_back_s": admitted[len(admitted) // 2],
+        "ideal_s": detect + producers / capacity,  # every handshake back to back from the detection on
+        "refusals": len(windows),
+        "window_max_s": max(windows, default=0.0),
+        "window_median_s": sorted(windows)[len(windows) // 2] if windows else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.admission_model", description=__doc__.split("\n\n")[1])
+    p.add_argument("--producers", type=int, default=2000)
+    p.add_argument("--capacity", type=float, nargs="+", default=[13.0, 50.0, 200.0], help="handshakes/s")
+    p.add_argument("--slots", type=int, default=64, help="handshakes in progress at once (default 64)")
+    p.add_argument("--detect", type=float, nargs="+", default=[10.0, 0.0], help="seconds until producers notice")
+    p.add_argument("--window", nargs="+", default=["hint", "capacity"], help="hint | capacity | fixed:W")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    rows = [
+        simulate(args.producers, c, args.slots, d, w, args.seed)
+        for c in args.capacity for d in args.detect for w in args.window
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for r in rows:
+        print(
+            f"N={r['producers']} capacity {r['capacity_per_s']:5.0f}/s detect {r['detect_s']:4.1f} s "
+            f"window {r['window']:9}: last back {r['last_back_s']:6.1f} s (p50 {r['p50_back_s']:5.1f} s, "
+            f"ideal {r['ideal_s']:5.1f} s) | {r['refusals']} refusals, windows median "
+            f"{r['window_median_s']:.1f} s max {r['window_max_s']:.1f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
