@@ -29,11 +29,11 @@ from aqueduct.connector.wallaroo.frames import (
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     NotifyAck,
     Ok,
     Restart,
+    WallarooMessage,
     encode,
 )
 
@@ -59,10 +59,10 @@ def payload(stream_id: int, message_id: int) -> bytes:
     return f"stream {stream_id} message {message_id}".encode()
 
 
-def message(stream_id: int, message_id: int) -> Message:
+def message(stream_id: int, message_id: int) -> WallarooMessage:
     """The MESSAGE the source sends for an id: a payload, an event time and a key."""
     key = f"k{message_id % 4}".encode()
-    return Message(stream_id, message_id, EVENT_TIME_BASE + message_id, key, payload(stream_id, message_id))
+    return WallarooMessage(stream_id, message_id, EVENT_TIME_BASE + message_id, key, payload(stream_id, message_id))
 
 
 @dataclass

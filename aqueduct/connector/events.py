@@ -46,7 +46,7 @@ class RecordsAccepted:
     ``records`` is one :class:`~aqueduct.connector.batch.MessageBatch`
     (columns, no object per record; a run when they are consecutive data
     records, the usual case of a busy stream), which the bridge's ingest
-    hands to the log as it is. It is also a sequence of :class:`Message`,
+    hands to the log as it is. It is also a sequence of :class:`ConnectorMessage`,
     equal to any other sequence of the same records.
 
     The sink returns one credit per record (with :meth:`WorkerSession.ack`)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
-from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Message, Notify, StreamRef
+from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, ConnectorMessage, Notify, StreamRef
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.modes import Mode
@@ -46,7 +46,7 @@ class OutboundStream:
     #: latest committed point of reference (from ACK)
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
-    unacked: deque[Message] = field(default_factory=deque)
+    unacked: deque[ConnectorMessage] = field(default_factory=deque)
 
     def make_message(
         self,
@@ -58,7 +58,7 @@ class OutboundStream:
         eos: bool = False,
         ephemeral: bool = False,
         unstable: bool = False,
-    ) -> Message:
+    ) -> ConnectorMessage:
         """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
         self._check_sendable(ephemeral)
         mid: int | None = None
@@ -74,9 +74,9 @@ class OutboundStream:
             # The common data record, built directly: a keyword call per record
             # is a visible share of a producer's CPU.
             flags = 0 if event_time is None else EVENT_TIME
-            message = Message(flags, self.stream_id, mid, event_time, None, payload)
+            message = ConnectorMessage(flags, self.stream_id, mid, event_time, None, payload)
         else:
-            message = Message.build(
+            message = ConnectorMessage.build(
                 self.stream_id,
                 payload,
                 message_id=mid,
@@ -100,7 +100,7 @@ class OutboundStream:
 
     def make_messages(
         self, payloads: Sequence[bytes], event_times: Sequence[int | None] | None, ephemeral: bool
-    ) -> list[Message]:
+    ) -> list[ConnectorMessage]:
         """Build the next data MESSAGEs at once (as :meth:`make_message` each), buffering them if reliable."""
         self._check_sendable(ephemeral)
         sid, n = self.stream_id, len(payloads)
@@ -112,7 +112,7 @@ class OutboundStream:
             ids = range(self.next_id, self.next_id + n)
             base = 0
         messages = [
-            Message(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
+            ConnectorMessage(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
             for m, t, p in zip(ids, times, payloads, strict=True)
         ]
         if not ephemeral:
@@ -129,7 +129,7 @@ class OutboundStream:
         self.acked = max(self.acked, point)
         self._drop_below(point)
 
-    def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
+    def resume(self, point: int | None) -> tuple[Notify, list[ConnectorMessage]] | None:
         """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
 
         Messages below ``point`` are durable on the worker, so they are not
@@ -173,7 +173,7 @@ class Outbox:
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
         #: a NOTIFY, or one stream's records queued together (one for ``send``, a round for ``send_many``)
-        self._queue: deque[Notify | list[Message]] = deque()
+        self._queue: deque[Notify | list[ConnectorMessage]] = deque()
         self._frames = 0  # frames in the queue, a run counting each of its records
 
     def __len__(self) -> int:
@@ -206,12 +206,12 @@ class Outbox:
         self.push(plan[0])
         return stream
 
-    def push(self, item: Notify | list[Message]) -> None:
+    def push(self, item: Notify | list[ConnectorMessage]) -> None:
         """Queue a NOTIFY, or one stream's records (taken, and handed to the session, together)."""
         self._queue.append(item)
         self._frames += 1 if type(item) is Notify else len(item)  # type: ignore[arg-type]
 
-    def take(self, limit: int) -> list[Notify | list[Message]]:
+    def take(self, limit: int) -> list[Notify | list[ConnectorMessage]]:
         """Pop up to ``limit`` frames (one credit each); a run is split where the limit falls."""
         queue, taken, left = self._queue, [], min(limit, self._frames)
         self._frames -= left
@@ -248,7 +248,7 @@ class Outbox:
         if session.state is not ConnectionState.STREAMING:
             return 0
         messages = 0
-        run: list[Message] = []
+        run: list[ConnectorMessage] = []
         for item in self.take(session.credits):
             records = item if type(item) is list else None
             if run and (records is None or run[0].stream_id != records[0].stream_id):

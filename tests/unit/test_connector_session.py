@@ -19,9 +19,9 @@ from aqueduct.connector.frames import (
     EPHEMERAL,
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     Error,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -67,14 +67,14 @@ def test_handshake() -> None:
 def test_costly_frames_need_credits_and_open_streams() -> None:
     session = streaming(credits=2)
     with pytest.raises(LocalProtocolError, match="stream 1: message not allowed in state start"):
-        session.send(Message(0, 1, 0, payload=b""))
+        session.send(ConnectorMessage(0, 1, 0, payload=b""))
     session.send(Notify(1, "s", 0))
-    session.send(Message(EOS, 1, 0, payload=b""))
+    session.send(ConnectorMessage(EOS, 1, 0, payload=b""))
     with pytest.raises(NoCredits):
         session.send(Notify(1, "s", 1))
     assert session.receive_data(encode(Ack(1, ((1, 1),)))) == [Acked(1, ((1, 1),))]
     with pytest.raises(LocalProtocolError, match="message not allowed in state closed"):
-        session.send(Message(0, 1, 1, payload=b""))
+        session.send(ConnectorMessage(0, 1, 1, payload=b""))
     session.send(Notify(1, "s", 1))
     assert session.streams[1] is StreamState.OPEN
 

@@ -23,6 +23,7 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.connector", "Connector"),
     ("aqueduct.connector", "Producer"),
     ("aqueduct.connector", "UNORDERED"),
+    ("aqueduct.connector.frames", "ConnectorMessage"),
     ("aqueduct.bridge", "SparkBridge"),
     ("aqueduct.bridge", "repair_checkpoint"),
     ("aqueduct.bridge.source", "register"),
@@ -33,6 +34,7 @@ PUBLIC: list[tuple[str, str]] = [
 OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "Connector"),
     ("aqueduct.connector.client", "UNORDERED"),
+    ("aqueduct.connector.frames", "Message"),
     ("aqueduct.bridge", "Receiver"),
 ]
 

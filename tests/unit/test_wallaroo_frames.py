@@ -17,12 +17,12 @@ from aqueduct.connector.wallaroo.frames import (
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     NotifyAck,
     Ok,
     Restart,
     WallarooFrameError,
+    WallarooMessage,
     decode,
     encode,
 )
@@ -40,7 +40,7 @@ def _frame(kind: str, f: dict) -> Frame:
         "ERROR": lambda: Error(f["reason"]),
         "NOTIFY": lambda: Notify(f["stream_id"], f["stream_name"], f["point_of_reference"]),
         "NOTIFY_ACK": lambda: NotifyAck(f["success"], f["stream_id"], f["point_of_reference"]),
-        "MESSAGE": lambda: Message(
+        "MESSAGE": lambda: WallarooMessage(
             f["stream_id"], f["message_id"], f["event_time"], f["key"].encode(), bytes.fromhex(f["payload_hex"])
         ),
         "ACK": lambda: Ack(f["credits"], tuple(tuple(r) for r in f["refs"])),
@@ -92,7 +92,7 @@ def test_an_oversized_frame_is_refused_from_its_length_prefix_alone() -> None:
 
 def test_encoding_refuses_values_the_wire_cannot_carry() -> None:
     with pytest.raises(WallarooFrameError, match=r"^MESSAGE: event time 9223372036854775808 out of range"):
-        encode(Message(1, 1, 2**63))
+        encode(WallarooMessage(1, 1, 2**63))
     with pytest.raises(WallarooFrameError, match=r"^NOTIFY: stream id -1 out of range 0\.\."):
         encode(Notify(-1, "s", 0))
     with pytest.raises(WallarooFrameError, match=r"^HELLO: cookie is 65536 bytes, more than 65535$"):
@@ -109,7 +109,7 @@ frames = st.one_of(
     st.builds(Error, text),
     st.builds(Notify, u64, text, u64),
     st.builds(NotifyAck, st.booleans(), u64, u64),
-    st.builds(Message, u64, u64, st.integers(-(2**63), 2**63 - 1), short, st.binary(max_size=40)),
+    st.builds(WallarooMessage, u64, u64, st.integers(-(2**63), 2**63 - 1), short, st.binary(max_size=40)),
     st.builds(Ack, u32, st.lists(st.tuples(u64, u64), max_size=4).map(tuple)),
     st.builds(Restart, text),
     st.builds(EndOfStream, u64),

@@ -7,8 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aqueduct.connector.events import HelloAccepted, RecordsAccepted, SessionEnded, StreamNotified
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
-from aqueduct.connector.frames import Message as ConnectorMessage
+from aqueduct.connector.frames import (
+    BOUNDARY,
+    EOS,
+    EVENT_TIME,
+    KEY,
+    UNSTABLE_REFERENCE,
+    ConnectorMessage,
+)
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
@@ -17,11 +23,11 @@ from aqueduct.connector.wallaroo.frames import (
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     NotifyAck,
     Ok,
     Restart,
+    WallarooMessage,
     encode,
 )
 from aqueduct.connector.wallaroo.worker_session import WallarooSession, from_v3, to_v3
@@ -80,9 +86,9 @@ def test_notify_ack_waits_for_the_sink_and_a_refusal_ends_only_that_stream() -> 
     session.stream_opened(1)  # too late: refused
     session.stream_opened(2)
     assert replies(session) == [NotifyAck(False, 1, NO_POINT), NotifyAck(True, 2, NO_POINT)]
-    assert feed(session, Message(2, 0, payload=b"x")) == [RecordsAccepted(2, (ConnectorMessage(0, 2, 0, None, None, b"x"),))]
+    assert feed(session, WallarooMessage(2, 0, payload=b"x")) == [RecordsAccepted(2, (ConnectorMessage(0, 2, 0, None, None, b"x"),))]
     assert not session.ended
-    feed(session, Message(1, 0, payload=b"y"))  # the refused stream may not be sent on
+    feed(session, WallarooMessage(1, 0, payload=b"y"))  # the refused stream may not be sent on
     assert replies(session)[-1] == Error(
         "MESSAGE for stream 1, which is not open (NOTIFY it and wait for NOTIFY_ACK first)"
     )
@@ -92,7 +98,7 @@ def test_notify_ack_carries_the_durable_point_and_older_ids_are_dropped() -> Non
     session = streaming((DurableStream(1, "s", 42),))
     assert feed(session, Notify(1, "s", NO_POINT)) == [StreamNotified(1, "s", 42)]
     assert replies(session)[-1] == NotifyAck(True, 1, 41)  # the last id held, inclusive
-    events = feed(session, Message(1, 40), Message(1, 41), Message(1, 42, payload=b"x"))
+    events = feed(session, WallarooMessage(1, 40), WallarooMessage(1, 41), WallarooMessage(1, 42, payload=b"x"))
     assert events == [RecordsAccepted(1, (ConnectorMessage(0, 1, 42, None, None, b"x"),))]
     assert replies(session) == [Ack(2)]  # the two duplicates' credits
 
@@ -108,8 +114,8 @@ def test_messages_become_records_and_eos_a_boundary_that_costs_nothing() -> None
     feed(session, Notify(1, "s", NO_POINT))
     events = feed(
         session,
-        Message(1, 0, 1_700_000_000_000_000, b"k", b"p"),
-        Message(1, 3),
+        WallarooMessage(1, 0, 1_700_000_000_000_000, b"k", b"p"),
+        WallarooMessage(1, 3),
         EndOfStream(1),
     )
     assert events == [
@@ -126,7 +132,7 @@ def test_messages_become_records_and_eos_a_boundary_that_costs_nothing() -> None
     # The ingest returns a credit per record, the EOS one included; that one is kept back.
     session.ack([(1, 4)], credits=3)
     assert replies(session) == [Ack(2, ((1, 3),))]
-    feed(session, Message(1, 4))  # the stream is closed
+    feed(session, WallarooMessage(1, 4))  # the stream is closed
     assert replies(session)[-1] == Error(
         "MESSAGE for stream 1, which is not open (NOTIFY it and wait for NOTIFY_ACK first)"
     )
@@ -165,10 +171,10 @@ BAD_INPUT = [
         "EOS_MESSAGE: body ends inside stream id (needs 8 bytes, 7 left)",
     ),
     ([HELLO, (5 * 1024 * 1024).to_bytes(4, "big")], "frame too large: 5242880 > 4194304"),
-    ([HELLO, Message(1, 0)], "MESSAGE for stream 1, which is not open (" + NOT_OPEN),
+    ([HELLO, WallarooMessage(1, 0)], "MESSAGE for stream 1, which is not open (" + NOT_OPEN),
     ([HELLO, EndOfStream(1)], "EOS_MESSAGE for stream 1, which is not open (" + NOT_OPEN),
     (
-        [HELLO, Notify(1, "s", NO_POINT), Message(1, 0, -5)],
+        [HELLO, Notify(1, "s", NO_POINT), WallarooMessage(1, 0, -5)],
         "MESSAGE: event time -5 is negative (the bridge stores microseconds since the Unix epoch)",
     ),
 ]
@@ -193,7 +199,7 @@ def test_a_bad_cookie_is_not_echoed() -> None:
 def test_messages_before_a_bad_frame_are_still_reported() -> None:
     session = streaming()
     feed(session, Notify(1, "s", NO_POINT))
-    events = feed(session, Message(1, 0, payload=b"a"), bytes([0, 0, 0, 1, 201]))
+    events = feed(session, WallarooMessage(1, 0, payload=b"a"), bytes([0, 0, 0, 1, 201]))
     assert events[0] == RecordsAccepted(1, (ConnectorMessage(0, 1, 0, None, None, b"a"),))
     assert isinstance(events[1], SessionEnded)
 
@@ -201,7 +207,7 @@ def test_messages_before_a_bad_frame_are_still_reported() -> None:
 def test_spending_more_credits_than_granted_is_an_error() -> None:
     session = streaming(credits=2)
     feed(session, Notify(1, "s", NO_POINT))  # its credit comes back at once
-    events = feed(session, Message(1, 0), Message(1, 1), Message(1, 2))
+    events = feed(session, WallarooMessage(1, 0), WallarooMessage(1, 1), WallarooMessage(1, 2))
     assert events[-1] == SessionEnded("credit exceeded", "local")
     assert len(events[0].records) == 2
 
@@ -218,7 +224,7 @@ def test_only_ids_above_the_point_are_kept_and_every_dropped_one_gets_its_credit
     session = streaming((DurableStream(1, "s", durable),), credits=len(ids) + 1)
     feed(session, Notify(1, "s", NO_POINT))
     replies(session)
-    events = feed(session, *(Message(1, i) for i in ids))
+    events = feed(session, *(WallarooMessage(1, i) for i in ids))
     kept = [m.message_id for e in events for m in e.records]
     point, expected = durable, []
     for i in ids:
@@ -235,7 +241,7 @@ ids = st.integers(0, 5)
 connector_frames = st.lists(
     st.one_of(
         st.builds(Notify, ids, st.just("s"), st.sampled_from([NO_POINT, 0, 3])),
-        st.builds(Message, ids, st.integers(0, 8), st.integers(-1, 2), st.binary(max_size=2)),
+        st.builds(WallarooMessage, ids, st.integers(0, 8), st.integers(-1, 2), st.binary(max_size=2)),
         st.builds(EndOfStream, ids),
         st.just(Error("bye")),
         st.just(Ok(1)),
@@ -251,7 +257,7 @@ def test_any_frame_sequence_ends_cleanly_and_never_overgrants_credits(frames: li
     for frame in frames:
         events = feed(session, frame)
         out = replies(session)
-        if isinstance(frame, (Notify, Message)):
+        if isinstance(frame, (Notify, WallarooMessage)):
             spendable -= 1
         spendable += sum(a.credits for a in out if isinstance(a, Ack))
         assert spendable >= 0 or out[-1] == Error("credit exceeded")

@@ -51,7 +51,7 @@ from aqueduct.connector.errors import (
     WorkerBusy,
 )
 from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Message
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 
@@ -406,7 +406,7 @@ class Connector:
         stream = self._outbox.streams.get(stream_id)
         return stream.mode if stream is not None else ORDERED
 
-    def _enqueue(self, messages: list[Message]) -> None:
+    def _enqueue(self, messages: list[ConnectorMessage]) -> None:
         """Queue one stream's new records (one from ``send``, a round from ``send_many``)."""
         self._outbox.push(messages)
         self._kick.set()
@@ -510,7 +510,7 @@ class Connector:
             for record in stream.unacked:
                 self._report(error, stream, record)
 
-    def _report(self, error: Exception | None, stream: OutboundStream, record: Message) -> None:
+    def _report(self, error: Exception | None, stream: OutboundStream, record: ConnectorMessage) -> None:
         assert self.on_delivery is not None and record.message_id is not None
         delivery = Delivery(stream.stream_id, stream.stream_name, record.message_id, record.payload, record.key)
         try:

@@ -27,7 +27,7 @@ __all__ = [
     "Frame",
     "FrameSplitter",
     "Hello",
-    "Message",
+    "WallarooMessage",
     "Notify",
     "NotifyAck",
     "Ok",
@@ -98,7 +98,7 @@ class NotifyAck:
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class WallarooMessage:
     """One application message. ``event_time`` 0, an empty key or payload mean none."""
 
     stream_id: int
@@ -130,7 +130,7 @@ class EndOfStream:
     stream_id: int
 
 
-Frame = Hello | Ok | Error | Notify | NotifyAck | Message | Ack | Restart | EndOfStream
+Frame = Hello | Ok | Error | Notify | NotifyAck | WallarooMessage | Ack | Restart | EndOfStream
 
 _NAMES = {
     HELLO_TAG: "HELLO",
@@ -149,7 +149,7 @@ _TAGS = {
     Error: ERROR_TAG,
     Notify: NOTIFY_TAG,
     NotifyAck: NOTIFY_ACK_TAG,
-    Message: MESSAGE_TAG,
+    WallarooMessage: MESSAGE_TAG,
     Ack: ACK_TAG,
     Restart: RESTART_TAG,
     EndOfStream: EOS_MESSAGE_TAG,
@@ -215,7 +215,7 @@ def _body(frame: Frame) -> bytes:
         case NotifyAck(success, stream_id, point):
             w.u8("success", int(success)).u64("stream id", stream_id)
             w.u64("point of reference", point)
-        case Message(stream_id, message_id, event_time, key, payload):
+        case WallarooMessage(stream_id, message_id, event_time, key, payload):
             w.u64("stream id", stream_id).u64("message id", message_id)
             w.number("event time", event_time, ">q", _I64_MIN, _I64_MAX).short("key", key)
             w.parts.append(bytes(payload))
@@ -302,7 +302,7 @@ def _read(tag: int, r: _Reader) -> Frame:
     elif tag == MESSAGE_TAG:
         stream_id, message_id = r.number(8, "stream id"), r.number(8, "message id")
         event_time = r.number(8, "event time", signed=True)
-        frame = Message(stream_id, message_id, event_time, r.short("key"), r.rest())
+        frame = WallarooMessage(stream_id, message_id, event_time, r.short("key"), r.rest())
     elif tag == ACK_TAG:
         credits, count = r.number(4, "credits"), r.number(4, "count")
         left = len(r.data) - r.pos

@@ -45,8 +45,14 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
-from aqueduct.connector.frames import Message as ConnectorMessage
+from aqueduct.connector.frames import (
+    BOUNDARY,
+    EOS,
+    EVENT_TIME,
+    KEY,
+    UNSTABLE_REFERENCE,
+    ConnectorMessage,
+)
 from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
@@ -64,11 +70,11 @@ from aqueduct.connector.wallaroo.frames import (
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     NotifyAck,
     Ok,
     Restart,
+    WallarooMessage,
     encode,
     frame_name,
 )
@@ -88,7 +94,7 @@ def from_v3(point: int) -> int:
     return 0 if point == NO_POINT else point + 1
 
 
-def _record(message: Message) -> ConnectorMessage:
+def _record(message: WallarooMessage) -> ConnectorMessage:
     """The ingest's record for a v3 MESSAGE (event time 0 and an empty key mean none)."""
     flags = (EVENT_TIME if message.event_time else 0) | (KEY if message.key else 0)
     return ConnectorMessage(
@@ -137,7 +143,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         Hello: (frozenset({C.CONNECTED}), "_on_hello"),
         Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
         Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Message: (frozenset({C.STREAMING}), "_on_message"),
+        WallarooMessage: (frozenset({C.STREAMING}), "_on_message"),
         EndOfStream: (frozenset({C.STREAMING}), "_on_end_of_stream"),
     }
     ROLE = "worker"
@@ -258,7 +264,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             self._out += encode(NotifyAck(False, stream_id, NO_POINT))
         return []
 
-    def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
+    def _open_stream(self, frame: WallarooMessage | EndOfStream) -> _Stream:
         stream = self.streams.get(frame.stream_id)
         if stream is None or stream.state is not StreamState.OPEN:
             raise self._fail(
@@ -267,7 +273,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             )
         return stream
 
-    def _on_message(self, message: Message) -> None:
+    def _on_message(self, message: WallarooMessage) -> None:
         self._spend_credit()
         stream = self._open_stream(message)
         if message.event_time < 0:
