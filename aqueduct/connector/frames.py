@@ -211,10 +211,13 @@ class ConnectorMessage:
         eos: bool = False,
         unstable: bool = False,
     ) -> ConnectorMessage:
-        """A record from what it means rather than its bits.
+        """A record from what it means rather than its bits: the one place the message keywords become flags.
 
         A record without an id is EPHEMERAL (the codec's rule too), a
         BOUNDARY carries no payload, and ``unstable`` is UNSTABLE_REFERENCE.
+        The producer's ``send`` hands its keywords to this; only a plain
+        data record (an id or none, an event time or none) is built without
+        it, by the stream that numbers it.
         """
         flags = (
             (EPHEMERAL if message_id is None else 0)
