@@ -255,10 +255,10 @@ class ConnectorStream:
             upto = done + min(room, len(payloads) - done)
             times = None if event_times is None else event_times[done:upto]
             first = state.next_id
-            queued = host.queue(state.make_messages(payloads[done:upto], times, ephemeral))
+            go_on = host.queue(state.make_messages(payloads[done:upto], times, ephemeral))
             ids.extend(range(first, state.next_id))
             done = upto
-            if not queued:
+            if not go_on:
                 await host.wait_for_credit()
         return None if ephemeral else ids
 
