@@ -5,7 +5,7 @@
     python examples/blocking_producer.py tcp://127.0.0.1:7447 --count 1000
     python examples/blocking_producer.py aqueduct://bridge:4433 --cafile /var/lib/aqueduct/log/tls/ca.pem
 
-Four threads share one :class:`aqueduct.connector.producer.blocking.Producer`, each
+Four threads share one :class:`aqueduct.connector.Producer`, each
 writing JSON records to a stream of its own. ``on_delivery`` is told of
 every record once Spark committed it downstream (or, with the error, that
 it never will be); ``flush`` waits for the rest and says how many are left.
@@ -20,8 +20,7 @@ import json
 import sys
 import threading
 
-from aqueduct.connector.producer.blocking import Producer
-from aqueduct.connector.producer.client import Delivery
+from aqueduct.connector import Delivery, Producer
 
 THREADS = 4
 

@@ -21,6 +21,7 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct", "connect"),
     ("aqueduct", "serve"),
     ("aqueduct.connector", "Connector"),
+    ("aqueduct.connector", "Delivery"),
     ("aqueduct.connector", "Producer"),
     ("aqueduct.connector", "UNORDERED"),
     ("aqueduct.connector.frames", "ConnectorMessage"),
@@ -34,6 +35,8 @@ PUBLIC: list[tuple[str, str]] = [
 OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "Connector"),
     ("aqueduct.connector.client", "UNORDERED"),
+    ("aqueduct.connector.client", "Delivery"),
+    ("aqueduct.connector.blocking", "Producer"),
     ("aqueduct.connector.frames", "Message"),
     ("aqueduct.bridge", "Receiver"),
 ]
