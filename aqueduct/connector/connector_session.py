@@ -23,8 +23,8 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
-    HandshakeCompleted,
     RestartRequested,
+    SessionAccepted,
     SessionEnded,
 )
 from aqueduct.connector.frames import (
@@ -183,7 +183,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def _on_ok(self, ok: Ok) -> None:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self.credits = ok.credits
-        self._events.append(HandshakeCompleted(ok.credits, ok.refs))
+        self._events.append(SessionAccepted(ok.credits, ok.refs))
 
     def _on_ack(self, ack: Ack) -> None:
         self.credits += ack.credits

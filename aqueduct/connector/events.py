@@ -59,7 +59,7 @@ class RecordsAccepted:
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeCompleted:
+class SessionAccepted:
     """Connector side: OK arrived with initial credits and the points to resume from."""
 
     credits: int
@@ -93,4 +93,4 @@ class SessionEnded:
 
 
 WorkerEvent = HelloAccepted | StreamNotified | RecordsAccepted | SessionEnded
-ConnectorEvent = HandshakeCompleted | Acked | RestartRequested | SessionEnded
+ConnectorEvent = SessionAccepted | Acked | RestartRequested | SessionEnded

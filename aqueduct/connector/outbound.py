@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
-from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
+from aqueduct.connector.events import Acked, ConnectorEvent, SessionAccepted
 from aqueduct.connector.frames import (
     EOS,
     EPHEMERAL,
@@ -241,7 +241,7 @@ class Outbox:
 
     def apply(self, event: ConnectorEvent) -> None:
         """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
-        if isinstance(event, HandshakeCompleted):
+        if isinstance(event, SessionAccepted):
             self.connected(event.refs)
         elif isinstance(event, Acked):
             for stream_id, point in event.refs:

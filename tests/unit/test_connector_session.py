@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from aqueduct.connector.connector_session import ConnectorSession, NoCredits
 from aqueduct.connector.events import (
     Acked,
-    HandshakeCompleted,
     RecordsAccepted,
     RestartRequested,
+    SessionAccepted,
     SessionEnded,
 )
 from aqueduct.connector.frames import (
@@ -60,7 +60,7 @@ def test_handshake() -> None:
     session.start()
     assert sent(session) == [Hello(PROTOCOL_VERSION, b"c", "gen", "gen-1")]
     refs = (StreamRef(1, "s", 4),)
-    assert session.receive_data(encode(Ok(5, refs))) == [HandshakeCompleted(5, refs)]
+    assert session.receive_data(encode(Ok(5, refs))) == [SessionAccepted(5, refs)]
     assert session.credits == 5 and session.state is ConnectionState.STREAMING
 
 

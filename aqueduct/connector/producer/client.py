@@ -50,7 +50,7 @@ from aqueduct.connector.errors import (
     TlsRefused,
     WorkerBusy,
 )
-from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
+from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
@@ -63,9 +63,9 @@ __all__ = [
     "ConnectorStream",
     "Delivery",
     "DeliveryCallback",
-    "Link",
     "Mode",
     "StreamHost",
+    "WorkerLink",
 ]
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ DeliveryCallback = Callable[[Exception | None, Delivery], None]
 """``on_delivery(error, delivery)``: ``error`` is None once the record is committed downstream."""
 
 
-class Link(Protocol):
+class WorkerLink(Protocol):
     """One connection to a worker, as the client drives it (opening it may raise :class:`WorkerBusy`)."""
 
     async def send(self, frames: Sequence[Outgoing]) -> None: ...
@@ -593,7 +593,7 @@ class Connector:
         low, high = self.backoff
         return random.uniform(low, min(high, low * 2 ** min(failures, 16)))
 
-    async def _serve(self, link: Link) -> tuple[SessionEnded, bool]:
+    async def _serve(self, link: WorkerLink) -> tuple[SessionEnded, bool]:
         """Run one session over ``link`` until it ends; also say whether OK arrived."""
         session = ConnectorSession(self.program, self.instance, self.cookie, self.max_frame_size)
         self._session = session
@@ -623,7 +623,7 @@ class Connector:
                     if isinstance(event, SessionEnded):
                         ended = event if data else SessionEnded(reason, "closed")
                     else:
-                        if isinstance(event, HandshakeCompleted):
+                        if isinstance(event, SessionAccepted):
                             self.stats.connections += 1
                             handshaken = True
                         elif isinstance(event, Acked) and self.on_delivery is not None:
@@ -644,7 +644,7 @@ class Connector:
             self._changed()
         return ended, handshaken
 
-    async def _write_loop(self, session: ConnectorSession, link: Link) -> None:
+    async def _write_loop(self, session: ConnectorSession, link: WorkerLink) -> None:
         while True:
             await self._kick.wait()
             self._kick.clear()
@@ -663,7 +663,7 @@ def _link_opener(
     quic_backend: str,
     certfile: str | None = None,
     keyfile: str | None = None,
-) -> Callable[[], Awaitable[Link]]:
+) -> Callable[[], Awaitable[WorkerLink]]:
     parts = urlsplit(url)
     if parts.hostname is None or parts.port is None:
         raise ValueError(f"connector URL needs host and port: {url!r}")
