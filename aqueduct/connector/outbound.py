@@ -92,7 +92,7 @@ class OutboundStream:
 
     def make_message(
         self,
-        payload: bytes,
+        payload: bytes | None,
         message_id: int | None = None,
         event_time: int | None = None,
         ephemeral: bool = False,
