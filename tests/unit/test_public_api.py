@@ -17,11 +17,75 @@ import warnings
 import pytest
 
 PUBLIC: list[tuple[str, str]] = [
+    # what `aqueduct` exports: the channels (from aqueduct.runtime) and their errors (docs/usage.md)
+    ("aqueduct", "__version__"),
+    ("aqueduct", "oneshot"),
+    ("aqueduct", "Sender"),
+    ("aqueduct", "Receiver"),
+    ("aqueduct", "Server"),
+    ("aqueduct", "ServerConnection"),
+    ("aqueduct", "Connection"),
+    ("aqueduct", "Mode"),
+    ("aqueduct", "Message"),
+    ("aqueduct", "Finished"),
+    ("aqueduct", "OneshotSender"),
+    ("aqueduct", "OneshotReceiver"),
+    ("aqueduct", "PayloadError"),
+    ("aqueduct", "AqueductError"),
+    ("aqueduct", "LocalProtocolError"),
+    ("aqueduct", "RemoteProtocolError"),
+    ("aqueduct", "Cancelled"),
+    ("aqueduct", "ReceiverClosed"),
+    ("aqueduct", "LostInTransit"),
+    ("aqueduct", "ConnectionLost"),
+    # what `aqueduct.runtime` exports, and the helpers docs/usage.md shows
+    ("aqueduct.runtime", "channel"),
+    ("aqueduct.runtime", "oneshot"),
+    ("aqueduct.runtime", "connect"),
+    ("aqueduct.runtime", "serve"),
+    ("aqueduct.runtime", "Sender"),
+    ("aqueduct.runtime", "Receiver"),
+    ("aqueduct.runtime", "Server"),
+    ("aqueduct.runtime", "ServerConnection"),
+    ("aqueduct.runtime", "Connection"),
+    ("aqueduct.runtime", "Mode"),
+    ("aqueduct.runtime", "Message"),
+    ("aqueduct.runtime", "Finished"),
+    ("aqueduct.runtime", "OneshotSender"),
+    ("aqueduct.runtime", "OneshotReceiver"),
+    ("aqueduct.runtime", "PayloadError"),
+    ("aqueduct.runtime.retry_hint", "retry_within"),
+    # what `aqueduct.connector` exports: producers (docs/connector.md) and the worker side
+    ("aqueduct.connector", "ConnectorStream"),
+    ("aqueduct.connector", "Delivery"),
+    ("aqueduct.connector", "ORDERED"),
+    ("aqueduct.connector", "UNRELIABLE"),
+    ("aqueduct.connector", "Mode"),
+    ("aqueduct.connector", "ConnectorClosed"),
+    ("aqueduct.connector", "ConnectorRefused"),
+    ("aqueduct.connector", "CreditTimeout"),
+    ("aqueduct.connector", "TlsRefused"),
+    ("aqueduct.connector", "DurableStream"),
+    ("aqueduct.connector", "WorkerConfig"),
+    ("aqueduct.connector", "WorkerSession"),
+    ("aqueduct.connector", "ConnectorSession"),
+    ("aqueduct.connector", "WorkerPeer"),
+    ("aqueduct.connector", "WorkerSink"),
+    ("aqueduct.connector", "MemorySink"),
+    ("aqueduct.connector", "serve_tcp"),
+    ("aqueduct.connector", "serve_aqueduct"),
+    # the paths the connector docs and examples showed before they showed aqueduct.connector
+    ("aqueduct.connector.producer.client", "Connector"),
+    ("aqueduct.connector.producer.client", "UNORDERED"),
+    ("aqueduct.connector.producer.client", "Delivery"),
+    ("aqueduct.connector.producer.blocking", "Producer"),
+    # the bridge in your own Spark job (docs/own-pipeline.md)
+    ("aqueduct.bridge", "SparkBridgeError"),
+    # the first entries
     ("aqueduct", "channel"),
     ("aqueduct", "connect"),
     ("aqueduct", "serve"),
     ("aqueduct.connector", "Connector"),
-    ("aqueduct.connector", "Delivery"),
     ("aqueduct.connector", "Producer"),
     ("aqueduct.connector", "UNORDERED"),
     ("aqueduct.connector.frames", "ConnectorMessage"),
@@ -33,14 +97,14 @@ PUBLIC: list[tuple[str, str]] = [
 ]
 
 OLD_PATHS: list[tuple[str, str]] = [
-    ("aqueduct.connector.client", "Connector"),
-    ("aqueduct.connector.client", "UNORDERED"),
     ("aqueduct.connector.client", "Delivery"),
     ("aqueduct.connector.blocking", "Producer"),
+    ("aqueduct.bridge", "ReceiverError"),
+    ("aqueduct.connector.client", "Connector"),
+    ("aqueduct.connector.client", "UNORDERED"),
     ("aqueduct.connector.frames", "Message"),
     ("aqueduct.bridge", "Receiver"),
 ]
-
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])
 def test_a_public_name_imports_without_a_warning(module: str, name: str) -> None:

@@ -22,9 +22,9 @@ reported, never returned.
 The magic says the entry format: version 1 entries (written before
 batches had checksums) have no checksum field; version 2 entries have
 one and a flag saying whether it is set. The writer rewrites a version 1
-index as version 2 when it opens the log (:func:`upgrade`), with the old
-entries flagged unchecked, so every batch written from then on has a
-checksum and old logs keep opening.
+index as version 2 when it opens the log (:func:`is_current` tells, and
+:func:`rewrite_index` rewrites), with the old entries flagged unchecked, so
+every batch written from then on has a checksum and old logs keep opening.
 """
 
 from __future__ import annotations
