@@ -15,9 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from aqueduct._moved import moved_name
+from typing import Protocol
 
 __all__ = [
     "ACK_TAG",
@@ -840,8 +838,10 @@ class FrameSplitter:
         return len(self._buf) - self._pos
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``Message``, this class's old name (the docs showed it), warns and works for one release."""
     if name == "Message":
+        from aqueduct._moved import moved_name  # only for the old name's users
+
         return moved_name(__name__, name, __name__, "ConnectorMessage")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
