@@ -241,7 +241,7 @@ def encode(frame: Frame) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
+class _WallarooReader:
     """Cursor over one frame body; a body too short names the frame and field."""
 
     __slots__ = ("frame", "data", "pos")
@@ -282,7 +282,7 @@ class _Reader:
             raise WallarooFrameError(f"{self.frame}: {left} trailing byte(s) after the body")
 
 
-def _read(tag: int, r: _Reader) -> Frame:
+def _read(tag: int, r: _WallarooReader) -> Frame:
     frame: Frame
     if tag == HELLO_TAG:
         # Kept even if not UTF-8, so the session can name the version it got.
@@ -327,7 +327,7 @@ def _decode_body(tag: int, body: bytes) -> Frame:
                 f"frame tag {tag} is a two-phase-commit frame, not part of a source connection"
             )
         raise WallarooFrameError(f"unknown frame tag {tag}")
-    return _read(tag, _Reader(name, body))
+    return _read(tag, _WallarooReader(name, body))
 
 
 def _check_length(length: int, max_frame_size: int) -> None:
