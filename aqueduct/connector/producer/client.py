@@ -439,10 +439,6 @@ class Connector:
             lambda: all(not s.unacked for s in self._outbox.streams.values()), timeout
         )
 
-    def _mode_of(self, stream_id: int) -> Mode:
-        stream = self._outbox.streams.get(stream_id)
-        return stream.mode if stream is not None else ORDERED
-
     # ------------------------------------------------------------ StreamHost: what stream handles use
 
     def buffer_room(self, stream: OutboundStream) -> int:
@@ -497,6 +493,10 @@ class Connector:
                 await asyncio.wait_for(self._progress.wait(), remaining)
 
     # ------------------------------------------------------------ internals
+
+    def _mode_of(self, stream_id: int) -> Mode:
+        stream = self._outbox.streams.get(stream_id)
+        return stream.mode if stream is not None else ORDERED
 
     def _has_credit_for_queue(self) -> bool:
         session = self._session
