@@ -4,6 +4,8 @@ Subcommands:
 
 * ``aqueduct certs DIR [--hosts localhost,127.0.0.1] [--days N] [--json] [--force]``:
   create a local CA plus server and client certificates for TLS / mutual TLS.
+* ``aqueduct token keygen|issue|inspect``: the operator's key pair and the
+  signed producer tokens it issues (:mod:`aqueduct.auth.tokens`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 
 from aqueduct.console import UsageError, add_version, positive_int, run
 from aqueduct.runtime.certs import DEFAULT_HOSTS, generate_certs
+from aqueduct.token_cli import add_token_parser, token_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     certs.add_argument("--json", action="store_true", help="print the file paths as JSON")
     certs.add_argument("--force", action="store_true", help="overwrite existing files")
+    add_token_parser(sub)
     return parser
 
 
@@ -66,6 +70,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "certs":
         return _certs(args)
+    if args.command == "token":
+        return token_command(args)
     raise AssertionError(f"unhandled command {args.command}")  # argparse rejects others
 
 

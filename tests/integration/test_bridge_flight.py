@@ -25,9 +25,9 @@ from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.consumers import ALL_STREAMS, ConsumerError, load_consumers
 from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.bridge.storage.segment import segment_name
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import ConnectorMessage
+from tests.corrupting import flip_a_bit_in_stored_batch
 from tests.log_locations import FlightLogs
 
 
@@ -57,17 +57,6 @@ def log(tmp_path: Path):
         fill(lg, 1, 20)
         fill(lg, 7, 5)
         yield lg
-
-
-def flip_a_bit_in_stored_batch(log: DurableLog, sid: int, entry: int):  # noqa: ANN201 - an index entry
-    """Flip one bit in the middle of stream ``sid``'s stored batch number ``entry``; its index entry."""
-    stream = load_streams(log.path)[sid]
-    bad = stream.entries[entry]
-    segment = stream.directory / segment_name(bad.segment)
-    data = bytearray(segment.read_bytes())
-    data[bad.position + bad.length // 2] ^= 0x10
-    segment.write_bytes(bytes(data))
-    return bad
 
 
 def ipc_bytes(batches: list[pa.RecordBatch]) -> bytes:
@@ -263,7 +252,7 @@ def test_a_read_waits_for_a_bridge_that_comes_back(log: DurableLog, flights: Fli
 
 def test_a_flipped_byte_is_reported_over_flight_never_sent(log: DurableLog, flights: FlightLogs) -> None:
     """The network read path checks each stored batch's CRC32C, as the local read does."""
-    bad = flip_a_bit_in_stored_batch(log, 7, 1)
+    bad = flip_a_bit_in_stored_batch(log.path, 7, 1)
     remote = RemoteLog(flights.address(log.path), flights.token, flights.certs.ca.read_bytes())
     with pytest.raises(RemoteCorruption, match=rf"stream 7 records \[{bad.first_offset}, {bad.end_offset}\)"):
         list(remote.fetch(7, 0, 20))
@@ -286,7 +275,7 @@ def test_a_read_resumed_past_a_skipped_corrupt_batch_reads_no_record_twice(
 
     from aqueduct.bridge.network.flight_server import LogFlightServer
 
-    bad = flip_a_bit_in_stored_batch(log, 7, 1)
+    bad = flip_a_bit_in_stored_batch(log.path, 7, 1)
 
     class BreaksOnce(LogFlightServer):
         """The first read's stream breaks after two batches, as when a bridge dies mid-read."""

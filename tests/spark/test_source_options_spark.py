@@ -19,8 +19,11 @@ from pyspark.sql.utils import AnalysisException, StreamingQueryException
 
 from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import load_consumers
+from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.bridge.storage.segment import segment_name
 from aqueduct.connector.frames import ConnectorMessage
+from tests.corrupting import flip_a_bit_in_stored_batch
 from tests.log_locations import LogLocation
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -165,6 +168,31 @@ def test_fail_on_data_loss_false_skips_truncated_records_and_counts_them(spark: 
         assert again.awaitTermination(TIMEOUT) and again.exception() is None
     assert ids(spark, tmp_path / "q" / "data", "message_id") == [(0,), (1,), (2,), (8,), (9,), (10,)]
     assert json.loads(commit_file(path, "default").read_text())["skipped_records"] == 4
+
+
+def test_a_corrupt_batch_met_by_a_record_budget_stops_the_query_or_is_skipped_and_counted(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The planner's epoch questions under maxRecordsPerTrigger meet the flipped batch before any executor reads it."""
+    log = make_log(tmp_path / "log", {1: "a"}, epochs=6)
+    bad = flip_a_bit_in_stored_batch(log, 1, 2)  # records [8, 12): the budget's second batch asks where its epochs end
+    strict = stream_to_parquet(spark, tmp_path / "strict", {"availableNow": True}, "corrupt1", log=str(log),
+                               consumer="strict", maxRecordsPerTrigger="6")  # fmt: skip
+    with pytest.raises(StreamingQueryException) as caught:
+        strict.awaitTermination(TIMEOUT)
+    assert "AqueductDataLoss: aqueduct source: " in str(caught.value)
+    assert f"log {str(log)!r} stream 1 records [8, 12) are corrupt: the batch at byte {bad.position} of segment " \
+           f"{segment_name(bad.segment)} fails its CRC32C check" in str(caught.value)  # fmt: skip
+    assert "in latestOffset" in str(caught.value)  # planning, not a task
+    lenient = stream_to_parquet(spark, tmp_path / "lenient", {"availableNow": True}, "corrupt2", log=str(log),
+                                consumer="lenient", maxRecordsPerTrigger="6", failOnDataLoss="false")  # fmt: skip
+    assert lenient.awaitTermination(TIMEOUT) and lenient.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "lenient" / "data")).select("message_id", "payload").collect()
+    assert sorted((r.message_id, bytes(r.payload)) for r in rows) == [
+        (m, b"1-%d-" % m + b"x" * 100) for m in range(24) if m % 4 != 3 and not 8 <= m < 12
+    ]
+    assert corrupt_ranges(log) == [(1, 8, 12)]
+    assert json.loads(commit_file(log, "lenient").read_text())["skipped_records"] == 4
 
 
 def test_one_query_over_two_logs_keeps_colliding_stream_ids_apart(spark: Any, tmp_path: Path) -> None:

@@ -40,8 +40,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from aqueduct.bridge.source.log_access import LocalLog, raise_recorded, skip_recorded
+from aqueduct.bridge.source.log_access import LocalLog
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection, check_consumer_name
+from aqueduct.bridge.storage.corruption import corrupt_handler
 from aqueduct.bridge.storage.flight_protocol import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
 from aqueduct.bridge.storage.index import MAGIC, encode_entry
 from aqueduct.bridge.storage.offset import SourceOffset
@@ -181,7 +182,7 @@ class LogFlightServer(flight.FlightServerBase):
             entries = s.entries_between(start, end)
         except IndexError as e:
             raise flight.FlightServerError(f"aqueduct bridge: {e}") from None
-        on_corrupt = skip_recorded if want.get("skip_corrupt") else raise_recorded
+        on_corrupt = corrupt_handler(bool(want.get("skip_corrupt")))
         try:
             return [
                 (batch, pa.py_buffer(RESUME_AT.pack(min(end, e.end_offset))))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -113,6 +114,20 @@ class AqueductDataLoss(RuntimeError):
     """Records the query has not read yet were truncated from the log, or their stored bytes are corrupt."""
 
 
+@contextmanager
+def _corruption_is_data_loss() -> Iterator[None]:
+    """A stored batch failing its checksum, met by any read (records or an epoch question, here or on a bridge).
+
+    The reads themselves already applied ``failOnDataLoss``
+    (:func:`~aqueduct.bridge.storage.corruption.corrupt_handler`): what
+    still raises is the query's data loss, reported the same on every path.
+    """
+    try:
+        yield
+    except (BatchCorrupt, RemoteCorruption) as found:
+        raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
+
+
 def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:
     """Where a stream starts (or, for ``endingOffsets``, ends) for entry ``wanted``: an epoch boundary."""
     if wanted == EARLIEST:
@@ -149,7 +164,8 @@ def _positions(
             f"aqueduct source: {option} names streams the log does not have "
             f"(or the stream filter leaves out): [{', '.join(key_text(k) for k in unknown)}]"
         )
-    return {k: _start_of(s, per_stream.get(k, default), option) for k, s in streams.items()}
+    with _corruption_is_data_loss():
+        return {k: _start_of(s, per_stream.get(k, default), option) for k, s in streams.items()}
 
 
 class AqueductDataSource(DataSource):
@@ -222,7 +238,7 @@ def read_partition(
     # 0.1 s on the benchmark machine) on the way to the query's first micro-batch.
     import pyarrow.compute as pc
 
-    try:
+    with _corruption_is_data_loss():
         for x in partition.slices:
             log = logs[x.key[0] if isinstance(x.key, tuple) else None]
             for batch in log.read(x, skip_corrupt):
@@ -235,8 +251,6 @@ def read_partition(
                         [*rows.columns, name], schema=rows.schema.append(pa.field("log", pa.string(), False))
                     )
                 yield rows
-    except (BatchCorrupt, RemoteCorruption) as found:
-        raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
 
 
 def _check_not_truncated(streams: Mapping[StreamKey, StreamIndex], starts: Mapping[StreamKey, int]) -> None:
@@ -297,7 +311,8 @@ class _LogReader:
         over thousands of quiet streams costs no work per stream here.
         """
         if self._snapshots is None:
-            self._snapshots = [(name, log.snapshots()) for name, log in self.logs.items()]
+            skip = not self.options.fail_on_data_loss
+            self._snapshots = [(name, log.snapshots(skip)) for name, log in self.logs.items()]
         loaded = [(name, snapshots.load()) for name, snapshots in self._snapshots]
         self._note_changes()
         identity = tuple(id(streams) for _, streams in loaded)
@@ -565,7 +580,8 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader):
                 completes[k] = max(completes.get(k, pos), pos)
             completes = {k: c for k, c in completes.items() if c > 0 or k in starts}
             self._turn += 1
-            ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
+            with _corruption_is_data_loss():  # a budget asks epoch questions
+                ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
         if self._too_few(starts, ends):
             # No batch yet: what changed must be looked at again next time.
             self._dirty = None if dirty is None or self._dirty is None else self._dirty | dirty

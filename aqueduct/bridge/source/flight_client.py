@@ -31,7 +31,7 @@ from aqueduct.bridge.source.options import split_address
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection
 from aqueduct.bridge.storage.flight_protocol import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
-from aqueduct.bridge.storage.index import decode_entries
+from aqueduct.bridge.storage.index import IndexEntry, decode_entries
 from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.view import StreamIndex, StreamMeta
 
@@ -163,8 +163,8 @@ class RemoteLog:
 
     # ------------------------------------------------------------ LogAccess
 
-    def snapshots(self) -> RemoteSnapshots:
-        return RemoteSnapshots(self)
+    def snapshots(self, skip_corrupt: bool = False) -> RemoteSnapshots:
+        return RemoteSnapshots(self, skip_corrupt)
 
     def read(self, piece: Slice, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
         return self.fetch(stream_id(piece), piece.start, piece.end, skip_corrupt)
@@ -193,13 +193,17 @@ class RemoteLog:
 class RemoteStreamIndex(StreamIndex):
     """A stream's index as the bridge sent it; record columns (epoch questions) come over Flight."""
 
-    remote: RemoteLog | None = field(default=None, compare=False, repr=False)
+    remote: RemoteLog = field(kw_only=True, compare=False, repr=False)
 
-    def _batches(self, entries: Any, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        if not entries or self.remote is None:
-            return iter(())
-        lo, hi = max(start, entries[0].first_offset), min(end, entries[-1].end_offset)
-        return self.remote.fetch(self.stream_id, lo, hi)
+    def _lookup(self, e: IndexEntry, start: int, end: int) -> pa.RecordBatch | None:
+        """The bridge reads the batch under the same rule, where the bytes are.
+
+        It records a corrupt batch in its log's ``corrupt/``, then fails the
+        call (:class:`RemoteCorruption` here) or, with ``skip_corrupt``,
+        sends nothing for it.
+        """
+        batches = list(self.remote.fetch(self.stream_id, start, end, self.skip_corrupt))
+        return batches[0] if batches else None
 
 
 class RemoteSnapshots:
@@ -209,8 +213,9 @@ class RemoteSnapshots:
     (its streams stay where they were; other logs of the query go on).
     """
 
-    def __init__(self, remote: RemoteLog) -> None:
+    def __init__(self, remote: RemoteLog, skip_corrupt: bool = False) -> None:
         self.remote = remote
+        self.skip_corrupt = skip_corrupt  # what the streams' epoch questions do with a corrupt batch
         self._instance = ""
         self._generation = 0
         self._last: dict[int, StreamIndex] | None = None
@@ -252,7 +257,7 @@ class RemoteSnapshots:
         if valid != len(index):
             raise ValueError(f"aqueduct source: bridge {self.remote.address} sent a damaged index of stream {sid}")
         directory = Path(f"{self.remote.address}/streams/{sid}")  # a label: records come over Flight
-        return RemoteStreamIndex(meta, directory, tuple(entries), remote=self.remote)
+        return RemoteStreamIndex(meta, directory, tuple(entries), self.skip_corrupt, remote=self.remote)
 
 
 # ---------------------------------------------------------------- credentials

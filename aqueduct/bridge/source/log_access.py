@@ -24,13 +24,18 @@ import pyarrow as pa
 
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.acked import offsets_checksum
-from aqueduct.bridge.storage.commits import commit_file
-from aqueduct.bridge.storage.consumers import StreamSelection, check_not_dropped, register_consumer
-from aqueduct.bridge.storage.corruption import record_corrupt
+from aqueduct.bridge.storage.commits import commit_file, read_committed
+from aqueduct.bridge.storage.consumers import (
+    StreamSelection,
+    check_not_dropped,
+    load_consumers,
+    register_consumer,
+)
+from aqueduct.bridge.storage.corruption import corrupt_handler, corrupt_ranges, records_passed
 from aqueduct.bridge.storage.index import write_atomically
 from aqueduct.bridge.storage.offset import SourceOffset
-from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
-from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex
+from aqueduct.bridge.storage.segment import read_batches
+from aqueduct.bridge.storage.view import LogSnapshots, StreamIndex, load_stream
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +52,12 @@ class Snapshots(Protocol):
 class LogAccess(Protocol):
     """One log as the source sees it; picklable (executors get it inside the reader)."""
 
-    def snapshots(self) -> Snapshots:
-        """A fresh, caching view of the streams (planning keeps one per reader)."""
+    def snapshots(self, skip_corrupt: bool = False) -> Snapshots:
+        """A fresh, caching view of the streams (planning keeps one per reader).
+
+        Its epoch questions meet a corrupt batch as :meth:`read` does
+        (``skip_corrupt``: see :attr:`~aqueduct.bridge.storage.view.StreamIndex.skip_corrupt`).
+        """
         ...
 
     def read(self, piece: Slice, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
@@ -70,7 +79,11 @@ class LogAccess(Protocol):
         ...
 
     def commit(self, consumer: str, positions: Mapping[int, int], skipped: int) -> None:
-        """Record that ``consumer`` committed ``positions``; ``skipped`` records were skipped since last time."""
+        """Record that ``consumer`` committed ``positions``; ``skipped`` records were skipped since last time.
+
+        ``skipped`` counts what the reader skipped as truncated; the log adds
+        the records of corrupt batches the commit moves past.
+        """
         ...
 
 
@@ -88,11 +101,11 @@ class LocalLog:
     def __repr__(self) -> str:
         return f"LocalLog({str(self.path)!r})"
 
-    def snapshots(self) -> LogSnapshots:
-        return LogSnapshots(self.path)
+    def snapshots(self, skip_corrupt: bool = False) -> LogSnapshots:
+        return LogSnapshots(self.path, skip_corrupt)
 
     def read(self, piece: Slice, skip_corrupt: bool = False) -> Iterator[pa.RecordBatch]:
-        on_corrupt = skip_recorded if skip_corrupt else raise_recorded
+        on_corrupt = corrupt_handler(skip_corrupt)
         return read_batches(Path(piece.directory), piece.entries, piece.start, piece.end, on_corrupt)
 
     def register(self, consumer: str, start: Mapping[int, int], reads: StreamSelection) -> None:
@@ -105,10 +118,13 @@ class LocalLog:
         """Write ``<log>/commits/<consumer>.json``: the safety-net signal the bridge polls.
 
         The document also counts the records ``failOnDataLoss=false``
-        skipped over the consumer's life, for ``aqueduct-bridge consumers list``.
+        skipped over the consumer's life, for ``aqueduct-bridge consumers list``:
+        truncated ones (``skipped``, counted by the reader) and those of
+        corrupt batches (:meth:`_corrupt_passed`). This runs in the bridge for
+        a query reading it over Flight, so both ways count alike.
         """
         path = commit_file(self.path, consumer)
-        total = skipped + _skipped_before(path)
+        total = skipped + _skipped_before(path) + self._corrupt_passed(consumer, positions)
         offsets = SourceOffset(positions).spark()
         doc = {"offsets": offsets, "crc32c": offsets_checksum(offsets), "committed_at": time.time(),
                "skipped_records": total}  # fmt: skip
@@ -118,17 +134,27 @@ class LocalLog:
         except OSError as e:  # a full log disk: the listener still signals, the next commit rewrites it
             logger.warning("aqueduct source: cannot write %s (%s); the next commit writes it", path, e)
 
+    def _corrupt_passed(self, consumer: str, positions: Mapping[int, int]) -> int:
+        """Records of batches in ``corrupt/`` that this commit moves past: the consumer skipped them.
 
-def raise_recorded(found: BatchCorrupt) -> None:
-    """A corrupt batch read without ``failOnDataLoss=false``: recorded, then raised."""
-    record_corrupt(found)
-    raise found
-
-
-def skip_recorded(found: BatchCorrupt) -> None:
-    """A corrupt batch under ``failOnDataLoss=false``: recorded and left out."""
-    record_corrupt(found)
-    logger.warning("aqueduct source: skipping %s (failOnDataLoss=false)", found)
+        Whoever read them recorded them first (an executor, a planning
+        lookup, a bridge serving either), and a read that does not skip
+        never commits past one. From the consumer's last commit (else where
+        it registered), and never below a stream's earliest record: records
+        truncated before the consumer read them are counted as truncated.
+        """
+        ranges = [r for r in corrupt_ranges(self.path) if r[0] in positions]
+        if not ranges:
+            return 0
+        since = read_committed(self.path, consumer)
+        if since is None:
+            registered = load_consumers(self.path).get(consumer)
+            since = dict(registered.start) if registered is not None else {}
+        ahead = [(sid, a, b) for sid, a, b in ranges if b > since.get(sid, 0) and a < positions[sid]]
+        for sid in {sid for sid, _, _ in ahead}:  # rare: an index is read only when a commit passes one
+            stream = load_stream(self.path, sid)
+            since[sid] = max(since.get(sid, 0), stream.earliest if stream is not None else positions[sid])
+        return records_passed(ahead, since, positions)
 
 
 def _skipped_before(path: Path) -> int:

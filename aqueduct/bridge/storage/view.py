@@ -13,12 +13,13 @@ import bisect
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from aqueduct.bridge.storage.changes import CHANGES_FILE, ChangeReader
+from aqueduct.bridge.storage.corruption import corrupt_handler
 from aqueduct.bridge.storage.index import IndexEntry, IndexSnapshot, read_index
 from aqueduct.bridge.storage.segment import BatchCorrupt, read_batches
 from aqueduct.wire.modes import Mode
@@ -81,11 +82,20 @@ class StreamMeta:
 
 @dataclass(frozen=True)
 class StreamIndex:
-    """A snapshot of one stream's committed batches and the state after them."""
+    """A snapshot of one stream's committed batches and the state after them.
+
+    Position questions (:meth:`epoch_at`, :meth:`first_offset_of_epoch_at_least`,
+    :meth:`reference_at`) read a batch's columns, checked like any read: a
+    corrupt batch is recorded in ``LOG/corrupt/`` and raises
+    :class:`BatchCorrupt`, or with ``skip_corrupt`` (the source's
+    ``failOnDataLoss=false``) is answered from the index alone.
+    """
 
     meta: StreamMeta
     directory: Path
     entries: Sequence[IndexEntry]
+    #: whether position questions skip a corrupt batch (and answer from its index entry) or raise
+    skip_corrupt: bool = field(default=False, compare=False)
 
     @property
     def stream_id(self) -> int:
@@ -144,13 +154,18 @@ class StreamIndex:
         end: int,
         on_corrupt: Callable[[BatchCorrupt], None] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Where the records' columns come from: the segment files (a remote view fetches them)."""
+        """Where the records' columns come from: the segment files."""
         return read_batches(self.directory, entries, start, end, on_corrupt)
 
-    def _column_at(self, name: str, offset: int) -> int:
-        e = self.entries[self._entry_index(offset)]
-        (batch,) = self._batches([e], offset, offset + 1)
-        return batch.column(name)[0].as_py()
+    def _lookup(self, e: IndexEntry, start: int, end: int) -> pa.RecordBatch | None:
+        """Records ``[start, end)`` of ``e``'s batch for a position question; None if it is corrupt and skipped.
+
+        The one place position questions read records (a remote view asks
+        its bridge instead), under the same rule as every read
+        (:func:`~aqueduct.bridge.storage.corruption.corrupt_handler`).
+        """
+        batches = list(self._batches([e], start, end, corrupt_handler(self.skip_corrupt)))
+        return batches[0] if batches else None
 
     def reference_at(self, offset: int) -> int:
         """Point of reference covering every record below ``offset``.
@@ -166,13 +181,22 @@ class StreamIndex:
         if offset == e.end_offset:
             return e.reference_after
         try:
-            return self._column_at("reference", offset - 1)
+            batch = self._lookup(e, offset - 1, offset)
         except BatchCorrupt:
-            return e.reference_before
+            batch = None
+        return e.reference_before if batch is None else batch.column("reference")[0].as_py()
 
     def epoch_at(self, offset: int) -> int:
-        """Epoch number of the record at ``offset``."""
-        return self._column_at("epoch", offset)
+        """Epoch number of the record at ``offset``.
+
+        A corrupt batch skipped counts as one epoch, its last (its index
+        entry's ``last_epoch``), and :meth:`first_offset_of_epoch_at_least`
+        answers alike: the boundaries inside it cannot be read, its records
+        are lost whole anyway, and every epoch outside it keeps its edges.
+        """
+        e = self.entries[self._entry_index(offset)]
+        batch = self._lookup(e, offset, offset + 1)
+        return e.last_epoch if batch is None else batch.column("epoch")[0].as_py()
 
     def first_offset_of_epoch_at_least(self, epoch: int) -> int:
         """Smallest stored offset whose epoch is ``>= epoch`` (``end`` if none).
@@ -189,19 +213,29 @@ class StreamIndex:
         # (the source's admission); the import costs about 0.1 s (see the source's read_partition).
         import pyarrow.compute as pc
 
-        (batch,) = self._batches([e], e.first_offset, e.end_offset)
+        batch = self._lookup(e, e.first_offset, e.end_offset)
+        if batch is None:  # corrupt and skipped: all its records count as its last epoch, >= epoch
+            return e.first_offset
         below = pc.sum(pc.less(batch.column("epoch"), epoch)).as_py() or 0
         return e.first_offset + below
 
 
-def _load_stream(directory: Path, previous: IndexSnapshot | None = None) -> tuple[StreamIndex, IndexSnapshot] | None:
+def _load_stream(
+    directory: Path, previous: IndexSnapshot | None = None, skip_corrupt: bool = False
+) -> tuple[StreamIndex, IndexSnapshot] | None:
     """A stream's snapshot and its index's, reading only what was appended to ``previous``."""
     try:
         meta = StreamMeta.from_json((directory / META_FILE).read_bytes())
     except FileNotFoundError:
         return None
     index = read_index(directory / INDEX_FILE, previous)
-    return StreamIndex(meta, directory, index.entries), index
+    return StreamIndex(meta, directory, index.entries, skip_corrupt), index
+
+
+def load_stream(path: Path, stream_id: int) -> StreamIndex | None:
+    """Snapshot one stream of the log at ``path`` (None if the log has no such stream)."""
+    loaded = _load_stream(path / STREAMS_DIR / str(stream_id))
+    return None if loaded is None else loaded[0]
 
 
 def load_streams(path: Path) -> dict[int, StreamIndex]:
@@ -241,11 +275,15 @@ class LogSnapshots:
     entries appended to the index since (:func:`read_index`), so a stream's
     reload costs what its last group commits added, not the thousands of
     entries its index holds before truncation rewrites it.
+
+    ``skip_corrupt`` is the snapshots' :attr:`StreamIndex.skip_corrupt`
+    (the reading query's ``failOnDataLoss=false``).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, skip_corrupt: bool = False) -> None:
         check_log_dir(path)
         self.path = path
+        self.skip_corrupt = skip_corrupt
         self._changes = ChangeReader(path / CHANGES_FILE)
         self._known: dict[int, _Known] = {}
         self._last: dict[int, StreamIndex] | None = None
@@ -277,7 +315,7 @@ class LogSnapshots:
         return last
 
     def _load(self, directory: str, key: tuple[int, int, int] | None, cached: _Known | None) -> _Known | None:
-        loaded = _load_stream(Path(directory), cached.index if cached is not None else None)
+        loaded = _load_stream(Path(directory), cached.index if cached is not None else None, self.skip_corrupt)
         return None if loaded is None else _Known(key, *loaded)
 
     def _reload(self, sid: int, directory: str) -> None:
