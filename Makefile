@@ -11,7 +11,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-py$(PYVER)
 
-.PHONY: test lint mutate demo interop interop-backends bench java clean
+.PHONY: test test-fast lint mutate demo interop interop-backends bench java clean
 
 # (Re)built when pyproject.toml changes or the interpreter's version does.
 $(STAMP): pyproject.toml
@@ -32,18 +32,31 @@ java:
 # Two passes: everything but the picoquic-server tests, then those in a network
 # namespace whose only interface is loopback (a picoquic server listens on every
 # interface); where the machine refuses a namespace, they run here and skip, saying why.
-# The first pass lists its 15 slowest tests: the suite must stay under 20 minutes on 2 cores.
+# The first pass runs on TEST_WORKERS pytest-xdist workers (3: most tests wait on
+# processes, sockets and Spark triggers more than they compute): the tests sharing a
+# Spark session (or the standalone cluster) as one group on one worker, the rest spread
+# (tests/conftest.py). It lists its 15 slowest tests: the suite must stay under
+# 15 minutes on 2 cores.
+TEST_WORKERS ?= 3
 test: $(STAMP) java
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -rs --durations=15 -m "not picoquic_server" tests
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -rs --durations=15 \
+	  -n $(TEST_WORKERS) --dist loadgroup -m "not picoquic_server" tests
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m interop.netns --or-run -- \
-	  $(PY) -m pytest -q -p no:cacheprovider -rs -m picoquic_server tests/integration
+	  $(PY) -m pytest -q -p no:cacheprovider -rs -n 2 -m picoquic_server tests/integration
+
+# The inner loop, under 3 minutes: unit tests, the mutant list, and the integration
+# tests that need no JVM or wheel build (not marked spark or slow). No picoquic server.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -rs --durations=5 -n 2 --dist loadgroup \
+	  -m "not spark and not slow and not picoquic_server" tests/unit tests/mutants tests/integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check aqueduct demo interop tests bench examples
 
 # Hand-written mutants of the rule modules (tests/mutants/mutants.toml), each
-# applied to a scratch copy and run against its fast tests: run it before a
-# change to those modules lands (docs/testing.md). ARGS="ID ..." runs some only.
+# applied to a scratch copy and run against its fast tests (about a minute);
+# CI runs it after `make test`, so a stale or surviving mutant fails CI
+# (docs/testing.md). ARGS="ID ..." runs some only; ARGS=--check only locates them.
 mutate: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.mutants.run $(ARGS)
 

@@ -6,7 +6,7 @@ The bridge says everything through :mod:`logging` (loggers under
 ``reason`` ...), which the JSON form puts beside the message so a log
 shipper can filter on them without parsing text. The text form is what
 the bridge always printed: ``aqueduct-bridge: MESSAGE`` (``aqueduct-bridge:
-warning: MESSAGE`` from WARNING up). A :class:`~aqueduct.bridge.app.receiver.SparkBridge`
+warning: MESSAGE`` from WARNING up). A :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`
 leaves logging to the application it runs in.
 """
 

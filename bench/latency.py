@@ -207,8 +207,8 @@ async def _run_bridge(
 
         return acked
 
-    bridge._on_spark_commit = timed(bridge._on_spark_commit)  # type: ignore[method-assign]
-    bridge._on_sink_commit = timed(bridge._on_sink_commit)  # type: ignore[method-assign]
+    bridge.signals.on_spark_commit = timed(bridge.signals.on_spark_commit)  # type: ignore[method-assign]
+    bridge.signals.on_sink_commit = timed(bridge.signals.on_sink_commit)  # type: ignore[method-assign]
     query_start = time.time()
     await bridge.start()
     assert bridge.log is not None and bridge.quic_address is not None

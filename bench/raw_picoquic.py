@@ -32,7 +32,7 @@ from aiopquic.quic import events
 from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection
 
-from aqueduct.runtime.aiopquic_backend import free_udp_port
+from aqueduct.runtime.backends.aiopquic import free_udp_port
 from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE
 from bench.common import SERVER_NAME, Certs, Meter, listen_host, payload, run_until_idle, send_for
 from bench.raw_quic import PREFIX, Handler, on_bulk, on_datagram, on_small

@@ -1,6 +1,6 @@
 """Baselines: the same traffic written straight onto aioquic, no Aqueduct in between.
 
-Same TLS and QUIC settings as Aqueduct endpoints (``aqueduct.runtime.tls``:
+Same TLS and QUIC settings as Aqueduct endpoints (``aqueduct.runtime.backends.tls``:
 TLS 1.3, ALPN ``aqueduct``, datagrams on, aioquic's default flow-control
 limits). The sender bounds what it leaves queued inside aioquic, as
 Aqueduct's send window does, so neither side wins by buffering the whole run
@@ -28,7 +28,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events
 from aioquic.quic.connection import QuicConnection
 
-from aqueduct.runtime.tls import client_configuration, server_configuration
+from aqueduct.runtime.backends.tls import client_configuration, server_configuration
 from bench.common import SERVER_NAME, Certs, Meter, payload, run_until_idle, send_for
 
 # Bytes a stream sender may leave unsent inside aioquic before it waits: the

@@ -5,6 +5,12 @@ address), so the tests that need one run only where loopback is the only
 interface: ``make test`` runs them in a second pass inside a network
 namespace of their own (``python -m interop.netns -- pytest -m
 picoquic_server``); elsewhere they are skipped, saying so.
+
+``make test`` spreads the tests over two pytest-xdist workers
+(``--dist loadgroup``): the tests that share a session-scoped Spark
+fixture form one group each, so every group runs on one worker that
+starts its session once, and everything else is spread one test at a
+time. The groups come first, so the longest units start first.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import importlib.util
 import sys
 
 import pytest
+from _pytest.nodes import Node
 
 import aqueduct
 from aqueduct.runtime.certs import CertPaths, generate_certs
@@ -39,12 +46,39 @@ def picoquic_missing() -> str | None:
     return None
 
 
+#: session-scoped fixtures worth sharing (tests/spark/conftest.py): the tests using one run together
+SHARED_SESSIONS = ("spark", "cluster")
+
+
+def shared_session(item: pytest.Item) -> str | None:
+    """The expensive session fixture this test uses, if any: its xdist group."""
+    return next((name for name in SHARED_SESSIONS if name in getattr(item, "fixturenames", ())), None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test run with a picoquic server, for ``-m picoquic_server``."""
+    """Mark every test run with a picoquic server, for ``-m picoquic_server``; group the shared sessions' tests."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("server_backend") == "picoquic":
             item.add_marker(pytest.mark.picoquic_server)
+        if group := shared_session(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+    # stable: within a group, and among the rest, the files keep their order
+    items.sort(key=lambda item: (SHARED_SESSIONS + (None,)).index(shared_session(item)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``--dist loadgroup`` where it cannot group: each Spark test would then start its own session.
+
+    pytest-xdist (3.8) puts a test's group into its node id by setting
+    ``item._nodeid``; from pytest 9.2 on, ``nodeid`` is built from another
+    attribute, the scheduler sees no groups and runs every test alone (two
+    Spark sessions and two standalone clusters on two cores).
+    """
+    if config.getoption("dist", "no") == "loadgroup" and "_nodeid" not in Node.nodeid.fget.__code__.co_names:
+        raise pytest.UsageError("--dist loadgroup cannot group tests with this pytest (item.nodeid does not read "
+                                "item._nodeid, which pytest-xdist sets): install pytest<9.2 (pyproject.toml)")
 
 
 @pytest.fixture(params=["aioquic", "picoquic"])

@@ -9,7 +9,7 @@ Its rooms, one job each (imports go down this list, never up):
 - :mod:`.storage`: the durable log on disk and the files its readers share.
 
 In your own Spark application: ``from aqueduct.bridge import SparkBridge``
-(see :mod:`aqueduct.bridge.app.receiver`), and ``repair_checkpoint`` for the
+(see :mod:`aqueduct.bridge.app.spark_bridge`), and ``repair_checkpoint`` for the
 checkpoint of a query that may have been killed (see
 :mod:`aqueduct.bridge.app.checkpoint`). They are loaded on first use, so that
 Spark's Python workers, which import only the source, do not pay for the
@@ -29,11 +29,11 @@ def __getattr__(name: str) -> Any:
 
         return checkpoint.repair_checkpoint
     if name in __all__:
-        from aqueduct.bridge.app import receiver
+        from aqueduct.bridge.app import spark_bridge
 
-        return getattr(receiver, name)
+        return getattr(spark_bridge, name)
     if name in ("Receiver", "ReceiverError"):  # the old names, deprecated
-        from aqueduct.bridge.app import receiver
+        from aqueduct.bridge.app import spark_bridge
 
-        return receiver.renamed(name)
+        return spark_bridge.renamed(name)
     raise AttributeError(f"module 'aqueduct.bridge' has no attribute {name!r}")

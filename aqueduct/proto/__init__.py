@@ -1,6 +1,6 @@
 """Sans-IO Aqueduct state machines (see docs/protocol.md).
 
-Entry point: :class:`aqueduct.proto.connection.Connection` with a
+Entry point: :class:`aqueduct.proto.connection.ConnectionMachine` with a
 :class:`aqueduct.proto.config.ProtoConfig`; events and actions are in
 :mod:`aqueduct.proto.events`, errors in :mod:`aqueduct.proto.errors`,
 sender modes in :class:`aqueduct.wire.modes.Mode`, and

@@ -36,11 +36,7 @@ class Announcements:
             self.due = True
 
     def arm(self, now: float) -> None:
-        """Start the report timer for datagrams just sent.
-
-        Callers on the send path check ``senders and not armed`` inline
-        first: a call per message for nothing to do would show.
-        """
+        """Start the report timer for datagrams just noted (the caller checks ``armed`` first)."""
         self.armed = True
         if self._delay:
             self._timers.schedule(ANNOUNCE_TIMER, now + self._delay)

@@ -24,7 +24,7 @@ FrameLog = Callable[[dict], None]
 
 @dataclass(frozen=True, slots=True)
 class ProtoConfig:
-    """Everything a ``Connection`` may be told up front.
+    """Everything a ``ConnectionMachine`` may be told up front.
 
     ``window`` is W0: the byte credit each remote sender gets on channels we
     receive (announced with the ``aqueduct-window`` header when it differs

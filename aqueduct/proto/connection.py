@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
+from aqueduct._moved import moved_name
 from aqueduct.proto.announce import ANNOUNCE_TIMER, Announcements
 from aqueduct.proto.channels import ChannelTable
 from aqueduct.proto.config import ProtoConfig, peer_window
@@ -53,7 +55,12 @@ from aqueduct.proto.output import Output
 from aqueduct.proto.parking import Parking
 from aqueduct.proto.queue import EventQueue
 from aqueduct.proto.receiver import ReceiverChannel
-from aqueduct.proto.sender import SenderChannel, refuse_attachments_on_run
+from aqueduct.proto.sender import (
+    FeedbackTaken,
+    SenderChannel,
+    SenderConfig,
+    refuse_attachments_on_run,
+)
 from aqueduct.proto.stats import ChannelStats, ConnectionStats
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import TransitTracker, message_key
@@ -76,27 +83,27 @@ from aqueduct.wire.frames import (
     FinishSender,
     ForgetChannel,
     Frame,
-    Message,
+    MessageFrame,
     SentUnreliable,
     Version,
 )
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.varint import Headers
 
-__all__ = ["Connection", "Mode"]
+__all__ = ["ConnectionMachine", "Mode"]
 
 Channel = SenderChannel | ReceiverChannel
 
 # who may send each routed frame (spec section 3): the sender side, the receiver side, the creator
 _FROM_SENDER, _FROM_RECEIVER, _FROM_CREATOR = "s->r", "r->s", "creator"
 _SIDE_RULE: dict[type, str] = {
-    **dict.fromkeys((Message, SentUnreliable, FinishSender, CancelSender), _FROM_SENDER),
+    **dict.fromkeys((MessageFrame, SentUnreliable, FinishSender, CancelSender), _FROM_SENDER),
     **dict.fromkeys((AckReliable, AckNackUnreliable, CloseReceiver, Dequeued), _FROM_RECEIVER),
     ForgetChannel: _FROM_CREATOR,
 }
 
 
-class Connection:
+class ConnectionMachine:
     """The Aqueduct state machines of one connection (client or server side)."""
 
     def __init__(self, is_client: bool, config: ProtoConfig | None = None) -> None:
@@ -117,9 +124,16 @@ class Connection:
         self._table = ChannelTable(self.side)
         self._channels = self._table.live  # lookups go straight to the dict (hot path)
         self._announce = Announcements(self._timers, config.announce_delay)
-        self._send_window = config.window  # until the peer announces its own
+        #: what each new sender is told (the window is ours until the peer announces its own)
+        self._sender_config = SenderConfig(
+            config.window,
+            config.max_queued,
+            config.max_queued_bytes,
+            config.max_open_streams,
+            config.max_datagram_size,
+            self._hs.datagram_prefix(),
+        )
         self._rtt: float | None = None
-        self._max_datagram = config.max_datagram_size
         self._terminated = False
         self._intake = Intake(self.side, config, self._hs, self._table, self._stats)
         self._lifecycle = ChannelLifecycle(self.side, self._table, self._transit, self._parking, self._out)
@@ -198,10 +212,7 @@ class Connection:
         self._rtt = seconds
 
     def set_max_datagram_size(self, n: int) -> None:
-        self._max_datagram = n
-        for ch in self._channels.values():
-            if ch.is_sender:
-                ch.max_datagram_size = n
+        self._senders_reconfigured(max_datagram_size=n)
 
     def receipt_deadline(self) -> float:
         """max(2 x RTT, 100 ms); 1 s before an RTT sample exists."""
@@ -295,12 +306,11 @@ class Connection:
         else:
             refs = ()
         taken = ch.send(payloads, headers, refs)
+        if ch.report:  # (set by the first datagram a report covers, or one carrying a handle)
+            self._report_datagrams(ch, now)
         settled = not ch.queue
         if not settled and ch.evicted:  # (only a queued message evicts)
             self._channels_lost(self._lifecycle.lose(ch.take_evicted()))
-        announce = self._announce
-        if announce.senders and not announce.armed:
-            announce.arm(now)
         return taken, settled
 
     def send_blocked(self, chanid: int) -> bool:
@@ -400,14 +410,12 @@ class Connection:
             hs.version_received()
         elif isinstance(frame, AckVersion):
             hs.ack_version_received()
+            self._senders_reconfigured(datagram_prefix=hs.datagram_prefix())
         elif isinstance(frame, ConnectionHeaders):
             hs.headers_received(frame.headers)
             window = peer_window(frame.headers)
             if window is not None:
-                self._send_window = window
-                for ch in self._channels.values():
-                    if ch.is_sender:
-                        ch.window.limit = window
+                self._senders_reconfigured(window=window)
             if not self.is_client:
                 hs.send_headers()
             self._events.append(HandshakeCompleted(frame.headers))
@@ -434,7 +442,7 @@ class Connection:
 
     def _routed(self, chanid: int, frame: Frame, unreliable: bool, now: float) -> None:
         """One routed frame for ``chanid``: check the side, then hand it to the channel."""
-        if type(frame) is Message:  # the hot path, one per message
+        if type(frame) is MessageFrame:  # the hot path, one per message
             if chanid_sender(chanid) == self.peer:  # we hold the receiver: the peer may send
                 ch = self._channels.get(chanid)
                 if ch is not None:
@@ -475,24 +483,37 @@ class Connection:
             self._receiver_frame(ch, frame, unreliable, now)
 
     def _sender_frame(self, ch: SenderChannel, frame: Frame, now: float) -> None:
+        taken: FeedbackTaken
         if isinstance(frame, AckReliable):
-            ch.on_ack_reliable(frame.ranges)
+            taken = ch.on_ack_reliable(frame.ranges)
         elif isinstance(frame, AckNackUnreliable):
-            lost = ch.on_ack_nack(frame.ranges)
-            if lost:
-                self._channels_lost(self._lifecycle.lose(lost))
+            taken = ch.on_ack_nack(frame.ranges)
         elif isinstance(frame, Dequeued):
-            ch.on_dequeued(frame.num_bytes)
+            taken = ch.on_dequeued(frame.num_bytes)
         else:  # CloseReceiver
-            lost = ch.on_close_receiver()
+            taken = ch.on_close_receiver()
+        for event in taken.events:  # (before a CLOSE_RECEIVER frees the channel: parking knows it)
+            self._emit(event)
+        if type(frame) is CloseReceiver:
             self._lifecycle.free(ch.chanid)
-            if lost:
-                self._channels_lost(self._lifecycle.lose(lost))
+        if taken.lost:
+            self._channels_lost(self._lifecycle.lose(taken.lost))
+        if ch.report:  # queued datagrams went out
+            self._report_datagrams(ch, now)
+
+    def _report_datagrams(self, ch: SenderChannel, now: float) -> None:
+        """Datagrams of ``ch`` went out: a SENT_UNRELIABLE reports them within the announce delay.
+
+        Only a call that sent a datagram gets here, so the send path pays
+        nothing for it otherwise; a datagram carrying a handle is reported
+        at the next transmit (see :mod:`.announce`).
+        """
         announce = self._announce
-        if announce.senders and not announce.armed:  # queued datagrams left
+        announce.note(ch.chanid, ch.take_report())
+        if not announce.armed:
             announce.arm(now)
 
-    def _receive_message(self, ch: ReceiverChannel, frame: Message, unreliable: bool, now: float) -> None:
+    def _receive_message(self, ch: ReceiverChannel, frame: MessageFrame, unreliable: bool, now: float) -> None:
         """One MESSAGE of the general path (headers, attachments, a datagram, a logged frame)."""
         fresh = ch.ack_due is None
         if unreliable:
@@ -606,21 +627,7 @@ class Connection:
     def _new_state(self, chanid: int) -> Channel:
         cfg = self.config
         if chanid_sender(chanid) == self.side:
-            ch = SenderChannel(
-                chanid,
-                self._send_window,
-                cfg.max_queued,
-                cfg.max_queued_bytes,
-                cfg.max_open_streams,
-                self._out,
-                self._transit,
-                self._emit,
-                self._stats,
-                self._hs.datagram_prefix,
-                self._announce.note,
-            )
-            ch.max_datagram_size = self._max_datagram
-            return ch
+            return SenderChannel(chanid, self._sender_config, self._out, self._transit, self._stats)
         return ReceiverChannel(
             chanid,
             cfg.window,
@@ -630,6 +637,13 @@ class Connection:
             self._out,
             self._stats,
         )
+
+    def _senders_reconfigured(self, **changes: Any) -> None:
+        """What every sender is told changed: new senders start from it, live ones take it now."""
+        self._sender_config = config = replace(self._sender_config, **changes)
+        for ch in self._channels.values():
+            if ch.is_sender:
+                ch.reconfigure(config)
 
     def _sender(self, chanid: int) -> SenderChannel:
         if self._terminated:
@@ -647,3 +661,10 @@ class Connection:
         self._out.drain()
         self._out.close(1, reason)
         self._events.append(ConnectionTerminated(1, reason, by_peer=False))
+
+
+def __getattr__(name: str) -> Any:
+    """``Connection``, this class's name until it took one of its own: works, and warns."""
+    if name == "Connection":
+        return moved_name(__name__, name, __name__, "ConnectionMachine")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,12 @@
 """The contract between the sans-IO core (:mod:`aqueduct.proto`) and the runtime.
 
-The runtime feeds transport input into ``proto.connection.Connection`` and the
+The runtime feeds transport input into ``proto.connection.ConnectionMachine`` and the
 application's requests; the connection answers with two queues, drained by
 the runtime after every call:
 
-* ``Connection.transmit() -> list[Action]``: what to do on the QUIC
+* ``ConnectionMachine.transmit() -> list[Action]``: what to do on the QUIC
   connection (stream bytes, resets, datagrams, close).
-* ``Connection.next_event() -> Event | None``: what to tell the application.
+* ``ConnectionMachine.next_event() -> Event | None``: what to tell the application.
 
 Names are past tense (aioquic style): they report what *happened*. Like
 aioquic's, they are plain (not frozen) slotted dataclasses: several are
@@ -86,7 +86,7 @@ class MessagesReceived:
 
     The one event of every delivery. ``payloads[i]`` costs ``costs[i]``
     (its encoded frame length): the runtime reports each consumed message
-    with ``Connection.dequeued(chanid, costs[i])`` (summing is fine), which
+    with ``ConnectionMachine.dequeued(chanid, costs[i])`` (summing is fine), which
     drives DEQUEUED credit and tells the core which messages (and attached
     channels) the application has taken.
 

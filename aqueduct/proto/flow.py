@@ -11,7 +11,7 @@ tested once and never re-derived inside the channel machines.
 
 from __future__ import annotations
 
-from aqueduct.wire.frames import AttachmentRef, Message
+from aqueduct.wire.frames import AttachmentRef, MessageFrame
 from aqueduct.wire.varint import Headers, encode_headers, encode_varint, varint_len
 
 
@@ -55,7 +55,7 @@ def _headers_len(headers: Headers) -> int:
 _HEADERS_LEN: dict[Headers, int] = {}
 
 
-def message_cost(msg: Message) -> int:
+def message_cost(msg: MessageFrame) -> int:
     """Encoded length of a MESSAGE frame (its flow-control cost), minimal varints assumed.
 
     The receiver gets a decoded frame, not its bytes, so it recomputes the
@@ -84,7 +84,7 @@ def message_head(num: int, headers: Headers, attachments: tuple[AttachmentRef, .
 
     Writing ``head`` and ``payload`` as two chunks lets the stream buffer
     join them once, instead of copying a large payload into a frame first.
-    ``head + payload == encode_frame(Message(...))`` (tested).
+    ``head + payload == encode_frame(MessageFrame(...))`` (tested).
     """
     if not attachments:
         if not headers:

@@ -36,7 +36,7 @@ from aqueduct.proto.receiver import ReceiverChannel
 from aqueduct.proto.stats import ConnectionStats
 from aqueduct.wire.chanid import Side
 from aqueduct.wire.errors import WireError
-from aqueduct.wire.frames import Frame, Message, RouteTo, Version, read_plain_messages
+from aqueduct.wire.frames import Frame, MessageFrame, RouteTo, Version, read_plain_messages
 from aqueduct.wire.sequence import StreamSequenceDecoder, decode_datagram
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class Intake:
         datagram (completion waits for a flush to move the nack cursor), so
         delivering cannot end the run's channel midway.
         """
-        route_tag, message_tag = RouteTo.TAG, Message.TAG
+        route_tag, message_tag = RouteTo.TAG, MessageFrame.TAG
         max_payload = self.config.limits.max_payload_bytes
         stats = self._stats
         run: ReceiverChannel | None = None  # the channel of the plain run being gathered

@@ -29,7 +29,7 @@ from aqueduct.proto.receiver import ReceiverChannel
 from aqueduct.proto.sender import SenderChannel, SenderState
 from aqueduct.proto.transit import TransitTracker
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_creator
-from aqueduct.wire.frames import AttachmentRef, ForgetChannel, Message
+from aqueduct.wire.frames import AttachmentRef, ForgetChannel, MessageFrame
 
 _FORGET = b"\x0b"
 
@@ -89,7 +89,7 @@ class ChannelLifecycle:
             self._channels[ref.chanid].attached = True
         return tuple(refs)
 
-    def accept_attachments(self, msg: Message) -> AttachmentsAccepted:
+    def accept_attachments(self, msg: MessageFrame) -> AttachmentsAccepted:
         """Check a received MESSAGE's attachments (spec section 6): which to create, which are lost."""
         out = []
         created: list[int] = []

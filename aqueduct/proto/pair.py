@@ -1,4 +1,4 @@
-"""Two ``Connection`` objects wired back to back in memory, with explicit time.
+"""Two ``ConnectionMachine`` objects wired back to back in memory, with explicit time.
 
 A deterministic fake network for sans-IO tests and examples: it shuttles
 ``transmit()`` actions from one side to the other, delivers timers when time
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aqueduct.proto.config import ProtoConfig
-from aqueduct.proto.connection import Connection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.events import (
     Attachment,
     ConnectionCloseQueued,
@@ -59,8 +59,8 @@ class Pair:
         reverse_streams: bool = False,
         rtt: float | None = None,
     ) -> None:
-        self.client = Connection(True, client)
-        self.server = Connection(False, server)
+        self.client = ConnectionMachine(True, client)
+        self.server = ConnectionMachine(False, server)
         self.now = 0.0
         self.auto_dequeue = auto_dequeue
         self.datagram_script = datagrams
@@ -73,7 +73,7 @@ class Pair:
             self.client.set_rtt(rtt)
             self.server.set_rtt(rtt)
 
-    def conn(self, side: str) -> Connection:
+    def conn(self, side: str) -> ConnectionMachine:
         return self.client if side == "client" else self.server
 
     def handshake(self) -> None:

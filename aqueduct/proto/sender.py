@@ -21,12 +21,20 @@ Besides the window, two local bounds apply: at most ``max_open_streams``
 per-message streams may be sent and not yet acked (QUIC implementations scan
 every stream they hold per packet), and a reliable queue counts as full at
 ``max_queued`` messages or ``max_queued_bytes`` payload bytes.
+
+Like the intake, a sender returns what happened instead of calling back:
+``send`` how many messages it took, each frame from the receiver a
+:class:`FeedbackTaken` (events for the application, channels lost), and
+what the connection must arrange besides (a SENT_UNRELIABLE report) waits
+in ``report`` for the connection to take after the call. What it is told
+up front comes in one :class:`SenderConfig`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import NoReturn
 
@@ -66,6 +74,44 @@ class SenderState(Enum):
 _ORDERED, _UNRELIABLE, _OPEN = Mode.ORDERED, Mode.UNRELIABLE, SenderState.OPEN
 
 
+@dataclass(frozen=True, slots=True)
+class SenderConfig:
+    """What a connection tells each sender it makes, and each live one when it changes.
+
+    The bounds come from ``ProtoConfig`` (``max_queued``, ``max_queued_bytes``,
+    ``max_open_streams``); the rest is what the connection learned:
+    ``window`` is the peer's W0 (its ``aqueduct-window`` header; ours until
+    it announced one), ``max_datagram_size`` what QUIC says fits a packet,
+    and ``datagram_prefix`` what starts each datagram before its ROUTE_TO
+    (VERSION, until the peer acked ours). Each changes at most once per
+    connection, so pushing it to every live sender costs nothing per message.
+    """
+
+    window: int
+    max_queued: int
+    max_queued_bytes: int
+    max_open_streams: int
+    max_datagram_size: int
+    datagram_prefix: bytes
+
+
+@dataclass(slots=True)
+class FeedbackTaken:
+    """What a frame from the receiver (an ack, DEQUEUED, CLOSE_RECEIVER) did to the sender.
+
+    ``events`` go to the application, in order; ``lost`` are the channels
+    that messages it nacked or dropped carried (the connection's lifecycle
+    decides what becomes of them).
+    """
+
+    events: list[Event]
+    lost: list[int]
+
+
+#: values of ``SenderChannel.report``: datagrams left that the connection must have reported
+REPORT_LATER, REPORT_NOW = 1, 2
+
+
 class _Queued:
     """A message the window did not admit yet."""
 
@@ -88,40 +134,29 @@ class SenderChannel:
     is_sender = True
 
     def __init__(
-        self,
-        chanid: int,
-        window: int,
-        max_queued: int,
-        max_queued_bytes: int,
-        max_open_streams: int,
-        out: Output,
-        transit: TransitTracker,
-        emit: Callable[[Event], None],
-        conn_stats: ConnectionStats,
-        datagram_prefix: Callable[[], bytes],
-        announce: Callable[[int, bool], None],
+        self, chanid: int, config: SenderConfig, out: Output, transit: TransitTracker, conn_stats: ConnectionStats
     ) -> None:
         self.chanid = chanid
         self.oneshot = bool(chanid & 4)
         self.mode = Mode.ORDERED
         self.state = SenderState.OPEN
-        self.window = SendWindow(window)
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.max_open_streams = max_open_streams
-        self.max_datagram_size = 1200
+        self.window = SendWindow(config.window)
+        self.max_queued = config.max_queued
+        self.max_queued_bytes = config.max_queued_bytes
+        self.max_open_streams = config.max_open_streams
+        self.max_datagram_size = config.max_datagram_size
         self.attached = False  # appeared in a MESSAGE we sent or received
         self.routed = False  # a ROUTE_TO for it went out or came in (FORGET rule)
         self.stats = ChannelStats()
         self._out = out
         self._transit = transit
-        self._emit = emit
         self._cstats = conn_stats
-        self._dgram_prefix = datagram_prefix
-        # Asks for flush_announce() soon, or at the next transmit() if urgent.
-        self._announce = announce
         self._route = route_to(chanid)
-        self._dgram_head: bytes | None = None  # what starts each datagram, once fixed
+        self._dgram_head = config.datagram_prefix + self._route  # what starts each datagram
+        #: 0, or datagrams went out since the last SENT_UNRELIABLE and the connection
+        #: was not told yet: REPORT_LATER, or REPORT_NOW when one carried a handle
+        #: (the connection takes it after every call that may send, ``take_report``)
+        self.report = 0
         self.sent_reliable = 0
         self.sent_unreliable = 0
         self._unannounced = 0
@@ -136,6 +171,17 @@ class SenderChannel:
         self.evicted: list[int] = []
         self._control: int | None = None
         self._ordered: int | None = None
+
+    def reconfigure(self, config: SenderConfig) -> None:
+        """The connection learned something every sender must know (see :class:`SenderConfig`)."""
+        self.window.limit = config.window
+        self.max_datagram_size = config.max_datagram_size
+        self._dgram_head = config.datagram_prefix + self._route
+
+    def take_report(self) -> bool:
+        """Clear ``report`` for the connection, which notes the sender: whether the report is urgent."""
+        urgent, self.report = self.report == REPORT_NOW, 0
+        return urgent
 
     # ------------------------------------------------------------ streams
 
@@ -354,18 +400,15 @@ class SenderChannel:
             if not window.admits(cost):
                 return False
             prefix = self._dgram_head
-            if prefix is None:
-                version = self._dgram_prefix()
-                prefix = version + self._route
-                if not version:  # the peer needs no VERSION any more: fixed from now on
-                    self._dgram_head = prefix
             datagram = len(prefix) + cost <= self.max_datagram_size
             if datagram:
                 self._out.datagram(b"".join((prefix, head, payload)))
                 self._cstats.datagrams_sent += 1
                 self.sent_unreliable = num + 1
-                if not self._unannounced or attachments:
-                    self._announce(self.chanid, bool(attachments))
+                if attachments:
+                    self.report = REPORT_NOW
+                elif not self._unannounced and not self.report:
+                    self.report = REPORT_LATER
                 self._unannounced += 1
                 self._u_costs.append(cost)
         if not datagram:
@@ -425,14 +468,14 @@ class SenderChannel:
             }
         )
 
-    def drain(self) -> None:
+    def drain(self) -> SendWindowOpened | None:
         """Send queued messages the window now admits; finish if that was waited for.
 
-        ``SendWindowOpened`` reports the queue drained, or no longer full.
+        Returns ``SendWindowOpened`` when the queue drained, or is no longer full.
         """
         queue = self.queue
         if not queue:
-            return
+            return None
         was_blocked = self.blocked
         while queue:
             item = queue[0]
@@ -441,12 +484,13 @@ class SenderChannel:
             queue.popleft()
             self._queued_bytes -= len(item.payload)
         if not queue:
-            self._emit(SendWindowOpened(self.chanid))
             if self.state is SenderState.FINISHING:
                 self.state = SenderState.OPEN
                 self.finish()
-        elif was_blocked and not self.blocked:
-            self._emit(SendWindowOpened(self.chanid))  # a blocked send() may continue
+            return SendWindowOpened(self.chanid)
+        if was_blocked and not self.blocked:
+            return SendWindowOpened(self.chanid)  # a blocked send() may continue
+        return None
 
     def flush_announce(self) -> None:
         """SENT_UNRELIABLE for the datagrams sent since the last report."""
@@ -489,7 +533,7 @@ class SenderChannel:
 
     # ------------------------------------------------------------ frames from the receiver
 
-    def on_ack_reliable(self, ranges: tuple[int, ...]) -> None:
+    def on_ack_reliable(self, ranges: tuple[int, ...]) -> FeedbackTaken:
         """ACK_RELIABLE: values are relative to the lowest number not yet acked."""
         acked = RangeSet.from_ack_reliable(self._acked.base, ranges)
         top = 0
@@ -508,12 +552,15 @@ class SenderChannel:
             for key in self._transit.unacked_keys(self.chanid):
                 if not key & 1 and (key >> 1) in acked:
                     self._transit.acked(self.chanid, key)
-        self._count_acks(count, 0)
+        events: list[Event] = [self._acks_counted(count, 0)]
         if self._streams_unacked:
             self._streams_unacked = {n for n in self._streams_unacked if n not in acked}
-            self.drain()  # room for queued per-message streams
+            opened = self.drain()  # room for queued per-message streams
+            if opened is not None:
+                events.append(opened)
+        return FeedbackTaken(events, [])
 
-    def on_ack_nack(self, ranges: tuple[int, ...]) -> list[int]:
+    def on_ack_nack(self, ranges: tuple[int, ...]) -> FeedbackTaken:
         """ACK_NACK_UNRELIABLE: covers numbers from our copy of the receiver's cursor."""
         acked, nacked, cursor = decode_ack_nack(self._u_cursor, ranges)
         if cursor > self.sent_unreliable:
@@ -546,36 +593,40 @@ class SenderChannel:
         self._u_cursor = cursor
         if released:
             self.window.released(released)
-        self._count_acks(n_ack, n_nack)
-        self.drain()
-        return lost
+        events: list[Event] = [self._acks_counted(n_ack, n_nack)]
+        opened = self.drain()
+        if opened is not None:
+            events.append(opened)
+        return FeedbackTaken(events, lost)
 
-    def _count_acks(self, acked: int, nacked: int) -> None:
+    def _acks_counted(self, acked: int, nacked: int) -> MessagesAcked:
         self.stats.acked += acked
         self.stats.nacked += nacked
         self._cstats.acked += acked
         self._cstats.nacked += nacked
-        self._emit(MessagesAcked(self.chanid, acked, nacked))
+        return MessagesAcked(self.chanid, acked, nacked)
 
-    def on_dequeued(self, nbytes: int) -> None:
+    def on_dequeued(self, nbytes: int) -> FeedbackTaken:
         """DEQUEUED: credit returns to the window."""
         if not self.window.released(nbytes):
             raise RemoteProtocolError(
                 f"DEQUEUED: {nbytes} bytes reported on channel {self.chanid}, "
                 "more than were outstanding"
             )
-        self.drain()
+        opened = self.drain()
+        return FeedbackTaken([] if opened is None else [opened], [])
 
-    def on_close_receiver(self) -> list[int]:
-        """CLOSE_RECEIVER nacks every number not acked; returns the chanids that became lost."""
+    def on_close_receiver(self) -> FeedbackTaken:
+        """CLOSE_RECEIVER nacks every number not acked: the chanids that became lost with them."""
         lost = self._drop_queue()
         for key in self._transit.unacked_keys(self.chanid):
             lost.extend(self._transit.nacked(self.chanid, key))
+        events: list[Event] = []
         if self.state is SenderState.FINISHED:
-            self._emit(ChannelFinished(self.chanid))
+            events.append(ChannelFinished(self.chanid))
         elif self.state is not SenderState.CANCELLED:
             for sid in self.open_streams():
                 self._out.reset(sid, RESET_CANCELLED)
-            self._emit(ReceiverWasClosed(self.chanid))
+            events.append(ReceiverWasClosed(self.chanid))
         self._ordered = self._control = None
-        return lost
+        return FeedbackTaken(events, lost)

@@ -3,6 +3,14 @@
 ``aqueduct`` re-exports these names (``aqueduct.channel()``,
 ``await aqueduct.connect(...)``); the sans-IO layers never import this package.
 Endpoints are imported lazily so local channels work without aioquic loaded.
+
+Three rooms, each importing only the ones before it: ``handles/`` (what
+users hold: Sender, Receiver, Message, headers, the payload codec),
+``driver/`` (drives the sans-IO core over one connection and links it to
+the handles) and ``backends/`` (the QUIC stacks). The driver and the
+backends meet only at the seam, :mod:`.transport`; :mod:`.endpoints`
+(``serve()`` / ``connect()``) is the one place that picks a backend and
+wires the three together.
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from aqueduct.runtime.handles import (
     channel,
     oneshot,
 )
-from aqueduct.runtime.headers import HeaderContext
-from aqueduct.runtime.payload import PayloadError
+from aqueduct.runtime.handles.headers import HeaderContext
+from aqueduct.runtime.handles.payload import PayloadError
 
 _ENDPOINT_NAMES = {"serve", "connect", "Server", "ServerConnection", "Connection"}
 

@@ -6,9 +6,9 @@ returns the client's entrypoint :class:`~aqueduct.runtime.handles.Sender`
 (``tx.connection`` is the :class:`Connection`). Both wait for the Aqueduct
 handshake (VERSION / CONNECTION_HEADERS exchange), not just QUIC's, so the
 peer's headers are known when they return. The QUIC stack is reached only
-through its backend (:mod:`aqueduct.runtime.aioquic_backend`,
-:mod:`aqueduct.runtime.aiopquic_backend`): these
-endpoints build the core and the :class:`~aqueduct.runtime.driver.Driver`,
+through its backend (:mod:`aqueduct.runtime.backends.aioquic`,
+:mod:`aqueduct.runtime.backends.aiopquic`): these
+endpoints build the core and the :class:`~aqueduct.runtime.driver.core_driver.Driver`,
 the backend the sockets and the QUIC connections.
 """
 
@@ -22,14 +22,16 @@ from functools import partial
 from typing import Any
 
 from aqueduct.proto.config import ProtoConfig
-from aqueduct.proto.connection import Connection as CoreConnection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.errors import ConnectionLost
-from aqueduct.runtime import aioquic_backend
-from aqueduct.runtime.driver import Driver
-from aqueduct.runtime.framelog import open_frame_log
-from aqueduct.runtime.handles import Receiver, Sender, give_connection
-from aqueduct.runtime.headers import Headers, HeadersLike, Middleware, normalize_headers
-from aqueduct.runtime.payload import CONNECTION_HEADERS
+from aqueduct.runtime.backends import aioquic
+from aqueduct.runtime.driver.core_driver import Driver
+from aqueduct.runtime.driver.framelog import open_frame_log
+from aqueduct.runtime.handles.headers import Headers, HeadersLike, Middleware, normalize_headers
+from aqueduct.runtime.handles.pairs import give_connection
+from aqueduct.runtime.handles.payload import CONNECTION_HEADERS
+from aqueduct.runtime.handles.receiver import Receiver
+from aqueduct.runtime.handles.sender import Sender
 from aqueduct.runtime.transport import ClientOptions, QuicTransport, ServerOptions
 
 PathLike = str | os.PathLike[str]
@@ -55,16 +57,16 @@ def check_backend(name: str, *, serve_on: str | None = None) -> None:
 def _backend(name: str) -> Any:
     """The backend module called ``name``, or a clear error saying why it cannot be used."""
     if name == "aioquic":
-        return aioquic_backend
+        return aioquic
     if name == "picoquic":
         try:
-            from aqueduct.runtime import aiopquic_backend
+            from aqueduct.runtime.backends import aiopquic
         except ImportError as exc:
             raise ValueError(
                 f"QUIC backend 'picoquic' needs the aiopquic package (Python >= 3.12): "
                 f"pip install 'aqueduct[picoquic]' ({exc})"
             ) from None
-        return aiopquic_backend
+        return aiopquic
     raise ValueError(f"unknown QUIC backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -90,7 +92,7 @@ class Connection:
         return self._driver.terminated
 
     @property
-    def core(self) -> CoreConnection:
+    def core(self) -> ConnectionMachine:
         """The sans-IO protocol core of this connection, for inspection only.
 
         Tests and debugging read its channel table (``core.channels``,
@@ -157,7 +159,7 @@ def _driver_maker(
 
     def make(transport: QuicTransport) -> Driver:
         log = open_frame_log(frame_log, "client" if transport.is_client else "server")
-        core = CoreConnection(transport.is_client, ProtoConfig(headers=headers, frame_log=log, **options))
+        core = ConnectionMachine(transport.is_client, ProtoConfig(headers=headers, frame_log=log, **options))
         return Driver(
             transport, core=core, middleware=middleware, frame_log=log, on_ready=on_ready, keepalive=keepalive
         )
@@ -261,7 +263,7 @@ async def serve(
     ``max_handshakes`` bounds the handshakes in progress (aioquic's default
     64): a new client beyond it is refused at once (CONNECTION_REFUSED)
     and retries, so a storm of clients cannot stall the loop or time each
-    other out (:mod:`aqueduct.runtime.quic_server`); other ``options`` go
+    other out (:mod:`aqueduct.runtime.backends.quic_server`); other ``options`` go
     to the core's ``ProtoConfig``. ``backend`` picks the QUIC stack
     (:data:`BACKENDS`). A picoquic server refuses, with a ``ValueError``
     saying why, what aiopquic cannot do: a host other than ``"::"`` or

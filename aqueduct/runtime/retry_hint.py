@@ -1,7 +1,7 @@
 """How long a refused client should wait: a busy server's hint, like HTTP's Retry-After.
 
 A server at its handshake bound refuses new connections (CONNECTION_REFUSED,
-see :mod:`aqueduct.runtime.quic_server`). Clients that only know their own
+see :mod:`aqueduct.runtime.backends.quic_server`). Clients that only know their own
 backoff come back far too soon when thousands wait: measured with 2,500
 producers connecting at once, each was refused about nine times, and
 building those doomed attempts (keys, TLS hello, a socket) cost the

@@ -1,25 +1,27 @@
-"""The seam between the Aqueduct driver and a QUIC stack.
+"""The seam between the Aqueduct driver and a QUIC stack, both ways.
 
-:class:`~aqueduct.runtime.driver.Driver` runs the sans-IO core over one
-QUIC connection without knowing which stack carries it. It asks the stack
-for exactly what :class:`QuicTransport` lists, and the stack's backend
-calls the driver's input methods (``stream_data_received``,
-``stream_reset_received``, ``datagram_received``,
-``quic_handshake_completed``, ``quic_terminated``, then ``flush`` once
-after each burst of them). Everything a stack needs beyond that (its
+:class:`~aqueduct.runtime.driver.core_driver.Driver` runs the sans-IO core
+over one QUIC connection without knowing which stack carries it. It asks
+the stack for exactly what :class:`QuicTransport` lists, and the stack's
+backend calls exactly what :class:`TransportDriver` lists of the driver
+(the input calls, then ``flush`` once after each burst of them): neither
+side imports the other. Everything a stack needs beyond that (its
 configuration, TLS hooks, its server, its private members) stays in its
-backend's modules: for aioquic :mod:`aqueduct.runtime.aioquic_backend`
-with :mod:`~aqueduct.runtime.aioquic_internals`,
-:mod:`~aqueduct.runtime.quic_server`, :mod:`~aqueduct.runtime.tls` and
-:mod:`~aqueduct.runtime.udp`. ``tests/unit/test_transport_seam.py`` fails
-when any other runtime module imports a QUIC stack.
+backend's modules under :mod:`aqueduct.runtime.backends`.
+``tests/unit/test_transport_seam.py`` fails when any other module imports a
+QUIC stack, ``tests/unit/test_layering.py`` when anything but the endpoints
+imports a backend.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
 
 ALPN = "aqueduct"
 """The TLS application protocol every backend offers and accepts."""
@@ -121,3 +123,32 @@ class QuicTransport(Protocol):
     async def wait_closed(self) -> None:
         """Wait until the QUIC connection is gone (closed, drained or timed out)."""
         ...
+
+
+class TransportDriver(Protocol):
+    """The driver of one connection, as a backend feeds it (what the stack tells the core)."""
+
+    ready: asyncio.Future[None]
+    """Done when the Aqueduct handshake completed (or failed with the reason)."""
+
+    def datagram_received(self, data: bytes) -> None: ...
+
+    def stream_data_received(self, stream_id: int, data: bytes, end_stream: bool) -> None: ...
+
+    def stream_reset_received(self, stream_id: int, error_code: int) -> None: ...
+
+    def quic_handshake_completed(self) -> None: ...
+
+    def quic_terminated(self, error_code: int, reason: str) -> None: ...
+
+    def flush(self) -> None:
+        """Act on the input of the burst just fed: run the core, send what it queued."""
+        ...
+
+    async def wait_ready(self, timeout: float, where: str, abort: Callable[[], None]) -> None:
+        """Wait for :attr:`ready`; on a timeout call ``abort`` and raise ``ConnectionLost``."""
+        ...
+
+
+MakeDriver = Callable[[QuicTransport], TransportDriver]
+"""What a backend's ``listen`` and ``dial`` take: a driver for each new QUIC connection."""

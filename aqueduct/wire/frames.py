@@ -20,8 +20,9 @@ we would reject.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from aqueduct._moved import moved_name
 from aqueduct.wire.errors import FrameError, IncompleteData, WireError
 from aqueduct.wire.varint import (
     Buffer,
@@ -111,7 +112,7 @@ class AttachmentRef:
 
 
 @dataclass(slots=True)
-class Message:
+class MessageFrame:
     """One application message (s->r); ``num`` is per (channel, reliable/unreliable) space."""
 
     num: int
@@ -246,7 +247,7 @@ Frame = (
     | AckVersion
     | ConnectionHeaders
     | RouteTo
-    | Message
+    | MessageFrame
     | SentUnreliable
     | FinishSender
     | CancelSender
@@ -258,7 +259,7 @@ Frame = (
 )
 PREFIX_FRAMES = (Version, AckVersion, ConnectionHeaders)
 ROUTED_FRAMES = (
-    Message,
+    MessageFrame,
     SentUnreliable,
     FinishSender,
     CancelSender,
@@ -371,7 +372,7 @@ def _read_attachments(buf: Buffer, pos: int, end: int, limits: Limits) -> tuple[
     raise FrameError("MESSAGE", "an attachment runs past the end of ATTACHMENTS")
 
 
-def _read_message(buf: Buffer, pos: int, limits: Limits) -> tuple[Message, int]:
+def _read_message(buf: Buffer, pos: int, limits: Limits) -> tuple[MessageFrame, int]:
     """MESSAGE body. The one frame read per message, so one-byte varints and
     empty ATTACHMENTS are read inline; everything else takes the general readers."""
     try:
@@ -406,7 +407,7 @@ def _read_message(buf: Buffer, pos: int, limits: Limits) -> tuple[Message, int]:
     end = pos + n
     if end > len(buf):
         raise IncompleteData(f"payload length {n}, only {len(buf) - pos} bytes present", end)
-    return Message(num, headers, atts, bytes(buf[pos:end])), end
+    return MessageFrame(num, headers, atts, bytes(buf[pos:end])), end
 
 
 def read_plain_messages(
@@ -559,7 +560,7 @@ _READERS = {
     AckVersion: _read_ack_version,
     ConnectionHeaders: _read_connection_headers,
     RouteTo: _read_route_to,
-    Message: _read_message,
+    MessageFrame: _read_message,
     SentUnreliable: _read_sent_unreliable,
     FinishSender: _read_finish_sender,
     CancelSender: _read_cancel_sender,
@@ -600,7 +601,7 @@ def read_frame(buf: Buffer, pos: int, limits: Limits = DEFAULT_LIMITS) -> tuple[
         raise FrameError(FRAME_BY_TAG[tag].NAME, str(e)) from None
 
 
-def read_message(buf: Buffer, pos: int, limits: Limits = DEFAULT_LIMITS) -> tuple[Message, int]:
+def read_message(buf: Buffer, pos: int, limits: Limits = DEFAULT_LIMITS) -> tuple[MessageFrame, int]:
     """``read_frame`` for a MESSAGE whose tag byte is at ``pos - 1`` (the stream decoder's fast path)."""
     try:
         return _read_message(buf, pos, limits)
@@ -618,3 +619,10 @@ def decode_frame(buf: Buffer, pos: int = 0, limits: Limits = DEFAULT_LIMITS) -> 
         return read_frame(buf, pos, limits)
     except IncompleteData as e:
         raise FrameError(frame_name(buf[pos]), e.rule) from None
+
+
+def __getattr__(name: str) -> Any:
+    """``Message``, the MESSAGE frame's class name until it took one of its own: works, and warns."""
+    if name == "Message":
+        return moved_name(__name__, name, __name__, "MessageFrame")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ from aqueduct.wire.frames import (
     ROUTED_FRAMES,
     Frame,
     Limits,
-    Message,
+    MessageFrame,
     RouteTo,
     Version,
     encode_frame,
@@ -36,7 +36,7 @@ from aqueduct.wire.frames import (
 __all__ = ["Limits", "StreamSequenceDecoder", "decode_datagram", "encode_sequence"]
 
 _PREFIX, _ROUTE, _ROUTED = 0, 1, 2
-_MESSAGE_TAG = Message.TAG
+_MESSAGE_TAG = MessageFrame.TAG
 _ROUTE_TAG = RouteTo.TAG
 _KIND_BY_TAG: list[int | None] = [None] * 256
 for _cls in PREFIX_FRAMES:
@@ -206,8 +206,8 @@ def decode_datagram(data: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Frame]
     return frames
 
 
-_DATAGRAM = (RouteTo, Message)
-_DATAGRAM_WITH_VERSION = (Version, RouteTo, Message)
+_DATAGRAM = (RouteTo, MessageFrame)
+_DATAGRAM_WITH_VERSION = (Version, RouteTo, MessageFrame)
 _DATAGRAM_GRAMMAR = "a datagram is [VERSION] ROUTE_TO MESSAGE"
 
 

@@ -169,6 +169,8 @@ def code_index() -> CodeIndex:
         index.files.update(path.relative_to(REPO).as_posix() for path in (REPO / top).rglob("*"))
     mutants = tomllib.loads((REPO / "tests/mutants/mutants.toml").read_text())
     index.words |= {m["id"] for m in mutants.get("mutant", [])}
+    # The Makefile's variables (``TEST_WORKERS=4 make test``) are settings users type too.
+    index.words |= set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*[?:]?=", (REPO / "Makefile").read_text(), re.M))
     return index
 
 

@@ -39,6 +39,7 @@ NOT_OURS = {
     "process_cpu_seconds_total", "process_open_fds", "process_resident_memory_bytes",
     # other tools' options: spark-submit's, docker's, pytest's, py-spy's
     "--driver-memory", "--deploy-mode", "--master", "--stop-timeout", "--basetemp", "--subprocesses",
+    "--durations", "--dist",
     # Wallaroo's connector API, which the v3 session speaks to
     "AtLeastOnceSourceConnector",
     # Databricks, Linux, Python's event loop

@@ -169,7 +169,7 @@ async def test_refused_producers_show_in_the_log_with_their_reason(
         ("WARNING", "aqueduct.bridge.ingest.service",
          rf"^refused other/0 from {remote}: stream 3 belongs to connector 'owner/0', not 'other/0'$"),
         ("WARNING", "aqueduct.bridge.ingest.service", rf"^refused a connector from {remote}: unknown frame tag 0x5a$"),
-        ("WARNING", "aqueduct.runtime.quic_server",
+        ("WARNING", "aqueduct.runtime.backends.quic_server",
          r"^QUIC handshake from 127\.0\.0\.1:\d+ failed: .*unable to get local issuer certificate$"),
     ]  # fmt: skip
     for level, name, pattern in expected:

@@ -132,11 +132,15 @@ async def test_produce_started_before_the_worker_reports_its_retries() -> None:
         "--first-stream-id", "0",
     )
     try:
-        await asyncio.sleep(1.5)  # at least one progress line while nobody listens
+        # The worker comes up only once a progress line said the producer is retrying (a loaded
+        # machine may take seconds to start the producer at all).
+        assert proc.stderr is not None
+        early = await asyncio.wait_for(proc.stderr.readuntil(b" retries (connect: "), TIMEOUT)
         sink = MemorySink()
         server = await serve_tcp("127.0.0.1", port, sink)
         try:
-            code, out, err = await finish(proc, TIMEOUT)
+            code, out, rest = await finish(proc, TIMEOUT)
+            err = early.decode() + rest
         finally:
             await server.close()
     finally:

@@ -21,9 +21,9 @@ from aioquic.quic.packet import QuicErrorCode
 from aqueduct.connector.errors import WorkerBusy
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
-from aqueduct.runtime import quic_server
-from aqueduct.runtime.quic_server import BoundedQuicServer
-from aqueduct.runtime.tls import client_configuration
+from aqueduct.runtime.backends import quic_server
+from aqueduct.runtime.backends.quic_server import BoundedQuicServer
+from aqueduct.runtime.backends.tls import client_configuration
 from aqueduct.wire.modes import Mode
 
 TIMEOUT = 30.0

@@ -35,7 +35,7 @@ async def _run_fleet(
 ) -> CreditBudget:
     """Every producer sends its messages and waits for their acks; ``watch`` sees the budget meanwhile."""
     ingest = Ingest(log, config)
-    budget = ingest._budget
+    budget = ingest.credits.budget
     assert budget is not None
     commits = asyncio.create_task(ingest.run())
     server = await serve_tcp("127.0.0.1", 0, ingest, WorkerConfig(initial_credits=0))

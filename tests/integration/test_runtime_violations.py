@@ -29,8 +29,8 @@ from aioquic.quic import events as qe
 from aioquic.quic.connection import QuicConnection
 
 import aqueduct
-from aqueduct.runtime.payload import CONNECTION_HEADERS
-from aqueduct.runtime.tls import client_configuration, server_configuration
+from aqueduct.runtime.backends.tls import client_configuration, server_configuration
+from aqueduct.runtime.handles.payload import CONNECTION_HEADERS
 from aqueduct.wire.chanid import Side, make_chanid
 from aqueduct.wire.frames import (
     AckNackUnreliable,
@@ -43,7 +43,7 @@ from aqueduct.wire.frames import (
     FinishSender,
     ForgetChannel,
     Frame,
-    Message,
+    MessageFrame,
     RouteTo,
     SentUnreliable,
     Version,
@@ -63,9 +63,9 @@ SERVER_SENDS = make_chanid(Side.CLIENT, Side.SERVER, False, 0)
 CLIENT_SENDS = make_chanid(Side.CLIENT, Side.CLIENT, False, 1)
 
 
-def msg(num: int, attachments: Sequence[int] = (), payload: bytes = b"\xf6") -> Message:
+def msg(num: int, attachments: Sequence[int] = (), payload: bytes = b"\xf6") -> MessageFrame:
     """A MESSAGE frame (payload: CBOR null) attaching ``attachments`` without headers."""
-    return Message(num, (), tuple(AttachmentRef(c, ()) for c in attachments), payload)
+    return MessageFrame(num, (), tuple(AttachmentRef(c, ()) for c in attachments), payload)
 
 
 bounded = functools.partial(wait_until, timeout=TIMEOUT)
@@ -600,7 +600,7 @@ async def test_server_violation_closes_the_client_connection(world: World, case:
         # "holds" the Sender of SERVER_SENDS (the client's first such channel).
         reply_tx, reply_rx = aqueduct.channel()
         await tx.send({"reply": reply_tx})
-        await bounded(lambda: any(isinstance(f, Message) for f in peer.frames), "the client's message")
+        await bounded(lambda: any(isinstance(f, MessageFrame) for f in peer.frames), "the client's message")
         case.send(peer)
         reason = await peer.violation()
         for part in case.expect:

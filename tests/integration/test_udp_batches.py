@@ -7,7 +7,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
 
-from aqueduct.runtime.udp import MAX_BATCH, ReadBatch, open_udp
+from aqueduct.runtime.backends.udp import MAX_BATCH, ReadBatch, open_udp
 from tests.waiting import wait_until
 
 

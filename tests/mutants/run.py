@@ -9,11 +9,12 @@ docs/testing.md); one that survives unexplained fails the run, as does one
 that is killed although it is listed as surviving (the list is stale).
 
 Mutants are keyed by a code snippet, not a line number: code that moves
-within a file keeps its mutants. If the snippet is no longer in the named
-file (a module moved to a sub-package), the runner looks for it, once,
-in the whole ``aqueduct`` package and says where it found it, so the
-entry can be re-pointed; a snippet found nowhere, or more than once,
-is reported as stale and fails the run.
+within a file keeps its mutants. Before anything runs, every entry is
+located (``tests/mutants/catalog.py``); one whose code or test files are
+gone fails the run, naming exactly what is missing, and one whose code
+moved to another module runs there but fails the run too, saying how to
+re-point it (``--repoint`` rewrites the entries). ``--check`` does only
+that, in a second, without running a test.
 
 Hand-written mutants rather than a generator such as mutmut: each one
 breaks a promise the project makes (the issue that introduced this lists
@@ -31,73 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MUTANTS = Path(__file__).with_name("mutants.toml")
+from tests.mutants.catalog import ROOT, Mutant, load, locate, problem, repoint
+from tests.mutants.listing import DOCS, markdown, write_docs
+
 #: what a test run needs from the tree (the copy leaves out .git, .venv and build output)
 COPIED = ("aqueduct", "tests", "demo", "bench", "interop", "examples", "certs", "pyproject.toml")
 TIMEOUT = 600.0  # seconds per pytest run: only turns a hang into a failure
-
-
-@dataclass
-class Mutant:
-    """One deliberate break of a rule."""
-
-    id: str
-    file: str
-    find: list[str]
-    replace: list[str]
-    tests: list[str]
-    promise: str
-    survives: str | None = None  # why this mutant is expected to survive (None: it must be killed)
-    found_in: str | None = None  # where the snippet is, when not in ``file``
-    outcome: str = ""  # killed / survived / stale / error
-    seconds: float = 0.0
-    detail: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def load(path: Path = MUTANTS) -> list[Mutant]:
-    """The mutants of the data file; ``find``/``replace`` may each be a string or a list of equal length."""
-    mutants = []
-    for raw in tomllib.loads(path.read_text())["mutant"]:
-        finds = [raw["find"]] if isinstance(raw["find"], str) else list(raw["find"])
-        replaces = [raw["replace"]] if isinstance(raw["replace"], str) else list(raw["replace"])
-        if len(finds) != len(replaces):
-            raise SystemExit(f"mutant {raw['id']}: {len(finds)} find entries but {len(replaces)} replace")
-        mutants.append(
-            Mutant(raw["id"], raw["file"], finds, replaces, list(raw["tests"]), raw["promise"], raw.get("survives"))
-        )
-    ids = [m.id for m in mutants]
-    if len(set(ids)) != len(ids):
-        raise SystemExit("mutants.toml: mutant ids must be unique")
-    return mutants
-
-
-def locate(mutant: Mutant, root: Path) -> Path | None:
-    """The module holding every snippet exactly once: the named file, else the one such module in the package."""
-
-    def holds(path: Path) -> bool:
-        text = path.read_text()
-        return all(text.count(snippet) == 1 for snippet in mutant.find)
-
-    named = root / mutant.file
-    if named.is_file() and holds(named):
-        return named
-    found = [p for p in sorted((root / "aqueduct").rglob("*.py")) if holds(p)]
-    if len(found) == 1:
-        mutant.found_in = str(found[0].relative_to(root))
-        mutant.notes.append(f"snippet found in {mutant.found_in}, not {mutant.file}: re-point the entry")
-        return found[0]
-    counts = [named.read_text().count(snippet) for snippet in mutant.find] if named.is_file() else None
-    here = f"occurrences in {mutant.file}: {counts}" if counts is not None else f"{mutant.file} does not exist"
-    where = ", ".join(str(p.relative_to(root)) for p in found) or "no module"
-    mutant.outcome = "stale"
-    mutant.detail = f"each snippet must occur exactly once ({here}; exactly once in: {where})"
-    return None
 
 
 def copy_tree(src: Path, dst: Path) -> None:
@@ -134,6 +76,7 @@ def failed_tests(run: subprocess.CompletedProcess[str]) -> list[str]:
 def run_mutant(mutant: Mutant, tree: Path, *, every_test: bool = False) -> None:
     target = locate(mutant, tree)
     if target is None:
+        mutant.outcome, mutant.detail = "stale", "; ".join(mutant.stale)
         return
     original = target.read_text()
     mutated = original
@@ -155,12 +98,14 @@ def run_mutant(mutant: Mutant, tree: Path, *, every_test: bool = False) -> None:
 
 def verdict(mutant: Mutant) -> str | None:
     """What is wrong with this outcome, or None."""
-    if mutant.outcome in ("stale", "error"):
-        return f"{mutant.outcome}: {mutant.detail}"
+    if where := problem(mutant):
+        return where
+    if mutant.outcome == "error":
+        return f"error: {mutant.detail}"
     if mutant.outcome == "survived" and mutant.survives is None:
         return "survived, and no test or explanation covers it: add a test (or a `survives` reason)"
     if mutant.outcome == "killed" and mutant.survives is not None:
-        return "killed, but listed as surviving: drop its `survives` entry (and its line in docs/testing.md)"
+        return "killed, but listed as surviving: drop its `survives` entry (then make mutate ARGS=--write-docs)"
     return None
 
 
@@ -172,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every-test", action="store_true",
                         help="run all of a mutant's tests, not up to the first failure, and name those that fail")
     parser.add_argument("--no-baseline", action="store_true", help="skip checking that the unmutated tree passes")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every entry points at its code and test files (no test runs)")
+    parser.add_argument("--repoint", action="store_true",
+                        help="rewrite the `file` of every mutant whose code moved to one other module, and exit")
+    parser.add_argument("--list-markdown", action="store_true", help="print the mutant list docs/testing.md holds")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite that list in docs/testing.md")
     args = parser.parse_args(argv)
 
     mutants = load()
@@ -182,15 +133,35 @@ def main(argv: list[str] | None = None) -> int:
         mutants = [m for m in mutants if m.id in args.ids]
     if args.list:
         for m in mutants:
-            print(f"{m.id:32} {m.file}: {m.promise}")
+            print(f"{m.id:40} {m.file}: {m.promise}")
         return 0
+    if args.list_markdown:
+        print(markdown(mutants), end="")
+        return 0
+    if args.write_docs:
+        changed = write_docs(load())
+        print(f"{DOCS.relative_to(ROOT)}: mutant list {'rewritten' if changed else 'already current'}")
+        return 0
+
+    for m in mutants:
+        locate(m)  # in the checkout, before anything runs: stale entries are named even if tests hang later
+    if args.repoint:
+        for line in repoint(mutants) or ["nothing moved"]:
+            print(line)
+        return 0
+    if args.check:
+        misplaced = {m.id: why for m in mutants if (why := problem(m))}
+        for mid, why in misplaced.items():
+            print(f"{mid}: {why}")
+        print(f"{len(mutants) - len(misplaced)} of {len(mutants)} mutants point at their code")
+        return 1 if misplaced else 0
 
     progress = sys.stderr if args.json else sys.stdout
     with tempfile.TemporaryDirectory(prefix="aqueduct-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(ROOT, tree)
         if not args.no_baseline:
-            tests = sorted({t for m in mutants for t in m.tests})
+            tests = sorted({t for m in mutants if not m.stale for t in m.tests})
             print(f"baseline: {len(tests)} test files on the unmutated tree ...", file=progress, flush=True)
             base = pytest(tree, tests)
             if base.returncode != 0:
@@ -199,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         for i, m in enumerate(mutants, 1):
             run_mutant(m, tree, every_test=args.every_test)
             print(f"[{i}/{len(mutants)}] {m.id}: {m.outcome} ({m.seconds:.0f} s) {m.detail}", file=progress, flush=True)
-            for note in m.notes:
+            for note in ([f"moved: its code is in {m.moved_to}"] if m.moved_to else []) + m.notes:
                 print(f"    note: {note}", file=progress)
     problems = {m.id: why for m in mutants if (why := verdict(m)) is not None}
     if args.json:
         print(json.dumps({
             "mutants": [
-                {"id": m.id, "file": m.found_in or m.file, "outcome": m.outcome, "seconds": round(m.seconds, 1),
+                {"id": m.id, "file": m.target, "outcome": m.outcome, "seconds": round(m.seconds, 1),
                  "expected_survivor": m.survives is not None, "detail": m.detail, "notes": m.notes}
                 for m in mutants
             ],

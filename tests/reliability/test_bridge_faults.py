@@ -38,6 +38,7 @@ from demo.verify import Verification, verify_output
 from demo.workload import Workload
 from interop.network import scenario
 from interop.proxy import LossyProxy
+from tests.ports import free_port
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points
 
 pytestmark = [
@@ -50,12 +51,6 @@ START_TIMEOUT = 180.0  # a Spark JVM start on a busy 2-core machine; only there 
 DRAIN_TIMEOUT = 240.0
 MIB = 1024 * 1024
 T = TypeVar("T")
-
-
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class BridgeProcess:

@@ -38,9 +38,9 @@ from aqueduct.connector.frames import encode as encode_connector
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.proto.errors import ChannelOutcome
+from aqueduct.runtime.backends.tls import client_configuration
 from aqueduct.runtime.handles import Finished
-from aqueduct.runtime.payload import CONNECTION_HEADERS, PayloadError
-from aqueduct.runtime.tls import client_configuration
+from aqueduct.runtime.handles.payload import CONNECTION_HEADERS, PayloadError
 from aqueduct.wire.chanid import ENTRYPOINT, Side, make_chanid
 from aqueduct.wire.errors import WireError
 from aqueduct.wire.frames import (
@@ -54,7 +54,7 @@ from aqueduct.wire.frames import (
     Dequeued,
     FinishSender,
     ForgetChannel,
-    Message,
+    MessageFrame,
     RouteTo,
     SentUnreliable,
     Version,
@@ -140,16 +140,16 @@ def stream_seeds(rng: random.Random) -> list[bytes]:
     control = AttachmentRef(server_sent_chanid(0), ())
     stream = AttachmentRef(client_stream_chanid(1), (("connector-mode", b"ordered"),))
     return [
-        encode_sequence([RouteTo(ENTRYPOINT), Message(0, (), (control,), hello)]),
+        encode_sequence([RouteTo(ENTRYPOINT), MessageFrame(0, (), (control,), hello)]),
         encode_sequence(
             [
                 RouteTo(ENTRYPOINT),
-                Message(0, (), (control,), hello),
-                Message(1, (("h", b"v"),), (stream,), notify),
+                MessageFrame(0, (), (control,), hello),
+                MessageFrame(1, (("h", b"v"),), (stream,), notify),
             ]
         ),
-        encode_sequence([RouteTo(client_stream_chanid(1)), Message(0, (), (), message * 3)]),
-        encode_sequence([Version(), RouteTo(ENTRYPOINT), Message(0, (), (), rng.randbytes(50))]),
+        encode_sequence([RouteTo(client_stream_chanid(1)), MessageFrame(0, (), (), message * 3)]),
+        encode_sequence([Version(), RouteTo(ENTRYPOINT), MessageFrame(0, (), (), rng.randbytes(50))]),
         encode_sequence([RouteTo(ENTRYPOINT), SentUnreliable(2), FinishSender(1)]),
         encode_sequence([RouteTo(ENTRYPOINT), CancelSender()]),
         encode_sequence([RouteTo(server_sent_chanid(0)), AckReliable((0, 1)), Dequeued(10)]),
@@ -161,9 +161,9 @@ def stream_seeds(rng: random.Random) -> list[bytes]:
 
 def datagram_seeds(rng: random.Random) -> list[bytes]:
     return [
-        encode_sequence([RouteTo(client_stream_chanid(1)), Message(0, (), (), rng.randbytes(30))]),
-        encode_sequence([Version(), RouteTo(ENTRYPOINT), Message(3, (), (), b"d")]),
-        encode_sequence([RouteTo(client_stream_chanid(4)), Message(9, (("k", b"v"),), (), b"")]),
+        encode_sequence([RouteTo(client_stream_chanid(1)), MessageFrame(0, (), (), rng.randbytes(30))]),
+        encode_sequence([Version(), RouteTo(ENTRYPOINT), MessageFrame(3, (), (), b"d")]),
+        encode_sequence([RouteTo(client_stream_chanid(4)), MessageFrame(9, (("k", b"v"),), (), b"")]),
     ]
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from aqueduct.bridge.app.pipeline import local_session, start_sink
-from aqueduct.bridge.app.receiver import SparkBridge
+from aqueduct.bridge.app.spark_bridge import SparkBridge
 
 RUN_LIMIT = 600.0  # seconds: a hang guard only
 

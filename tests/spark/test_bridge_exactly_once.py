@@ -165,8 +165,8 @@ async def test_a_shared_credit_budget_holds_in_flight_frames_and_stays_exactly_o
         producers = asyncio.create_task(produce_all(url(bridge), workload))
         peak_in_flight = 0
         while not producers.done():
-            assert bridge.ingest is not None and bridge.ingest._budget is not None
-            held = bridge.ingest._budget.total - bridge.ingest._budget.free
+            assert bridge.ingest is not None and bridge.ingest.credits.budget is not None
+            held = bridge.ingest.credits.budget.total - bridge.ingest.credits.budget.free
             peak_in_flight = max(peak_in_flight, held)
             await asyncio.sleep(0.005)
         await producers

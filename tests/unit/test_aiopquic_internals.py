@@ -35,7 +35,7 @@ def _owners() -> dict[str, object]:
 def _internals() -> tuple[tuple[str, str, str], ...]:
     if picoquic_missing():
         return ()
-    from aqueduct.runtime.aiopquic_backend import INTERNALS
+    from aqueduct.runtime.backends.aiopquic import INTERNALS
 
     return INTERNALS
 

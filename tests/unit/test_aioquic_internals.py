@@ -18,8 +18,8 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.recovery import QuicPacketRecovery
 
-from aqueduct.runtime import aioquic_internals
-from aqueduct.runtime.aioquic_internals import INTERNALS
+from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.backends.aioquic_internals import INTERNALS
 
 
 def instances() -> dict[str, object]:

@@ -77,7 +77,7 @@ def test_the_checker_catches_each_planted_false_claim() -> None:
 
 TRUE = """\
 RESTART is sent by `WorkerPeer.restart()`; `Mode` lives in `aqueduct.wire.modes`, `Producer` in `aqueduct.connector`.
-`aqueduct/connector/points.py`, `points.py`, `runtime/udp.py`, `connector/points`, `bench/`, `LOG/tls/ca.pem`, `commits/N`.
+`aqueduct/connector/points.py`, `points.py`, `runtime/backends/udp.py`, `connector/points`, `bench/`, `LOG/tls/ca.pem`, `commits/N`.
 `aqueduct.connector.Connector`, `aqueduct.runtime.retry_hint.retry_within(exc)`, `pyarrow.compute`.
 `aqueduct-bridge serve --quic HOST:PORT --max-lag 400`, `aqueduct certs ./certs`, `make test`.
 `python -m bench.run --quick`, `DurableLog.append`, `SparkBridge(metrics=...)`, `--max-lag`.

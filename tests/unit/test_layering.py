@@ -206,3 +206,48 @@ def test_importing_a_non_spark_module_loads_no_pyspark(module: str) -> None:
     code = f"import sys, {module}; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------ the runtime's rooms
+
+#: What each room of ``aqueduct.runtime`` may import of the runtime besides
+#: itself. The handles know neither the driver nor QUIC; the driver knows a
+#: QUIC stack only as the seam's ``QuicTransport``, and a backend knows the
+#: driver only as the seam's ``TransportDriver``: the QUIC stack is an
+#: implementation detail behind one seam, and either side changes alone.
+RUNTIME_ROOMS = {
+    "handles": set(),
+    "driver": {"handles", "transport"},
+    "backends": {"transport", "retry_hint"},
+}
+#: The one module that picks a QUIC backend and wires it to a driver and handles.
+RUNTIME_WIRING = "aqueduct.runtime.endpoints"
+
+
+def _runtime_part(module: str) -> str | None:
+    """The room (or top-level module) of the runtime that ``module`` is in, if it is in the runtime."""
+    if not module.startswith("aqueduct.runtime."):
+        return None
+    return module.split(".")[2]
+
+
+@pytest.mark.parametrize("room", sorted(RUNTIME_ROOMS))
+def test_runtime_rooms_import_only_what_they_may(room: str) -> None:
+    allowed = RUNTIME_ROOMS[room] | {room}
+    for name in sorted(GRAPH):
+        if _runtime_part(name) != room:
+            continue
+        for target in sorted(GRAPH[name]):
+            part = _runtime_part(target)
+            if target.startswith("aqueduct.runtime") and part not in allowed:
+                pytest.fail(f"{name} ({room}) imports {target}")
+
+
+def test_the_driver_and_the_backends_are_wired_only_by_the_endpoints() -> None:
+    """Nothing else (handles, connector, bridge) reaches a QUIC backend or the driver directly."""
+    inner = {"driver", "backends"}
+    for name in sorted(GRAPH):
+        if _runtime_part(name) in inner or name == RUNTIME_WIRING:
+            continue
+        reached = sorted(t for t in GRAPH[name] if _runtime_part(t) in inner)
+        assert not reached, f"{name} imports {reached}: only {RUNTIME_WIRING} wires them"

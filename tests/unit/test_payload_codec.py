@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aqueduct.proto.errors import LocalProtocolError
-from aqueduct.runtime.headers import normalize_headers
-from aqueduct.runtime.payload import (
+from aqueduct.runtime.handles.headers import normalize_headers
+from aqueduct.runtime.handles.payload import (
     ATTACHMENT_TAG,
     CBOR,
     OCTET_STREAM,

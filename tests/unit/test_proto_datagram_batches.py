@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.proto.connection import Connection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.events import (
     ConnectionTerminated,
     Event,
@@ -28,7 +28,7 @@ from aqueduct.wire import (
     ConnectionHeaders,
     FinishSender,
     Frame,
-    Message,
+    MessageFrame,
     RouteTo,
     SentUnreliable,
     Side,
@@ -49,9 +49,9 @@ CH1_TOTAL = 8  # ch1's SENT_UNRELIABLE total when it got FINISH_SENDER
 NOW = 1.5  # the batch's time: past the first receipt deadline (1 s)
 
 
-def _server(late: bool, finish1: bool) -> Connection:
+def _server(late: bool, finish1: bool) -> ConnectionMachine:
     """A server core after a scripted client's handshake, ch1 attached, maybe nacks and a finish."""
-    conn = Connection(False)
+    conn = ConnectionMachine(False)
     sids = iter(range(2, 1000, 4))  # the client's unidirectional streams
 
     def send(frames: list[Frame], now: float = 0.0) -> None:
@@ -59,7 +59,7 @@ def _server(late: bool, finish1: bool) -> Connection:
 
     send([Version(), ConnectionHeaders(())])
     send([AckVersion()])
-    send([RouteTo(ENTRYPOINT), Message(0, (), (AttachmentRef(CH1, ()),), b"attach")])
+    send([RouteTo(ENTRYPOINT), MessageFrame(0, (), (AttachmentRef(CH1, ()),), b"attach")])
     if late:
         send([RouteTo(ENTRYPOINT), SentUnreliable(LATE)])
     if finish1:
@@ -72,7 +72,7 @@ def _server(late: bool, finish1: bool) -> Connection:
 
 
 def _datagram(chanid: int, num: int, payload: bytes = b"v", headers: tuple = ()) -> bytes:
-    return encode_sequence([RouteTo(chanid), Message(num, headers, (), payload)])
+    return encode_sequence([RouteTo(chanid), MessageFrame(num, headers, (), payload)])
 
 
 _PAYLOADS = [b"", b"v", b"w" * 200]  # (200: a two-byte length)
@@ -108,9 +108,9 @@ def _craft(items: list[tuple[str, int, int]], finish1: bool) -> list[bytes]:
         elif kind == "trailing":
             out.append(_datagram(ENTRYPOINT, num, payload) + b"\x00")
         elif kind == "two":  # two plain MESSAGEs in one datagram: a violation
-            out.append(_datagram(ENTRYPOINT, num, payload) + encode_frame(Message(num + 1, (), (), b"")))
+            out.append(_datagram(ENTRYPOINT, num, payload) + encode_frame(MessageFrame(num + 1, (), (), b"")))
         elif kind == "version0":
-            out.append(encode_sequence([Version(), RouteTo(ENTRYPOINT), Message(num, (), (), payload)]))
+            out.append(encode_sequence([Version(), RouteTo(ENTRYPOINT), MessageFrame(num, (), (), payload)]))
             last0 = num
         elif kind == "new":
             out.append(_datagram(NEW, num % 20, payload))
@@ -138,7 +138,7 @@ def _expand(events: list[Event]) -> list[Event | Delivered]:
     return out
 
 
-def _observe(conn: Connection) -> dict[str, Any]:
+def _observe(conn: ConnectionMachine) -> dict[str, Any]:
     """Everything a runtime (or a later step) could see of ``conn``; drains events and actions."""
     parked = conn._parking._groups  # (events of channels whose handle has not arrived)
     return {
@@ -152,7 +152,7 @@ def _observe(conn: Connection) -> dict[str, Any]:
     }
 
 
-def _history(conn: Connection) -> list[dict[str, Any]]:
+def _history(conn: ConnectionMachine) -> list[dict[str, Any]]:
     """What ``conn`` shows now, then after each of its next few timers (acks, nacks, finishing)."""
     seen = [_observe(conn)]
     for _ in range(4):
@@ -201,7 +201,7 @@ def test_batches_match_one_call_per_datagram(items, late, finish1, cuts):
     assert _history(batched) == _history(one_by_one)
 
 
-def _events(conn: Connection) -> list[Event]:
+def _events(conn: ConnectionMachine) -> list[Event]:
     return list(iter(conn.next_event, None))
 
 
@@ -213,7 +213,7 @@ def test_a_batch_of_plain_datagrams_is_one_run_split_only_where_the_general_path
             _datagram(ENTRYPOINT, 1, b"b"),
             _datagram(CH1, 0, b"x"),
             _datagram(CH1, 1, b"y"),
-            encode_sequence([Version(), RouteTo(ENTRYPOINT), Message(2, (), (), b"c")]),
+            encode_sequence([Version(), RouteTo(ENTRYPOINT), MessageFrame(2, (), (), b"c")]),
             _datagram(ENTRYPOINT, 3, b"h", (("k", b"v"),)),
             _datagram(ENTRYPOINT, 4, b"d"),
             _datagram(ENTRYPOINT, 5, b"e"),
@@ -256,7 +256,7 @@ def test_late_datagrams_inside_a_run_are_dropped_and_counted():
 def test_two_plain_messages_in_one_datagram_are_a_violation_not_a_run():
     """A datagram is exactly [VERSION] ROUTE_TO MESSAGE; the plain path once delivered both."""
     conn = _server(late=False, finish1=False)
-    extra = encode_frame(Message(1, (), (), b"b"))
+    extra = encode_frame(MessageFrame(1, (), (), b"b"))
     conn.receive_datagrams([_datagram(ENTRYPOINT, 0, b"a") + extra], NOW)
     (close,) = _events(conn)
     assert isinstance(close, ConnectionTerminated)

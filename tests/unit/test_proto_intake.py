@@ -31,7 +31,7 @@ from aqueduct.wire.frames import (
     VERSION_STRING,
     ConnectionHeaders,
     FinishSender,
-    Message,
+    MessageFrame,
     RouteTo,
     Version,
     encode_frame,
@@ -55,8 +55,8 @@ def _bytes(*frames) -> bytes:
     return b"".join(encode_frame(f) for f in frames)
 
 
-def _msg(num: int, payload: bytes = b"p", headers: tuple = ()) -> Message:
-    return Message(num, headers, (), payload)
+def _msg(num: int, payload: bytes = b"p", headers: tuple = ()) -> MessageFrame:
+    return MessageFrame(num, headers, (), payload)
 
 
 def _answer(results, hs: Handshake, routes: dict[int, int | None]) -> list:

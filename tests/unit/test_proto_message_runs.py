@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aqueduct.proto.config import ProtoConfig
-from aqueduct.proto.connection import Connection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.events import (
     ConnectionTerminated,
     DatagramQueued,
@@ -20,7 +20,7 @@ from aqueduct.wire.chanid import ENTRYPOINT
 from aqueduct.wire.frames import (
     AttachmentRef,
     FinishSender,
-    Message,
+    MessageFrame,
     RouteTo,
     encode_frame,
     read_plain_messages,
@@ -32,7 +32,7 @@ MAX = 1 << 20
 
 
 def _frames(nums: list[int], payload: bytes = b"p", headers: tuple = ()) -> bytes:
-    return b"".join(encode_frame(Message(n, headers, (), payload)) for n in nums)
+    return b"".join(encode_frame(MessageFrame(n, headers, (), payload)) for n in nums)
 
 
 def test_a_run_reads_consecutive_plain_messages_with_their_costs():
@@ -40,7 +40,7 @@ def test_a_run_reads_consecutive_plain_messages_with_their_costs():
     data = _frames(nums[:5]) + _frames(nums[5:])
     first, payloads, costs, end = read_plain_messages(data, 0, MAX)
     assert (first, payloads, end) == (126, [b"p"] * 5, len(_frames(nums[:5])))
-    assert costs == [message_cost(Message(n, (), (), b"p")) for n in nums[:5]]
+    assert costs == [message_cost(MessageFrame(n, (), (), b"p")) for n in nums[:5]]
     first, payloads, _, end = read_plain_messages(data, end, MAX)  # the next run: 16382..
     assert (first, len(payloads), end) == (16_382, 4, len(data))
     wide = list(range((1 << 21) - 2, (1 << 21) + 2))  # 3-byte numbers, then 4-byte ones
@@ -51,7 +51,7 @@ def test_a_run_reads_consecutive_plain_messages_with_their_costs():
     ("tail", "why"),
     [
         (_frames([3], headers=(("k", b"v"),)), "headers"),
-        (encode_frame(Message(3, (), (AttachmentRef(9, ()),), b"p")), "attachments"),
+        (encode_frame(MessageFrame(3, (), (AttachmentRef(9, ()),), b"p")), "attachments"),
         (_frames([4]), "number out of sequence"),
         (b"\x04\x83\x00\x00\x00\x01p", "non-minimal number"),
         (b"\x04\x83\x80\x00\x00\x00\x01p", "non-minimal 3-byte number"),
@@ -78,7 +78,7 @@ def _sent_stream(nums: int, payload_size: int) -> tuple[int, bytes, Pair]:
     return writes[0].stream_id, b"".join(a.data for a in writes), pair
 
 
-def _collect(conn: Connection) -> list[tuple[bytes, int]]:
+def _collect(conn: ConnectionMachine) -> list[tuple[bytes, int]]:
     out = []
     while (event := conn.next_event()) is not None:
         if isinstance(event, MessagesReceived):
@@ -94,7 +94,7 @@ def _collect(conn: Connection) -> list[tuple[bytes, int]]:
 )
 def test_any_chunking_delivers_every_message_once_in_order_with_its_cost(nums, size, cuts):
     sid, data, pair = _sent_stream(nums, size)
-    sent = [f.payload for f in StreamSequenceDecoder().feed(data) if isinstance(f, Message)]
+    sent = [f.payload for f in StreamSequenceDecoder().feed(data) if isinstance(f, MessageFrame)]
     receiver = pair.server
     got: list[tuple[bytes, int]] = []
     pos = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aqueduct.proto.config import ProtoConfig
-from aqueduct.proto.connection import Connection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.events import (
     ChannelCancelled,
     ChannelFinished,
@@ -63,7 +63,7 @@ def test_handshake_exchanges_headers_once_and_acks_version():
 
 
 def test_sequences_carry_version_until_ack_version_arrives():
-    c = Connection(True)
+    c = ConnectionMachine(True)
     c.initiate(0.0)
     c.set_mode(0, Mode.UNRELIABLE)
     c.send(0, [b"early"])

@@ -9,12 +9,12 @@ from aqueduct.proto.config import ProtoConfig, peer_window
 from aqueduct.proto.flow import DequeueReporter, SendWindow, message_cost, message_head
 from aqueduct.proto.timers import Timers
 from aqueduct.proto.transit import Status, TransitTracker, message_key
-from aqueduct.wire import AttachmentRef, Message, encode_frame
+from aqueduct.wire import AttachmentRef, MessageFrame, encode_frame
 
 keys = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=5)
 headers = st.lists(st.tuples(keys, st.binary(max_size=200)), max_size=3).map(tuple)
 messages = st.builds(
-    Message,
+    MessageFrame,
     num=st.integers(0, 2**64 - 1),
     headers=headers,
     attachments=st.lists(

@@ -10,7 +10,7 @@ from aqueduct.proto.events import (
 )
 from aqueduct.proto.pair import Delivered, Pair
 from aqueduct.wire import Side, StreamSequenceDecoder
-from aqueduct.wire.frames import Message
+from aqueduct.wire.frames import MessageFrame
 from aqueduct.wire.modes import Mode
 
 
@@ -20,7 +20,7 @@ def message_streams(actions: list) -> int:
         1
         for a in actions
         if isinstance(a, StreamDataQueued)
-        and any(isinstance(f, Message) for f in StreamSequenceDecoder().feed(a.data))
+        and any(isinstance(f, MessageFrame) for f in StreamSequenceDecoder().feed(a.data))
     )
 
 

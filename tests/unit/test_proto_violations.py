@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from aqueduct.proto.config import ProtoConfig
-from aqueduct.proto.connection import Connection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.events import (
     ChannelLost,
     ConnectionCloseQueued,
@@ -31,7 +31,7 @@ from aqueduct.wire import (
     FinishSender,
     ForgetChannel,
     Limits,
-    Message,
+    MessageFrame,
     RouteTo,
     SentUnreliable,
     Side,
@@ -47,15 +47,15 @@ CLIENT_SENDS = make_chanid(Side.CLIENT, Side.CLIENT, False, 1)  # client-created
 SERVER_SENDS = make_chanid(Side.SERVER, Side.SERVER, False, 0)  # server-created, server sends
 
 
-def msg(num: int, attachments=(), payload: bytes = b"x") -> Message:
-    return Message(num, (), tuple(attachments), payload)
+def msg(num: int, attachments=(), payload: bytes = b"x") -> MessageFrame:
+    return MessageFrame(num, (), tuple(attachments), payload)
 
 
 class Peer:
     """A real Connection under test plus a scripted peer that writes raw bytes to it."""
 
     def __init__(self, is_client: bool = False, config: ProtoConfig | None = None) -> None:
-        self.conn = Connection(is_client, config)
+        self.conn = ConnectionMachine(is_client, config)
         self.next_sid = 3 if is_client else 2  # the scripted peer's stream ids
         if is_client:
             self.conn.initiate(0.0)
@@ -147,7 +147,7 @@ def test_payload_over_limit():
 
 def test_header_data_over_limit():
     p = Peer(config=ProtoConfig(limits=Limits(max_header_bytes=16)))
-    p.send([RouteTo(0), Message(0, (("key", b"v" * 20),), (), b"")])
+    p.send([RouteTo(0), MessageFrame(0, (("key", b"v" * 20),), (), b"")])
     reason = p.close_reason()
     assert reason.startswith("MESSAGE:") and "limit" in reason
 
@@ -162,7 +162,7 @@ def test_bidirectional_stream():
 
 
 def test_version_mismatch_names_both_versions():
-    c = Connection(False)
+    c = ConnectionMachine(False)
     c.receive_stream_data(2, encode_sequence([Version("9.9.9")]), True, 0.0)
     closes = [a for a in c.transmit() if isinstance(a, ConnectionCloseQueued)]
     assert closes[0].error_code == 1
@@ -170,7 +170,7 @@ def test_version_mismatch_names_both_versions():
 
 
 def test_sequence_without_version_before_ack_version():
-    c = Connection(False)
+    c = ConnectionMachine(False)
     c.receive_stream_data(2, encode_sequence([ConnectionHeaders(())]), True, 0.0)
     closes = [a for a in c.transmit() if isinstance(a, ConnectionCloseQueued)]
     assert closes and closes[0].error_code == 1
@@ -178,7 +178,7 @@ def test_sequence_without_version_before_ack_version():
 
 
 def test_datagram_without_version_before_ack_version():
-    c = Connection(False)
+    c = ConnectionMachine(False)
     c.receive_datagram(encode_sequence([RouteTo(0), msg(0)]), 0.0)
     closes = [a for a in c.transmit() if isinstance(a, ConnectionCloseQueued)]
     assert closes and "must start with VERSION" in closes[0].reason
@@ -191,7 +191,7 @@ def test_connection_headers_twice():
 
 
 def test_bad_window_header():
-    c = Connection(True)
+    c = ConnectionMachine(True)
     c.initiate(0.0)
     bad = ConnectionHeaders((("aqueduct-window", b"-5"),))
     c.receive_stream_data(3, encode_sequence([Version(), AckVersion(), bad]), True, 0.0)

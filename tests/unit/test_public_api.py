@@ -94,6 +94,9 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.bridge.source", "register"),
     ("aqueduct.runtime", "HeaderContext"),
     ("aqueduct.runtime.certs", "generate_certs"),
+    ("aqueduct.runtime.backends.tls", "client_configuration"),
+    ("aqueduct.proto.connection", "ConnectionMachine"),
+    ("aqueduct.wire.frames", "MessageFrame"),
 ]
 
 OLD_PATHS: list[tuple[str, str]] = [
@@ -104,6 +107,11 @@ OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.connector.client", "UNORDERED"),
     ("aqueduct.connector.frames", "Message"),
     ("aqueduct.bridge", "Receiver"),
+    ("aqueduct.runtime.tls", "client_configuration"),
+    ("aqueduct.runtime.quic_server", "BoundedQuicServer"),
+    ("aqueduct.proto.connection", "Connection"),
+    ("aqueduct.wire.frames", "Message"),
+    ("aqueduct.bridge.app.receiver", "SparkBridge"),
 ]
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])

@@ -1,4 +1,4 @@
-"""When the runtime flushes application sends (``aqueduct.runtime.coalesce``), on a real event loop.
+"""When the runtime flushes application sends (``aqueduct.runtime.driver.coalesce``), on a real event loop.
 
 What a user relies on: a lone send leaves at the next turn of the loop,
 exactly as without coalescing; a burst is flushed in few flushes but never
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aqueduct.runtime.coalesce import SendCoalescer
+from aqueduct.runtime.driver.coalesce import SendCoalescer
 
 
 class Flushes:

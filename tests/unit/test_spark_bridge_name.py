@@ -12,8 +12,8 @@ import warnings
 import pytest
 
 import aqueduct
-from aqueduct.bridge.app import receiver
-from aqueduct.bridge.app.receiver import SparkBridge, SparkBridgeError
+from aqueduct.bridge.app import spark_bridge
+from aqueduct.bridge.app.spark_bridge import SparkBridge, SparkBridgeError
 
 OLD = (
     "aqueduct.bridge.Receiver is renamed SparkBridge (aqueduct.Receiver is the channel half); "
@@ -22,10 +22,10 @@ OLD = (
 
 
 def test_the_old_name_still_imports_from_both_places_and_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receiver, "_warned", set())
+    monkeypatch.setattr(spark_bridge, "_warned", set())
     with pytest.warns(DeprecationWarning) as caught:
         from aqueduct.bridge import Receiver
-        from aqueduct.bridge.app.receiver import Receiver as same
+        from aqueduct.bridge.app.spark_bridge import Receiver as same
     assert Receiver is SparkBridge and same is SparkBridge
     assert [str(w.message) for w in caught] == [OLD]
     assert caught[0].filename == __file__  # it points at the import, not at the alias machinery
@@ -36,7 +36,7 @@ def test_the_old_name_still_imports_from_both_places_and_warns_once(monkeypatch:
 
 
 def test_the_old_error_name_is_the_same_class(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receiver, "_warned", set())
+    monkeypatch.setattr(spark_bridge, "_warned", set())
     with pytest.warns(DeprecationWarning, match="ReceiverError is renamed SparkBridgeError"):
         from aqueduct.bridge import ReceiverError
     assert ReceiverError is SparkBridgeError  # so `except ReceiverError` still catches

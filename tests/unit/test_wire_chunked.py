@@ -16,7 +16,7 @@ from aqueduct.wire import (
     FinishSender,
     FrameError,
     Limits,
-    Message,
+    MessageFrame,
     RouteTo,
     StreamSequenceDecoder,
     Version,
@@ -33,7 +33,7 @@ VALID_STREAMS = [
 ]
 
 messages = st.builds(
-    Message,
+    MessageFrame,
     st.integers(0, 1 << 20),
     st.just((("k", b"v"),)),
     st.just(()),
@@ -78,7 +78,7 @@ def test_vectors_decode_the_same_in_chunks(data: bytes, cuts: list[int]) -> None
 
 def test_byte_by_byte_big_message() -> None:
     payload = bytes(range(256)) * 400
-    frames = [RouteTo(0), Message(1, (), (), payload), Message(2, (), (), b"x")]
+    frames = [RouteTo(0), MessageFrame(1, (), (), payload), MessageFrame(2, (), (), b"x")]
     data = encode_sequence(frames)
     assert feed_all([data[i : i + 1] for i in range(len(data))]) == frames
 
@@ -95,7 +95,7 @@ def test_partial_frame_at_end_is_an_error(stream: tuple, data: st.DataObject) ->
 
 
 def test_truncated_message_names_what_is_missing() -> None:
-    data = encode_sequence([RouteTo(0), Message(0, (), (), b"hello")])
+    data = encode_sequence([RouteTo(0), MessageFrame(0, (), (), b"hello")])
     decoder = StreamSequenceDecoder()
     assert decoder.feed(data[:-3]) == [RouteTo(0)]
     with pytest.raises(FrameError, match="^MESSAGE: payload length 5, only 2 bytes present$"):
@@ -114,7 +114,7 @@ def test_a_failed_decoder_stays_failed() -> None:
 
 def test_oversized_payload_is_refused_before_it_arrives() -> None:
     decoder = StreamSequenceDecoder(Limits(max_payload_bytes=1000))
-    head = encode_sequence([RouteTo(0), Message(0, (), (), b"x" * 1001)])[:12]
+    head = encode_sequence([RouteTo(0), MessageFrame(0, (), (), b"x" * 1001)])[:12]
     with pytest.raises(
         FrameError, match="^MESSAGE: payload length 1001 exceeds the limit of 1000 bytes"
     ):

@@ -19,7 +19,7 @@ from aqueduct.wire import (
     FinishSender,
     ForgetChannel,
     FrameError,
-    Message,
+    MessageFrame,
     RangeSet,
     RouteTo,
     SentUnreliable,
@@ -69,7 +69,7 @@ ack_nack_ranges = st.tuples(st.booleans(), st.lists(lengths, min_size=1, max_siz
 prefix_frames = st.one_of(
     st.just(Version()), st.just(AckVersion()), st.builds(ConnectionHeaders, headers)
 )
-messages = st.builds(Message, u64, headers, attachments, st.binary(max_size=64))
+messages = st.builds(MessageFrame, u64, headers, attachments, st.binary(max_size=64))
 routed_frames = st.one_of(
     messages,
     st.builds(SentUnreliable, positive),
@@ -182,7 +182,7 @@ def test_every_frame_round_trips(frame, before: bytes, after: bytes) -> None:
         (AckReliable((0, 1, 0, 1)), "ACK_RELIABLE: gaps after the first must be non-zero"),
         (AckNackUnreliable(()), "ACK_NACK_UNRELIABLE: needs at least one value"),
         (AckNackUnreliable((1, 0)), "ACK_NACK_UNRELIABLE: only a leading value may be zero"),
-        (Message(U64 + 1, (), (), b""), "MESSAGE: varint"),
+        (MessageFrame(U64 + 1, (), (), b""), "MESSAGE: varint"),
         (RouteTo(-1), "ROUTE_TO: varint"),
         (ConnectionHeaders((("", b"x"),)), "CONNECTION_HEADERS: header key"),
     ],
@@ -203,7 +203,7 @@ def test_sequences_round_trip(frames: list) -> None:
 
 
 @given(st.booleans(), u64, messages)
-def test_datagrams_round_trip(with_version: bool, chanid: int, message: Message) -> None:
+def test_datagrams_round_trip(with_version: bool, chanid: int, message: MessageFrame) -> None:
     frames = ([Version()] if with_version else []) + [RouteTo(chanid), message]
     assert decode_datagram(encode_sequence(frames)) == frames
 
@@ -227,10 +227,10 @@ def test_encode_sequence_enforces_the_grammar(frames: list, message: str) -> Non
     "frames, message",
     [
         ([RouteTo(0)], "datagram: ends before MESSAGE"),
-        ([Version(), Message(0, (), (), b"")], "datagram: expected ROUTE_TO, got MESSAGE"),
+        ([Version(), MessageFrame(0, (), (), b"")], "datagram: expected ROUTE_TO, got MESSAGE"),
         ([RouteTo(0), SentUnreliable(1)], "datagram: expected MESSAGE, got SENT_UNRELIABLE"),
         (
-            [RouteTo(0), Message(0, (), (), b""), CancelSender()],
+            [RouteTo(0), MessageFrame(0, (), (), b""), CancelSender()],
             "datagram: 1 bytes after the MESSAGE",
         ),
     ],

@@ -24,7 +24,7 @@ from aqueduct.wire import (
     Dequeued,
     FinishSender,
     ForgetChannel,
-    Message,
+    MessageFrame,
     RouteTo,
     SentUnreliable,
     StreamSequenceDecoder,
@@ -89,7 +89,7 @@ def to_frame(d: dict):
         return RouteTo(d["chanid"])
     if t == "MESSAGE":
         atts = tuple(AttachmentRef(a["chanid"], _headers(a["headers"])) for a in d["attachments"])
-        return Message(d["num"], _headers(d["headers"]), atts, bytes.fromhex(d["payload_hex"]))
+        return MessageFrame(d["num"], _headers(d["headers"]), atts, bytes.fromhex(d["payload_hex"]))
     if t == "SENT_UNRELIABLE":
         return SentUnreliable(d["count"])
     if t == "FINISH_SENDER":

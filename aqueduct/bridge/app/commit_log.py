@@ -14,7 +14,7 @@ renamed into place), so a file that exists is whole.
 while records wait for a commit); it works for any sink, since the
 commit log is Spark's, not the sink's. It needs the checkpoint's path, so
 it serves the queries the bridge starts itself; queries a user starts
-(:class:`~aqueduct.bridge.app.receiver.SparkBridge`) keep the listener.
+(:class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`) keep the listener.
 
 A file sink (the bridge's Parquet output) commits each batch in its own
 log, ``<output>/_spark_metadata``, inside ``addBatch``: earlier still.

@@ -3,7 +3,7 @@
 ``aqueduct-bridge serve --metrics HOST:PORT`` and ``SparkBridge(...,
 metrics="HOST:PORT")`` start :func:`start_metrics`. Nothing is counted for
 it on the hot paths: a custom collector reads, at scrape time, the counters
-the bridge keeps anyway (the ingest's :class:`~aqueduct.bridge.ingest.service.IngestCounters`,
+the bridge keeps anyway (the ingest's :class:`~aqueduct.bridge.ingest.counters.IngestCounters`,
 the log's offsets, the consumers' positions, the QUIC listener's failed
 handshakes). The bridge's state lives on its event loop, so the scrape (on
 ``prometheus_client``'s HTTP thread) takes one snapshot there and does the
@@ -23,19 +23,40 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from aqueduct.bridge.ingest.service import REFUSAL_KINDS, IngestCounters
+from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.progress import BridgeProgress
+from aqueduct.bridge.ingest.counters import IngestCounters
+from aqueduct.bridge.ingest.positions import ConsumerPositions
+from aqueduct.bridge.ingest.service import REFUSAL_KINDS, Ingest
 from aqueduct.bridge.source.lag import Lag, consumer_lag
 from aqueduct.bridge.storage.consumers import position
-
-if TYPE_CHECKING:
-    from aqueduct.bridge.app.service import Bridge
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.worker.server import WorkerServer
 
 #: Seconds a scrape waits for the bridge's loop (a hang guard: the snapshot is a few dict reads).
 SNAPSHOT_TIMEOUT = 10.0
 #: Failed QUIC handshakes by kind, as ``refusals_total`` reasons.
 HANDSHAKE_REASONS = {"tls": "tls", "other": "quic_handshake"}
+
+
+class Bridge(Protocol):
+    """What a scrape reads of the running :class:`~aqueduct.bridge.app.service.Bridge`.
+
+    Spelled out here, not imported: the bridge starts the endpoint, so the
+    endpoint knows only these parts of it (no import circle between the two).
+    """
+
+    config: BridgeConfig
+    log: DurableLog | None
+    ingest: Ingest | None
+    positions: ConsumerPositions | None
+
+    @property
+    def listeners(self) -> list[WorkerServer]: ...
+
+    def progress(self) -> BridgeProgress: ...
 
 
 class MetricsError(RuntimeError):

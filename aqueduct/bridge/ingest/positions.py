@@ -5,8 +5,9 @@
 positions from the two signals of :mod:`aqueduct.bridge.storage.commits` (the
 listener for queries in this driver, the commit files for all), re-reads
 the registry (a consumer may register from another Spark application, or
-be dropped by ``aqueduct-bridge consumers drop``), and hands the ingest
-the ack frontier and the truncation frontier. It runs on the bridge's
+be dropped by ``aqueduct-bridge consumers drop``), and hands the ingest's
+acks room (:mod:`aqueduct.bridge.ingest.acks`, the one way back to
+producers) the ack frontier and the truncation frontier. It runs on the bridge's
 event loop; the files it reads and writes are a few small JSON documents.
 """
 
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 class ConsumerPositions:
-    """Committed positions per consumer; applies the frontiers to the ingest."""
+    """Committed positions per consumer; applies the frontiers to the ingest's acks."""
 
     def __init__(self, log_dir: Path, ingest: Ingest, max_consumer_lag: int | None = None) -> None:
         self.log_dir = log_dir
@@ -74,7 +75,7 @@ class ConsumerPositions:
             mine[sid] = max(pos, mine.get(sid, 0))
         acks = frontiers(self.consumers, committed, self.ingest.log.stream_names()).acks
         if acks:
-            self.ingest.on_committed(acks)
+            self.ingest.acks.on_committed(acks)
 
     def poll(self) -> None:
         """Re-read the registry and every consumer's commit file, then apply (the safety net)."""
@@ -97,9 +98,9 @@ class ConsumerPositions:
             self._drop_lagging(self.max_consumer_lag)
         f = frontiers(self.consumers, self.committed, self.ingest.log.stream_names())
         if f.acks:
-            self.ingest.on_committed(f.acks)
+            self.ingest.acks.on_committed(f.acks)
         if f.truncate:
-            self.ingest.truncate_below(f.truncate)
+            self.ingest.acks.truncate_below(f.truncate)
 
     def _drop_lagging(self, max_lag: int) -> None:
         complete = self.ingest.complete_offsets()

@@ -17,7 +17,7 @@ from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
 from aqueduct.connector.worker.server import CLOSING_TIMEOUT, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import ChannelOutcome
-from aqueduct.runtime.payload import PayloadError
+from aqueduct.runtime.handles.payload import PayloadError
 from aqueduct.wire.modes import Mode
 
 _MODES = {mode.value.encode(): mode for mode in Mode}

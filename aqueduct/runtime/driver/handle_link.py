@@ -1,11 +1,11 @@
 """The link between one connection's core and its handles: :class:`HandleLink`.
 
 A networked :class:`~aqueduct.runtime.handles.Sender` or ``Receiver`` talks
-to its connection through the :class:`~aqueduct.runtime.handles.Link`
+to its connection through the :class:`~aqueduct.runtime.handles.handle.Link`
 protocol (send, finish, cancel, close, read progress ...), and the core's
 channel events (a message arrived, the window opened, the channel ended)
 must reach the handle of their channel. Both are this module's job, kept
-apart from the :class:`~aqueduct.runtime.driver.Driver`, which pumps QUIC:
+apart from the :class:`~aqueduct.runtime.driver.core_driver.Driver`, which pumps QUIC:
 it feeds the core the stack's input, applies the core's actions to the
 stack, and runs the timers. The driver asks the link to deliver the core's
 events after each flush; :meth:`HandleLink.deliver_events` returns the
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from aqueduct.proto import events as ev
-from aqueduct.proto.connection import Connection as CoreConnection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.errors import (
     ConnectionLost,
     LocalProtocolError,
@@ -39,25 +39,22 @@ from aqueduct.proto.errors import (
     ReceiverClosed,
     RemoteProtocolError,
 )
-from aqueduct.runtime.coalesce import SendCoalescer
-from aqueduct.runtime.delivery import Finished
-from aqueduct.runtime.handles import (
-    AttachmentOut,
-    Message,
-    Mode,
-    Receiver,
-    Sender,
-    networked_handle,
-)
-from aqueduct.runtime.headers import Headers, Middleware, run_middleware
-from aqueduct.runtime.payload import (
+from aqueduct.runtime.driver.coalesce import SendCoalescer
+from aqueduct.runtime.handles.delivery import Finished
+from aqueduct.runtime.handles.handle import AttachmentOut, Message
+from aqueduct.runtime.handles.headers import Headers, Middleware, run_middleware
+from aqueduct.runtime.handles.pairs import networked_handle
+from aqueduct.runtime.handles.payload import (
     CBOR,
     PayloadError,
     content_type,
     decode_value,
     plain_decoder,
 )
+from aqueduct.runtime.handles.receiver import Receiver
+from aqueduct.runtime.handles.sender import Sender
 from aqueduct.wire.chanid import ENTRYPOINT, Side, chanid_oneshot, chanid_sender
+from aqueduct.wire.modes import Mode
 
 PROTOCOL_VIOLATION = 1  # QUIC application error code (spec section 6)
 
@@ -79,11 +76,11 @@ class Pump(Protocol):
 
 
 class HandleLink:
-    """The :class:`~aqueduct.runtime.handles.Link` of one connection's networked handles."""
+    """The :class:`~aqueduct.runtime.handles.handle.Link` of one connection's networked handles."""
 
     def __init__(
         self,
-        core: CoreConnection,
+        core: ConnectionMachine,
         pump: Pump,
         coalescer: SendCoalescer,
         *,
@@ -297,7 +294,7 @@ class HandleLink:
         """Hand ``payloads`` to the core as messages of ``chanid``: how many were taken, and whether room is left.
 
         The one send of every networked handle: ``Sender.send`` hands a run
-        of one, ``send_many`` runs of raw bytes (see ``Connection.send``).
+        of one, ``send_many`` runs of raw bytes (see ``ConnectionMachine.send``).
         Middleware sees every message on its own, as it always did: with
         middleware, a run goes to the core message by message.
         """

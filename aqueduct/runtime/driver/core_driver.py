@@ -1,4 +1,4 @@
-"""Drive the sans-IO core (:class:`aqueduct.proto.connection.Connection`) over one QUIC connection.
+"""Drive the sans-IO core (:class:`aqueduct.proto.connection.ConnectionMachine`) over one QUIC connection.
 
 One :class:`Driver` per QUIC connection, whichever stack carries it (the
 stack is behind :class:`~aqueduct.runtime.transport.QuicTransport`; its
@@ -12,12 +12,12 @@ channel:
   which the backend calls once after each burst of received packets and
   each of its timers; calls from the application only schedule one:
   ``finish``, ``cancel`` ... with ``call_soon``, sends through a
-  :class:`~aqueduct.runtime.coalesce.SendCoalescer`, so a burst of sends
+  :class:`~aqueduct.runtime.driver.coalesce.SendCoalescer`, so a burst of sends
   becomes one flush even when it spans turns of the loop;
 * the core's timer is armed with ``loop.call_at``;
 * core events go to the handles through the driver's
-  :class:`~aqueduct.runtime.handle_link.HandleLink`, which is also the
-  :class:`~aqueduct.runtime.handles.Link` networked handles talk through;
+  :class:`~aqueduct.runtime.driver.handle_link.HandleLink`, which is also the
+  :class:`~aqueduct.runtime.handles.handle.Link` networked handles talk through;
   the driver acts on the connection's own events (handshake done, ended).
 """
 
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from typing import Any
 
 from aqueduct.proto import events as ev
-from aqueduct.proto.connection import Connection as CoreConnection
+from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.errors import ConnectionLost
-from aqueduct.runtime.coalesce import SendCoalescer
-from aqueduct.runtime.framelog import FrameLog
-from aqueduct.runtime.handle_link import PROTOCOL_VIOLATION, HandleLink, connection_lost
-from aqueduct.runtime.headers import Middleware
+from aqueduct.runtime.driver.coalesce import SendCoalescer
+from aqueduct.runtime.driver.framelog import FrameLog
+from aqueduct.runtime.driver.handle_link import PROTOCOL_VIOLATION, HandleLink, connection_lost
+from aqueduct.runtime.handles.headers import Middleware
 from aqueduct.runtime.transport import QuicTransport
 from aqueduct.wire.chanid import Side
 
@@ -46,7 +46,7 @@ class Driver:
         self,
         transport: QuicTransport,
         *,
-        core: CoreConnection,
+        core: ConnectionMachine,
         middleware: tuple[Middleware, ...] = (),
         frame_log: FrameLog | None = None,
         on_ready: Callable[[Driver], None] | None = None,

@@ -38,16 +38,15 @@ from aiopquic.quic import events as pico_events
 from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection, QuicEngine
 
-from aqueduct.runtime.driver import Driver
 from aqueduct.runtime.transport import (
     ALPN,
     MAX_DATAGRAM_FRAME_SIZE,
     ClientOptions,
-    QuicTransport,
+    MakeDriver,
     ServerOptions,
+    TransportDriver,
 )
 
-MakeDriver = Callable[[QuicTransport], Driver]
 WILDCARD_HOSTS = {"": socket.AF_INET6, "::": socket.AF_INET6, "0.0.0.0": socket.AF_INET}
 """The only hosts a picoquic server takes, with the family it then listens on
 ("::" and "" take IPv4 too): aiopquic binds every interface."""
@@ -85,7 +84,7 @@ _StreamDataReceived = pico_events.StreamDataReceived
 
 
 class AiopquicTransport(QuicConnectionProtocol):
-    """aiopquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
+    """aiopquic's protocol for one connection, feeding a :class:`~aqueduct.runtime.transport.TransportDriver` and driven by it."""
 
     pings_itself = True  # picoquic's keep-alive, configured at dial / listen
 
@@ -280,7 +279,7 @@ def _rtt_seconds(path: dict[str, Any]) -> float | None:
     return rtt / 1e6 if rtt else None
 
 
-async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:
+async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> TransportDriver:
     """Connect and wait for the Aqueduct handshake; picoquic's thread stops when the connection ends."""
     o = options
     if o.certfile is not None or o.keyfile is not None:

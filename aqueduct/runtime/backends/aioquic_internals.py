@@ -14,7 +14,7 @@ connection. ``pyproject.toml`` keeps aioquic below its next minor version
 for the same reason.
 
 The subclasses that extend aioquic's server and TLS context
-(:mod:`aqueduct.runtime.quic_server`, :mod:`aqueduct.runtime.tls`) use
+(:mod:`aqueduct.runtime.backends.quic_server`, :mod:`aqueduct.runtime.backends.tls`) use
 more of their parents' private members; those are listed here too.
 """
 

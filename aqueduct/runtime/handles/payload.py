@@ -37,7 +37,7 @@ from typing import Any
 import cbor2
 
 from aqueduct.proto.errors import AqueductError
-from aqueduct.runtime.headers import Headers, get_header
+from aqueduct.runtime.handles.headers import Headers, get_header
 
 CONTENT_TYPE = "content-type"
 CBOR = b"application/cbor"

@@ -4,7 +4,7 @@ A :class:`~aqueduct.runtime.handles.Receiver` reads from its
 :class:`Inbox`; a :class:`~aqueduct.runtime.handles.Sender` waits at its
 :class:`SendGate`. Whatever feeds them calls only the methods here, with
 past-tense names for what happened: the local sender of an in-process pair
-as much as the :class:`~aqueduct.runtime.driver.Driver` of a networked
+as much as the :class:`~aqueduct.runtime.driver.core_driver.Driver` of a networked
 channel. One rulebook for both, and no code outside a handle's module
 touches a handle's private state.
 """

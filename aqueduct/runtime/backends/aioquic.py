@@ -6,9 +6,9 @@ it turns aioquic's events into the driver's input calls and implements
 ``QuicConnection``. :func:`listen` and :func:`dial` are the backend's
 halves of :func:`~aqueduct.runtime.endpoints.serve` and
 :func:`~aqueduct.runtime.endpoints.connect`. This module and the ones it
-uses (:mod:`~aqueduct.runtime.aioquic_internals`,
-:mod:`~aqueduct.runtime.quic_server`, :mod:`~aqueduct.runtime.tls`,
-:mod:`~aqueduct.runtime.udp`) are the only ones that know aioquic.
+uses (:mod:`~aqueduct.runtime.backends.aioquic_internals`,
+:mod:`~aqueduct.runtime.backends.quic_server`, :mod:`~aqueduct.runtime.backends.tls`,
+:mod:`~aqueduct.runtime.backends.udp`) are the only ones that know aioquic.
 """
 
 from __future__ import annotations
@@ -17,26 +17,28 @@ import asyncio
 import ipaddress
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as quic_events
 from aioquic.quic.connection import QuicConnection
 
-from aqueduct.runtime import aioquic_internals
-from aqueduct.runtime.driver import Driver
-from aqueduct.runtime.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
-from aqueduct.runtime.tls import (
+from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.backends.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
+from aqueduct.runtime.backends.tls import (
     client_configuration,
     require_client_certificate,
     server_configuration,
 )
-from aqueduct.runtime.transport import ClientOptions, QuicTransport, ServerOptions
-from aqueduct.runtime.udp import ReadBatch, open_udp
+from aqueduct.runtime.backends.udp import ReadBatch, open_udp
+from aqueduct.runtime.transport import (
+    ClientOptions,
+    MakeDriver,
+    ServerOptions,
+    TransportDriver,
+)
 
 PathLike = str | os.PathLike[str]
-MakeDriver = Callable[[QuicTransport], Driver]
 SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
 """Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
 full Initials) overflows when a fleet connects at once, and every Initial
@@ -52,7 +54,7 @@ _StreamDataReceived = quic_events.StreamDataReceived
 
 
 class AioquicTransport(QuicConnectionProtocol):
-    """aioquic's protocol for one connection, feeding a :class:`Driver` and driven by it."""
+    """aioquic's protocol for one connection, feeding a :class:`~aqueduct.runtime.transport.TransportDriver` and driven by it."""
 
     pings_itself = False  # the driver's keepalive timer sends them (send_ping)
 
@@ -86,7 +88,7 @@ class AioquicTransport(QuicConnectionProtocol):
         """aioquic calls this after every datagram it was given and every timer.
 
         While the socket's reader is still reading a batch, the flush waits
-        for the batch's end (see :mod:`aqueduct.runtime.udp`).
+        for the batch's end (see :mod:`aqueduct.runtime.backends.udp`).
         """
         batch = self._batch
         if batch is not None and batch.active:
@@ -196,7 +198,7 @@ def check_server(host: str, options: ServerOptions) -> None:
     """Nothing to refuse: aioquic serves on a chosen address, with or without mutual TLS."""
 
 
-async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> Driver:
+async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> TransportDriver:
     """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends.
 
     ``options.keepalive`` needs nothing here: on aioquic the driver sends

@@ -1,0 +1,391 @@
+"""The bridge inside your own Spark driver: :class:`SparkBridge`.
+
+A data engineer keeps their own PySpark application (a script run with
+``python`` or ``spark-submit``, or a notebook): their parsing, joins and
+sinks. The bridge adds what makes producers worth pointing at it::
+
+    with SparkBridge(spark, log="/data/aq", quic="0.0.0.0:4433") as bridge:
+        events = bridge.stream().select(from_json(col("payload").cast("string"), schema).alias("e"))
+        q = events.writeStream.foreachBatch(upsert).option("checkpointLocation", ck).start()
+        bridge.ack_after(q)
+        bridge.await_termination()  # until the query ends, Ctrl-C or SIGTERM
+
+It runs the connector listeners, the durable log and the group commit on
+an event loop in a background thread of the driver process (the same
+:class:`~aqueduct.bridge.app.service.Bridge` that ``aqueduct-bridge serve``
+runs, minus its own query). :meth:`SparkBridge.stream` is the log as a
+streaming DataFrame, read as a named consumer; :meth:`SparkBridge.ack_after`
+says which queries' commits release producer acks. A producer hears that
+a message is safe only after every such query committed the micro-batch
+holding it in its sink.
+
+Errors surface in the caller's thread: starting raises what went wrong
+(a log held by another process, a port in use); a failure of the
+background work later (a disk that stops taking fsyncs) stops the queries
+handed to :meth:`~SparkBridge.ack_after`, so :meth:`~SparkBridge.await_termination`
+returns, and leaving the ``with`` block raises :class:`SparkBridgeError`. Leaving the
+block by any route (Ctrl-C included) stops those queries, makes buffered
+records durable and releases the log.
+
+It was called ``Receiver``, the name of the channel half
+(``aqueduct.Receiver``) too, in a module named ``receiver``; the old names
+and the old module path still import, with a ``DeprecationWarning`` (see
+:func:`renamed` and :mod:`aqueduct._moved`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Coroutine
+from dataclasses import fields
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.progress import BridgeProgress
+from aqueduct.bridge.app.service import Bridge
+from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds a call into the background loop may take before it is reported
+#: as hung (opening a log of many streams is the slowest; a hang guard only).
+CALL_TIMEOUT = 300.0
+
+STARTING = ("earliest", "latest")
+
+#: Seconds between looks at the queries in :meth:`SparkBridge.await_termination`:
+#: how soon a signal is acted on.
+POLL = 0.5
+
+
+class SparkBridgeError(RuntimeError):
+    """The bridge's background work failed, or it was used the wrong way."""
+
+
+def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` (``[v6]:PORT`` too) or ``(host, port)`` to a tuple, with a clear error."""
+    if value is None or isinstance(value, tuple):
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"SparkBridge {what}: expected 'HOST:PORT', got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _master(spark: Any) -> str:
+    """The session's master URL: a cluster's executors read the log over Flight, not from disk."""
+    try:
+        return str(spark.conf.get("spark.master", "local[*]"))
+    except Exception:  # noqa: BLE001 - a Spark Connect session may not expose it: assume remote
+        return "remote"
+
+
+class SparkBridge:
+    """Connector listeners and the durable log in this driver, acking after your queries.
+
+    Keyword arguments are those of ``aqueduct-bridge serve`` that concern
+    receiving (see :class:`~aqueduct.bridge.app.config.BridgeConfig`):
+    ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
+    ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
+    when not given), ``client_cafile`` (mutual TLS: QUIC connectors must
+    present a certificate this CA signed), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    ``retention``, ``segment_bytes`` and ``max_consumer_lag``; ``flight``
+    (``HOST:PORT``) serves the log over Arrow Flight there, which happens
+    anyway (beside the first listener, any free port) when the session's
+    master is not local: :meth:`stream` then reads through it, so the
+    executors of a cluster need no access to the log directory; and
+    ``metrics="HOST:PORT"`` to serve Prometheus metrics at
+    ``http://HOST:PORT/metrics`` (docs/metrics.md).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        log: str | Path,
+        *,
+        quic: str | tuple[str, int] | None = None,
+        tcp: str | tuple[str, int] | None = None,
+        wallaroo_tcp: str | tuple[str, int] | None = None,
+        cookie: str | bytes = b"",
+        metrics: str | tuple[str, int] | None = None,
+        **settings: Any,
+    ) -> None:
+        allowed = {
+            "certfile", "keyfile", "client_cafile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
+            "segment_bytes", "max_consumer_lag", "flight",
+        }  # fmt: skip
+        unknown = sorted(set(settings) - allowed)
+        if unknown:
+            raise TypeError(f"SparkBridge got unknown setting(s) {unknown}; known: {sorted(allowed)}")
+        listeners = {
+            "quic": _address(quic, "quic"),
+            "tcp": _address(tcp, "tcp"),
+            "wallaroo_tcp": _address(wallaroo_tcp, "wallaroo_tcp"),
+        }
+        if not any(listeners.values()):
+            raise ValueError("SparkBridge needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
+        assert {f.name for f in fields(BridgeConfig)} >= allowed
+        if "flight" in settings:
+            settings["flight"] = _address(settings["flight"], "flight")
+        self.spark = spark
+        self.config = BridgeConfig(
+            log_dir=Path(log),
+            cookie=cookie.encode() if isinstance(cookie, str) else cookie,
+            metrics=_address(metrics, "metrics"),
+            master=_master(spark),
+            **listeners,
+            **settings,
+        )
+        self._bridge = Bridge(self.config, spark=spark)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._consumers: set[str] = set()  # consumers this bridge handed a stream to
+        self._queries: list[Any] = []  # queries handed to ack_after
+        self._failure_watch: concurrent.futures.Future[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> SparkBridge:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        if exc is None and self.failed:
+            raise SparkBridgeError(self.failed)
+
+    def start(self) -> None:
+        """Open the log and listen for connectors; raises here if either fails."""
+        if self._loop is not None:
+            raise SparkBridgeError("SparkBridge already started")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="aqueduct-spark-bridge", daemon=True)
+        self._thread.start()
+        try:
+            self._bridge.attach_spark(self.spark, loop)
+            self._call(self._bridge.start(run_query=False))
+        except BaseException:
+            self.stop()
+            raise
+        self._failure_watch = asyncio.run_coroutine_threadsafe(self._stop_queries_on_failure(), loop)
+
+    def stop(self) -> None:
+        """Stop the queries handed to :meth:`ack_after`, make buffered records durable, release the log."""
+        loop = self._loop
+        if loop is None:
+            return
+        self._stop_queries()
+        if self._failure_watch is not None:
+            self._failure_watch.cancel()
+        try:
+            self._call(self._bridge.stop())
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            assert self._thread is not None
+            self._thread.join(CALL_TIMEOUT)
+            loop.close()
+            self._loop = None
+
+    @property
+    def failed(self) -> str | None:
+        """Why the background work stopped, or None while it runs."""
+        return self._bridge.failed
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(CALL_TIMEOUT)
+
+    def _on_loop(self, function: Callable[[], T]) -> T:
+        async def run() -> T:
+            return function()
+
+        return self._call(run())
+
+    def _stop_queries(self) -> None:
+        for query in self._queries:
+            if query.isActive:
+                query.stop()
+
+    async def _stop_queries_on_failure(self) -> None:
+        await self._bridge.stopped.wait()
+        if self._bridge.failed:
+            logger.error("aqueduct bridge failed: %s; stopping its queries", self._bridge.failed)
+            await asyncio.to_thread(self._stop_queries)
+
+    # ------------------------------------------------------------ queries
+
+    def stream(self, consumer: str = DEFAULT_CONSUMER, *, starting: str = "earliest", **options: str) -> Any:
+        """The log as a streaming DataFrame, read as the consumer named ``consumer``.
+
+        ``starting`` says where a consumer new to this log begins:
+        ``"earliest"`` (every record still retained) or ``"latest"`` (the
+        end of the last complete epoch). A consumer the log already knows
+        resumes from its query's checkpoint instead. ``options`` go to the
+        ``aqueduct`` source (e.g. ``maxRecordsPerTrigger``, ``streamPattern``).
+        """
+        check_consumer_name(consumer)
+        if starting not in STARTING:
+            raise ValueError(f"SparkBridge.stream: starting must be one of {STARTING}, got {starting!r}")
+        if consumer in self._consumers:
+            raise SparkBridgeError(
+                f"consumer {consumer!r} already has a stream in this bridge; every query "
+                "needs a consumer name of its own (stream(consumer='...'))"
+            )
+        if self._loop is None:
+            raise SparkBridgeError("SparkBridge.stream: start the bridge first (use it in a with block)")
+        positions = self._bridge.positions
+        assert positions is not None
+        lowered = {k.lower(): v for k, v in options.items()}
+        reads = StreamSelection.parse(lowered.get("streams"), lowered.get("streampattern"))
+        latest = starting == "latest"
+        self._on_loop(lambda: positions.register(consumer, acks=False, latest=latest, reads=reads))
+        self._consumers.add(consumer)
+        reader = (
+            self.spark.readStream.format("aqueduct")
+            .options(**self._bridge.source_options())
+            .option("consumer", consumer)
+        )
+        if starting == "latest":
+            reader = reader.option("startingOffsets", "latest")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def ack_after(self, query: Any, consumer: str | None = None) -> None:
+        """Ack producers only once ``query`` committed their records, as ``consumer``.
+
+        ``consumer`` may be left out when this bridge handed out exactly
+        one stream. Several queries may drive acks; a record is acked
+        once all of them committed it.
+        """
+        if consumer is None:
+            if len(self._consumers) != 1:
+                raise SparkBridgeError(
+                    "SparkBridge.ack_after: name the consumer the query reads "
+                    f"(ack_after(query, consumer=...)); this bridge has {sorted(self._consumers)}"
+                )
+            (consumer,) = self._consumers
+        elif consumer not in self._consumers:
+            raise SparkBridgeError(
+                f"SparkBridge.ack_after: no stream of consumer {consumer!r} was made by this "
+                f"bridge (it has {sorted(self._consumers)})"
+            )
+        positions = self._bridge.positions
+        assert positions is not None
+        self._on_loop(lambda: positions.register(consumer, acks=True))
+        self._bridge.watch(query, consumer)
+        self._queries.append(query)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until an :meth:`ack_after` query ends, SIGINT or SIGTERM arrives, or ``timeout``.
+
+        Returns True when a query ended (raising its error if it failed,
+        as ``awaitTermination`` does), False on a signal or the timeout;
+        leaving the ``with`` block then stops cleanly.
+
+        Why not ``query.awaitTermination()`` with Ctrl-C: the
+        ``KeyboardInterrupt`` lands inside the py4j call, the driver's
+        connection to the JVM is left mid-answer, and the clean stop that
+        follows can no longer talk to Spark. Here, called from the main
+        thread, a signal only sets a flag, and the queries are asked in
+        short py4j calls that always finish. The previous handlers are
+        restored on return.
+        """
+        if not self._queries:
+            raise SparkBridgeError("SparkBridge.await_termination: hand a query to ack_after first")
+        signalled = threading.Event()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: signalled.set())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                for query in self._queries:
+                    if not query.isActive:
+                        error = query.exception()
+                        if error is not None:
+                            raise error
+                        return True
+                left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
+                if signalled.is_set() or left <= 0:
+                    return False
+                # py4j takes whole milliseconds, and Spark refuses 0 ("Timeout has to be positive")
+                self._queries[0].awaitTermination(max(left, 0.001))
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # ------------------------------------------------------------ reporting
+
+    @property
+    def quic_address(self) -> tuple[str, int] | None:
+        return self._bridge.quic_address
+
+    @property
+    def tcp_address(self) -> tuple[str, int] | None:
+        return self._bridge.tcp_address
+
+    @property
+    def wallaroo_address(self) -> tuple[str, int] | None:
+        return self._bridge.wallaroo_address
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where ``/metrics`` is served (None without ``metrics=``)."""
+        return self._bridge.metrics.address if self._bridge.metrics is not None else None
+
+    @property
+    def flight_address(self) -> str | None:
+        """``HOST:PORT`` of the log's Flight server, or None when the log is read from disk."""
+        return self._bridge.flight_address
+
+    @property
+    def cafile(self) -> Path | None:
+        """The CA certificate QUIC connectors verify the bridge with (when generated)."""
+        return self._bridge.cafile
+
+    def progress(self) -> BridgeProgress:
+        """Counters and positions right now (sessions, records, lag, batches)."""
+        return self._on_loop(self._bridge.progress)
+
+
+#: The old names of this module's classes: importable still, each warning once.
+RENAMED = {"Receiver": "SparkBridge", "ReceiverError": "SparkBridgeError"}
+_warned: set[str] = set()
+
+
+def renamed(name: str) -> Any:
+    """The class an old name stands for; the first use of each name warns (``DeprecationWarning``).
+
+    Called from a module's ``__getattr__`` (here and in :mod:`aqueduct.bridge`),
+    so the warning points at the line that imported the old name.
+    """
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"aqueduct.bridge.{name} is renamed {RENAMED[name]} (aqueduct.Receiver is the channel half); "
+            f"import {RENAMED[name]} instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return globals()[RENAMED[name]]
+
+
+def __getattr__(name: str) -> Any:
+    if name in RENAMED:
+        return renamed(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,183 @@
+"""aioquic's server, bounded for handshake storms.
+
+When thousands of clients connect at once (a fleet restarting after an
+outage), aioquic's ``QuicServer`` accepts every Initial and runs every TLS
+handshake on the event loop at the same time. Each then progresses so
+slowly that many time out, the clients retry, and the storm feeds itself;
+meanwhile the loop is too busy for the established sessions.
+
+:class:`BoundedQuicServer` keeps at most ``max_handshakes`` handshakes in
+progress. An Initial that would open one more is answered at once with a
+CONNECTION_CLOSE carrying ``CONNECTION_REFUSED`` (RFC 9000 section 20.1),
+built from the Initial keys alone (no TLS work, no connection state): the
+client sees a refused connection and retries, instead of waiting for an
+idle timeout. The refusal's reason phrase says how long to spread the retry
+over (:mod:`aqueduct.runtime.retry_hint`), so a crowd many times the
+server's handshake rate does not come back all at once. Handshakes that finished (or failed) free
+their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
+closed (its client gave up or is too slow to finish). A handshake leaves
+the table when it completes or fails, and only the oldest can expire, so a
+refusal costs O(1) however many handshakes are in progress.
+
+It also makes forgetting an ended connection cost O(its connection ids)
+instead of a scan of every connection's ids (aioquic's
+``_connection_terminated``), which made N connections ending together
+quadratic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from functools import partial
+from typing import Any
+
+from aioquic.asyncio.server import QuicServer
+from aioquic.buffer import Buffer
+from aioquic.quic.configuration import SMALLEST_MAX_DATAGRAM_SIZE
+from aioquic.quic.connection import TRANSPORT_CLOSE_FRAME_CAPACITY, NetworkAddress
+from aioquic.quic.crypto import CryptoPair
+from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pull_quic_header
+from aioquic.quic.packet_builder import QuicPacketBuilder
+
+from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.retry_hint import RetryHint, busy_reason
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_HANDSHAKES = 64
+"""Handshakes a server runs at once; more wait (refused, retried by the client)."""
+HANDSHAKE_TIMEOUT = 15.0
+"""Seconds a handshake may hold its slot. A client that gave up (its own
+attempt timed out, it retries with a new connection) leaves its half-done
+handshake behind until the idle timeout (a minute on the bridge): without
+this, a storm fills every slot with abandoned handshakes."""
+
+
+def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes, reason: str = "") -> bytes:
+    """A server Initial closing the connection with CONNECTION_REFUSED and ``reason``.
+
+    Its keys derive from the Destination Connection ID the client chose,
+    so no connection state is needed to send it.
+    """
+    reason_bytes = reason.encode()
+    crypto = CryptoPair()
+    crypto.setup_initial(cid=client_dcid, is_client=False, version=version)
+    builder = QuicPacketBuilder(
+        host_cid=client_dcid,
+        is_client=False,
+        max_datagram_size=SMALLEST_MAX_DATAGRAM_SIZE,
+        peer_cid=client_scid,
+        version=version,
+    )
+    builder.start_packet(QuicPacketType.INITIAL, crypto)
+    buf = builder.start_frame(
+        QuicFrameType.TRANSPORT_CLOSE, capacity=TRANSPORT_CLOSE_FRAME_CAPACITY + len(reason_bytes)
+    )
+    buf.push_uint_var(QuicErrorCode.CONNECTION_REFUSED)
+    buf.push_uint_var(QuicFrameType.PADDING)
+    buf.push_uint_var(len(reason_bytes))
+    buf.push_bytes(reason_bytes)
+    datagrams, _ = builder.flush()
+    return datagrams[0]
+
+
+class BoundedQuicServer(QuicServer):
+    """``QuicServer`` with at most ``max_handshakes`` handshakes in progress."""
+
+    def __init__(self, *, max_handshakes: int = DEFAULT_MAX_HANDSHAKES, **kwargs: Any) -> None:
+        if max_handshakes < 1:
+            raise ValueError(f"max_handshakes must be at least 1, got {max_handshakes}")
+        super().__init__(**kwargs)
+        self.max_handshakes = max_handshakes
+        #: protocol -> when its handshake began, oldest first; a protocol leaves
+        #: when its Aqueduct handshake completes or its connection ends
+        self._handshaking: dict[Any, float] = {}
+        self.refused = 0  # Initials answered with CONNECTION_REFUSED
+        self.retry_hint = RetryHint(self._loop.time())
+        self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
+        #: handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``
+        self.failed_handshakes: Counter[str] = Counter()
+
+    def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
+        assert isinstance(data, bytes)
+        try:
+            header = pull_quic_header(
+                Buffer(data=data), host_cid_length=self._configuration.connection_id_length
+            )
+        except ValueError:
+            return
+        known = header.destination_cid in self._protocols
+        initial = not known and header.packet_type == QuicPacketType.INITIAL
+        if initial:
+            self.retry_hint.tick(self._loop.time())
+        if initial and self._full():
+            if header.version in self._configuration.supported_versions:
+                assert self._transport is not None
+                reason = busy_reason(self.retry_hint.refused(self._loop.time()))
+                self._transport.sendto(
+                    encode_refusal(header.version, header.destination_cid, header.source_cid, reason), addr
+                )
+                self.refused += 1
+            return
+        super().datagram_received(data, addr)
+        if not known:
+            protocol = self._protocols.get(header.destination_cid)
+            if protocol is not None and protocol not in self._handshaking:
+                ready = getattr(protocol, "ready", None)
+                if ready is not None and not ready.done():
+                    self._handshaking[protocol] = self._loop.time()
+                    ready.add_done_callback(partial(self._settled, protocol, addr))
+
+    def _settled(self, protocol: Any, addr: NetworkAddress, ready: Any) -> None:
+        """The protocol's Aqueduct handshake completed or failed: its slot is free.
+
+        A failure is logged with the client's address and counted: it is the
+        only trace on the server of a client whose certificate check failed
+        (or that presented no certificate the server's CA signed).
+        """
+        self._handshaking.pop(protocol, None)
+        if ready.cancelled():
+            return
+        error = ready.exception()
+        if error is None:
+            self.retry_hint.completed()
+            return
+        code = getattr(error, "code", None)
+        kind = "tls" if code is not None and 0x100 <= code <= 0x1FF else "other"  # QUIC's CRYPTO_ERROR range
+        self.failed_handshakes[kind] += 1
+        # A TLS alert is a misconfigured peer (an operator's business); the rest is mostly
+        # clients that went away mid-handshake, a crowd of them in a reconnect storm.
+        logger.log(
+            logging.WARNING if kind == "tls" else logging.INFO,
+            "QUIC handshake from %s:%s failed: %s", addr[0], addr[1], error,
+            extra={"fields": {"event": "handshake_failed", "kind": kind, "remote": f"quic {addr[0]}:{addr[1]}",
+                              "reason": str(error)}},
+        )  # fmt: skip
+
+    def _full(self) -> bool:
+        """All slots are taken, after closing handshakes that held theirs too long.
+
+        Only the oldest can have expired (the table is in start order), so a
+        refusal costs O(1), not a scan of every handshake in progress.
+        """
+        if len(self._handshaking) < self.max_handshakes:
+            return False
+        expired = self._loop.time() - HANDSHAKE_TIMEOUT
+        stale = []
+        for protocol, began in self._handshaking.items():
+            if began >= expired:
+                break
+            stale.append(protocol)
+        for protocol in stale:
+            del self._handshaking[protocol]
+            protocol.close()  # frees the slot now; the client retries if it still cares
+            self.expired += 1
+        return len(self._handshaking) >= self.max_handshakes
+
+    def _connection_terminated(self, protocol: Any) -> None:
+        self._handshaking.pop(protocol, None)
+        for cid in aioquic_internals.connection_ids(aioquic_internals.protocol_connection(protocol)):
+            if self._protocols.get(cid) is protocol:
+                del self._protocols[cid]
+
