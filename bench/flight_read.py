@@ -34,7 +34,7 @@ from typing import Any
 
 def build_log(path: Path, streams: int, records: int, size: int, epoch: int) -> None:
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     payload = b"x" * size
     per_stream = max(1, records // streams)
@@ -45,9 +45,9 @@ def build_log(path: Path, streams: int, records: int, size: int, epoch: int) -> 
         for start in range(0, per_stream, epoch):
             for sid in range(streams):
                 for _ in range(min(epoch, per_stream - start)):
-                    log.append(Message.build(sid, payload, message_id=mid[sid]))
+                    log.append(ConnectorMessage.build(sid, payload, message_id=mid[sid]))
                     mid[sid] += 1
-                log.append(Message.build(sid, message_id=mid[sid], boundary=True))
+                log.append(ConnectorMessage.build(sid, message_id=mid[sid], boundary=True))
                 mid[sid] += 1
             log.commit()
 

@@ -42,7 +42,7 @@ from typing import Any
 
 def build_log(path: Path, streams: int, rows: int, size: int) -> None:
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     per_stream = max(1, rows // streams)
     payload = b"x" * size
@@ -50,8 +50,8 @@ def build_log(path: Path, streams: int, rows: int, size: int) -> None:
         for sid in range(streams):
             log.open_stream(sid, f"device-{sid}", "bench/1", boundaries=True)
             for i in range(per_stream):
-                log.append(Message.build(sid, payload, message_id=i))
-            log.append(Message.build(sid, message_id=per_stream, boundary=True))
+                log.append(ConnectorMessage.build(sid, payload, message_id=i))
+            log.append(ConnectorMessage.build(sid, message_id=per_stream, boundary=True))
         log.commit()
 
 
@@ -61,7 +61,7 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
 
     from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     colds, steadies, parts = [], [], 0
     with DurableLog(path) as log:  # the writer keeps appending while the source plans
@@ -75,8 +75,8 @@ def planning(path: Path, streams: int, repeat: int) -> dict[str, Any]:
             colds.append(time.perf_counter() - t)
             for _ in range(5):
                 for sid in next_id:
-                    log.append(Message.build(sid, b"x" * 100, message_id=next_id[sid]))
-                    log.append(Message.build(sid, message_id=next_id[sid] + 1, boundary=True))
+                    log.append(ConnectorMessage.build(sid, b"x" * 100, message_id=next_id[sid]))
+                    log.append(ConnectorMessage.build(sid, message_id=next_id[sid] + 1, boundary=True))
                     next_id[sid] += 2
                 log.commit()
                 t = time.perf_counter()
@@ -96,7 +96,7 @@ def reload_cost(path: Path, sizes: list[int], repeat: int) -> list[dict[str, Any
     from aqueduct.bridge.storage.index import read_index
     from aqueduct.bridge.storage.log import DurableLog
     from aqueduct.bridge.storage.view import LogSnapshots
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     rows = []
     index = path / "streams" / "1" / "index"
@@ -107,7 +107,7 @@ def reload_cost(path: Path, sizes: list[int], repeat: int) -> list[dict[str, Any
 
         def group_commit() -> None:
             nonlocal n
-            log.append(Message.build(1, b"x" * 100, message_id=n))
+            log.append(ConnectorMessage.build(1, b"x" * 100, message_id=n))
             log.commit()
             n += 1
 

@@ -45,14 +45,14 @@ def _cpu_seconds(me: psutil.Process) -> float:
 def _fill_log(path: Path, rate: int, stop: threading.Event, every: float = 0.1) -> None:
     """Append ``rate`` 100-byte records per second in group commits ``every`` seconds."""
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     with DurableLog(path) as log:
         log.open_stream(1, "bench", "overhead/1")
         per_tick, next_id, tick = round(rate * every), 0, time.monotonic()
         while not stop.is_set():
             for _ in range(per_tick):
-                log.append(Message.build(1, b"x" * 100, message_id=next_id))
+                log.append(ConnectorMessage.build(1, b"x" * 100, message_id=next_id))
                 next_id += 1
             log.commit()
             tick += every

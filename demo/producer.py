@@ -4,7 +4,7 @@
 --cafile ca.pem --index 0 --producers 4 --streams 2 --events 25000``
 
 It sends its share of the :class:`~demo.workload.Workload` with
-the :class:`~aqueduct.connector.producer.client.Connector` library, round-robin over
+the :class:`~aqueduct.connector.Connector` library, round-robin over
 its streams, and exits 0 once every message is acked, i.e. committed in the
 bridge's Spark sink. Reconnects and re-sends after a bridge restart are the
 library's job; if this process itself is restarted it skips what the
@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from aqueduct.connector.producer.client import Connector
+from aqueduct.connector import Connector
 from aqueduct.console import COOKIE_ENV, add_secret_options, read_secret
 from demo.workload import Workload, payload
 

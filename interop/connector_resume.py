@@ -6,7 +6,7 @@ worker transport, and it needs two Aqueduct connections: the worker sends
 RESTART part-way, the connector reconnects, handshakes again and resumes from
 the points of reference in the new OK.
 
-- client: a :class:`~aqueduct.connector.producer.client.Connector` (program
+- client: a :class:`~aqueduct.connector.Connector` (program
   ``interop``, instance ``connector-resume``) opens stream 1 and sends ids
   ``0..RESTART_AT-1`` (payload ``b"resume-<id>"``); the worker returns credits
   for them but commits nothing, so all of them sit unacknowledged in the
@@ -29,11 +29,8 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from aqueduct.connector import Connector, ConnectorStream, MemorySink, WorkerPeer, serve_aqueduct
 from aqueduct.connector.events import HelloAccepted, RecordsAccepted, WorkerEvent
-from aqueduct.connector.producer.client import Connector, ConnectorStream
-from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
-from aqueduct.connector.worker.memory_sink import MemorySink
-from aqueduct.connector.worker.server import WorkerPeer
 from interop.testcases import CaseFailed, check
 
 NAME = "connector-resume"

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
     PROTOCOL_VERSION,
-    Ack,
     EndOfStream,
-    Error,
     Frame,
-    FrameSplitter,
-    Hello,
-    Message,
-    Notify,
     NotifyAck,
-    Ok,
-    Restart,
+    WallarooAck,
+    WallarooError,
+    WallarooFrameSplitter,
+    WallarooHello,
+    WallarooMessage,
+    WallarooNotify,
+    WallarooOk,
+    WallarooRestart,
     encode,
 )
 
@@ -59,10 +59,10 @@ def payload(stream_id: int, message_id: int) -> bytes:
     return f"stream {stream_id} message {message_id}".encode()
 
 
-def message(stream_id: int, message_id: int) -> Message:
+def message(stream_id: int, message_id: int) -> WallarooMessage:
     """The MESSAGE the source sends for an id: a payload, an event time and a key."""
     key = f"k{message_id % 4}".encode()
-    return Message(stream_id, message_id, EVENT_TIME_BASE + message_id, key, payload(stream_id, message_id))
+    return WallarooMessage(stream_id, message_id, EVENT_TIME_BASE + message_id, key, payload(stream_id, message_id))
 
 
 @dataclass
@@ -100,14 +100,14 @@ class WallarooSource:
         self.port = port
         self.streams = streams
         self.count = count
-        self.hello = Hello(PROTOCOL_VERSION, cookie, program, instance)
+        self.hello = WallarooHello(PROTOCOL_VERSION, cookie, program, instance)
         self.timeout = timeout
         self.acked: dict[int, int] = dict.fromkeys(streams, NO_POINT)
         self.stats = ClientStats()
         self._credits = 0
         self._credit = asyncio.Event()
         self._replies: asyncio.Queue[Frame] = asyncio.Queue()
-        self._ended: Restart | Error | None = None  # how the current connection ended
+        self._ended: WallarooRestart | WallarooError | None = None  # how the current connection ended
 
     @property
     def done(self) -> bool:
@@ -146,12 +146,12 @@ class WallarooSource:
         pump = asyncio.create_task(self._read(reader))
         try:
             writer.write(encode(self.hello))
-            ok = await self._reply(Ok, deadline)
+            ok = await self._reply(WallarooOk, deadline)
             self._grant(ok.credits)
             points: dict[int, int] = {}
             for sid, name in self.streams.items():
                 await self._spend(writer, deadline)
-                writer.write(encode(Notify(sid, name, self.acked[sid])))
+                writer.write(encode(WallarooNotify(sid, name, self.acked[sid])))
                 notify_ack = await self._reply(NotifyAck, deadline)
                 if not (notify_ack.success and notify_ack.stream_id == sid):
                     raise Refused(f"stream {sid} refused: {notify_ack}")
@@ -180,7 +180,7 @@ class WallarooSource:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         """Apply ACKs as they come, queue handshake replies, note the end (RESTART, ERROR, EOF)."""
-        splitter = FrameSplitter()
+        splitter = WallarooFrameSplitter()
         while True:
             try:
                 data = await reader.read(READ_SIZE)
@@ -188,22 +188,22 @@ class WallarooSource:
                 data = b""
             if not data:
                 self.stats.drops += 1
-                return self._end(Restart())
+                return self._end(WallarooRestart())
             for frame in splitter.feed(data):
-                if isinstance(frame, Ack):
+                if isinstance(frame, WallarooAck):
                     for sid, point in frame.refs:
                         if sid in self.acked and (self.acked[sid] == NO_POINT or point > self.acked[sid]):
                             self.acked[sid] = point
                         elif sid in self.acked and point < self.acked[sid]:
                             self.stats.older_acks += 1
                     self._grant(frame.credits)
-                elif isinstance(frame, (Restart, Error)):
-                    self.stats.restarts += isinstance(frame, Restart)
+                elif isinstance(frame, (WallarooRestart, WallarooError)):
+                    self.stats.restarts += isinstance(frame, WallarooRestart)
                     return self._end(frame)
                 else:
                     self._replies.put_nowait(frame)
 
-    def _end(self, frame: Restart | Error) -> None:
+    def _end(self, frame: WallarooRestart | WallarooError) -> None:
         """Wake every waiter: the session is over."""
         self._ended = frame
         self._replies.put_nowait(frame)
@@ -227,7 +227,7 @@ class WallarooSource:
         self._check_ended()
 
     def _check_ended(self) -> None:
-        if isinstance(self._ended, Error):
+        if isinstance(self._ended, WallarooError):
             raise Refused(self._ended.reason)
         if self._ended is not None:
             raise _Reconnect()

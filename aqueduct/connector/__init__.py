@@ -11,6 +11,8 @@ Rooms: :mod:`.producer` (the ``Connector`` library and ``aqueduct-produce``),
 :mod:`.worker` (listeners feeding a sink), :mod:`.wallaroo` (the wire of
 Wallaroo's released clients). See docs/connector.md. The asyncio parts are
 imported lazily so that ``aqueduct.connector`` stays importable without them.
+:mod:`.client` and :mod:`.blocking` are the old paths of the producer's
+modules, kept (with a warning) for one release.
 """
 
 from __future__ import annotations

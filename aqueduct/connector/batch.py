@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from aqueduct.connector.frames import BOUNDARY, EVENT_TIME, MESSAGE_TAG, Message
+from aqueduct.connector.frames import BOUNDARY, EVENT_TIME, MESSAGE_TAG
+from aqueduct.connector.frames import ConnectorMessage as Message
 
 __all__ = ["MessageBatch"]
 

@@ -23,8 +23,8 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
-    HandshakeCompleted,
     RestartRequested,
+    SessionAccepted,
     SessionEnded,
 )
 from aqueduct.connector.frames import (
@@ -32,11 +32,11 @@ from aqueduct.connector.frames import (
     EOS,
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     Error,
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -107,14 +107,14 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._queue(Hello(PROTOCOL_VERSION, self.cookie, self.program_name, self.instance_name))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
 
-    def send(self, frame: Notify | Message) -> None:
+    def send(self, frame: Notify | ConnectorMessage) -> None:
         """Queue a NOTIFY or one MESSAGE (the batch of one), spending one credit."""
         if type(frame) is Notify:
             self._queue_by_the_rules(frame)
         else:
             self.send_messages((frame,))  # type: ignore[arg-type]
 
-    def send_messages(self, records: Sequence[Message]) -> None:
+    def send_messages(self, records: Sequence[ConnectorMessage]) -> None:
         """Queue one stream's MESSAGEs in order, a credit each: the one way MESSAGEs leave.
 
         A run of data records on an open stream with a credit for each (what
@@ -143,7 +143,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self.credits -= n
         self._out += entries
 
-    def _queue_by_the_rules(self, frame: Notify | Message) -> None:
+    def _queue_by_the_rules(self, frame: Notify | ConnectorMessage) -> None:
         """Check one NOTIFY or MESSAGE against the connection's and its stream's rules, encode and queue it."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"{frame_name(frame)} not allowed in state {self.state.value}")
@@ -183,7 +183,7 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def _on_ok(self, ok: Ok) -> None:
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self.credits = ok.credits
-        self._events.append(HandshakeCompleted(ok.credits, ok.refs))
+        self._events.append(SessionAccepted(ok.credits, ok.refs))
 
     def _on_ack(self, ack: Ack) -> None:
         self.credits += ack.credits

@@ -46,7 +46,7 @@ class RecordsAccepted:
     ``records`` is one :class:`~aqueduct.connector.batch.MessageBatch`
     (columns, no object per record; a run when they are consecutive data
     records, the usual case of a busy stream), which the bridge's ingest
-    hands to the log as it is. It is also a sequence of :class:`Message`,
+    hands to the log as it is. It is also a sequence of :class:`ConnectorMessage`,
     equal to any other sequence of the same records.
 
     The sink returns one credit per record (with :meth:`WorkerSession.ack`)
@@ -59,7 +59,7 @@ class RecordsAccepted:
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeCompleted:
+class SessionAccepted:
     """Connector side: OK arrived with initial credits and the points to resume from."""
 
     credits: int
@@ -93,4 +93,4 @@ class SessionEnded:
 
 
 WorkerEvent = HelloAccepted | StreamNotified | RecordsAccepted | SessionEnded
-ConnectorEvent = HandshakeCompleted | Acked | RestartRequested | SessionEnded
+ConnectorEvent = SessionAccepted | Acked | RestartRequested | SessionEnded

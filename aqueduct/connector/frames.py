@@ -35,11 +35,11 @@ __all__ = [
     "UNSTABLE_REFERENCE",
     "Ack",
     "ConnectorFrameError",
+    "ConnectorMessage",
     "Error",
     "Frame",
     "FrameSplitter",
     "Hello",
-    "Message",
     "ColumnRun",
     "RunFactory",
     "Notify",
@@ -168,8 +168,12 @@ class Notify:
 
 
 @dataclass(slots=True)
-class Message:
+class ConnectorMessage:
     """One application message (a MESSAGE frame); costs one credit.
+
+    Named for its protocol: ``aqueduct.Message`` is what a channel delivers,
+    and the Wallaroo wire has its own
+    (:class:`~aqueduct.connector.wallaroo.frames.WallarooMessage`).
 
     What a producer builds and sends; on the worker side messages travel
     in columns, as a :class:`~aqueduct.connector.batch.MessageBatch` (a
@@ -204,11 +208,14 @@ class Message:
         boundary: bool = False,
         eos: bool = False,
         unstable: bool = False,
-    ) -> Message:
-        """A record from what it means rather than its bits.
+    ) -> ConnectorMessage:
+        """A record from what it means rather than its bits: the one place the message keywords become flags.
 
         A record without an id is EPHEMERAL (the codec's rule too), a
         BOUNDARY carries no payload, and ``unstable`` is UNSTABLE_REFERENCE.
+        The producer's ``send`` hands its keywords to this; only a plain
+        data record (an id or none, an event time or none) is built without
+        it, by the stream that numbers it.
         """
         flags = (
             (EPHEMERAL if message_id is None else 0)
@@ -261,7 +268,7 @@ class ColumnRun(Protocol):
     event_times: list[int | None]
     flags: list[int] | None
 
-    def __iter__(self) -> Iterator[Message]: ...
+    def __iter__(self) -> Iterator[ConnectorMessage]: ...
 
 
 RunFactory = Callable[[int, int, list[bytes], list["int | None"]], ColumnRun]
@@ -297,7 +304,7 @@ class Restart:
         return b""
 
 
-Frame = Hello | Ok | Error | Notify | Message | Ack | Restart
+Frame = Hello | Ok | Error | Notify | ConnectorMessage | Ack | Restart
 
 
 
@@ -396,7 +403,7 @@ _MESSAGE_HEAD_TIME = struct.Struct(">IBHQQQ")
 _PLAIN_FLAGS = EOS | UNSTABLE_REFERENCE | EVENT_TIME
 
 
-def _message_body(m: Message) -> bytes:
+def _message_body(m: ConnectorMessage) -> bytes:
     flags = m.flags
     validate_flags(flags, bool(m.payload))
     if not (
@@ -419,7 +426,7 @@ def _message_body(m: Message) -> bytes:
     return b"".join((head, event_time, key, m.payload or b""))
 
 
-def _explain_fields(m: Message) -> None:
+def _explain_fields(m: ConnectorMessage) -> None:
     """Raise the error naming which optional field disagrees with the flags."""
     _check_optional("message id", not m.flags & EPHEMERAL, m.message_id, "EPHEMERAL (absent)")
     _check_optional("event time", bool(m.flags & EVENT_TIME), m.event_time, "EVENT_TIME")
@@ -427,7 +434,7 @@ def _explain_fields(m: Message) -> None:
     _check_optional("payload", not m.flags & BOUNDARY, m.payload, "BOUNDARY (absent)")
 
 
-def _explain_ranges(m: Message) -> None:
+def _explain_ranges(m: ConnectorMessage) -> None:
     """Raise the error naming the integer field that does not fit a u64."""
     _u64("MESSAGE", "stream id", m.stream_id)
     if m.message_id is not None:
@@ -440,14 +447,14 @@ def encode(frame: Frame | ColumnRun) -> bytes:
     """Encode one frame, length prefix included; or a batch of MESSAGEs, its frames back to back.
 
     A batch is a :class:`~aqueduct.connector.batch.MessageBatch` (which this
-    codec knows as :class:`ColumnRun`); a single :class:`Message` is the
+    codec knows as :class:`ColumnRun`); a single :class:`ConnectorMessage` is the
     batch of one. A run (what a busy stream carries) is packed from its
     columns, one pack per record and no object; anything else, and a run
     holding a value out of range, is encoded record by record, which
     validates each and raises the error naming the first bad one.
     """
     kind = type(frame)
-    if kind is Message:
+    if kind is ConnectorMessage:
         plain = _encode_plain_message(frame)  # type: ignore[arg-type]
         if plain is not None:
             return plain
@@ -484,7 +491,7 @@ def _encode_batch(batch: ColumnRun) -> bytes:
     return b"".join([encode(m) for m in batch])  # type: ignore[attr-defined]
 
 
-def _encode_plain_message(m: Message) -> bytes | None:
+def _encode_plain_message(m: ConnectorMessage) -> bytes | None:
     """The common MESSAGE (id, optional event time, no key, bytes payload) in one pack; else None.
 
     Every other case, and any value out of range, goes the general way,
@@ -581,12 +588,12 @@ def _plain_messages(
     short or incomplete frame, a bad length), which is left to the general
     decoder, which also names the error. With ``make_run``, data records
     that continue the previous one's stream and id join its run (columns)
-    instead of becoming a :class:`Message` each.
+    instead of becoming a :class:`ConnectorMessage` each.
     """
     n = len(view)
     head, head_size, unpack_time = _MESSAGE_HEAD.unpack_from, _MESSAGE_HEAD.size, _U64.unpack_from
     append, not_plain, tag_message = frames.append, ~_PLAIN_FLAGS, MESSAGE_TAG
-    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a Message of its own
+    not_data = _PLAIN_FLAGS & ~EVENT_TIME  # EOS, UNSTABLE_REFERENCE: a ConnectorMessage of its own
     run_stream = next_id = -1  # the stream and next id of the run that frames[-1] is (-1: none)
     add_payload, add_time = [].append, [].append  # that run's column appends, set as it starts
     while n - pos >= head_size:  # bounded: every round consumes one frame
@@ -606,7 +613,7 @@ def _plain_messages(
         pos = end
         if flags & not_data or make_run is None:
             run_stream = -1
-            append(Message(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
+            append(ConnectorMessage(flags, stream_id, message_id, event_time, None, view[start:end].tobytes()))
         elif message_id == next_id and stream_id == run_stream:
             add_payload(view[start:end].tobytes())
             add_time(event_time)
@@ -619,7 +626,7 @@ def _plain_messages(
     return pos
 
 
-def _read_message(r: _Reader) -> Message:
+def _read_message(r: _Reader) -> ConnectorMessage:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
     stream_id = r.u64("stream id")
@@ -631,7 +638,7 @@ def _read_message(r: _Reader) -> Message:
         validate_flags(flags, has_payload=r.left() > 0)
     else:
         payload = r.rest()
-    return Message(flags, stream_id, message_id, event_time, key, payload)
+    return ConnectorMessage(flags, stream_id, message_id, event_time, key, payload)
 
 
 def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
@@ -682,7 +689,7 @@ _READERS = {
     Ok: _read_ok,
     Error: _read_error,
     Notify: _read_notify,
-    Message: _read_message,
+    ConnectorMessage: _read_message,
     Ack: _read_ack,
     Restart: _read_restart,
 }
@@ -747,7 +754,7 @@ class FrameSplitter:
     ``runs`` (the worker's, :meth:`MessageBatch.run
     <aqueduct.connector.batch.MessageBatch.run>`): :meth:`drain` gives
     consecutive data records of one stream as one run of columns made by
-    it, rather than a :class:`Message` each; anything else comes as it
+    it, rather than a :class:`ConnectorMessage` each; anything else comes as it
     always does.
     """
 
@@ -829,3 +836,12 @@ class FrameSplitter:
     def buffered(self) -> int:
         """Bytes of an incomplete frame waiting for more input."""
         return len(self._buf) - self._pos
+
+
+def __getattr__(name: str) -> object:
+    """``Message``, this class's old name (the docs showed it), warns and works for one release."""
+    if name == "Message":
+        from aqueduct._moved import moved_name  # only for the old name's users
+
+        return moved_name(__name__, name, __name__, "ConnectorMessage")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
-from aqueduct.connector.events import Acked, ConnectorEvent, HandshakeCompleted
-from aqueduct.connector.frames import EPHEMERAL, EVENT_TIME, Message, Notify, StreamRef
+from aqueduct.connector.events import Acked, ConnectorEvent, SessionAccepted
+from aqueduct.connector.frames import (
+    EOS,
+    EPHEMERAL,
+    EVENT_TIME,
+    ConnectorMessage,
+    Notify,
+    StreamRef,
+)
 from aqueduct.connector.states import ConnectionState
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.modes import Mode
@@ -46,79 +53,84 @@ class OutboundStream:
     #: latest committed point of reference (from ACK)
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
-    unacked: deque[Message] = field(default_factory=deque)
+    unacked: deque[ConnectorMessage] = field(default_factory=deque)
+
+    def claim(self, count: int, ephemeral: bool, message_id: int | None = None) -> int | None:
+        """Take the ids of the next ``count`` records; return the first (None: EPHEMERAL records have none).
+
+        The stream's rules for what it may send, in one place for one
+        record and a run: nothing after EOS, only EPHEMERAL records on an
+        UNRELIABLE stream, ids that increase (UNORDERED: one by one).
+        ``message_id`` is an explicit first id; by default the next one.
+        """
+        if self.closed:
+            raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
+        if ephemeral:
+            return None
+        if self.mode is Mode.UNRELIABLE:
+            raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
+        first = self.next_id if message_id is None else message_id
+        if first != self.next_id and (first < self.next_id or self.mode is Mode.UNORDERED):
+            rule = "must be consecutive" if self.mode is Mode.UNORDERED else "must increase"
+            raise LocalProtocolError(
+                f"stream {self.stream_id}: message id {first} {rule} (next is {self.next_id})"
+            )
+        self.next_id = first + count
+        return first
+
+    def keep(self, messages: list[ConnectorMessage]) -> list[ConnectorMessage]:
+        """Buffer the records just built on :meth:`claim`'s ids until an ACK covers them; EOS closes the stream.
+
+        ``messages`` are one call's: all EPHEMERAL or all reliable, and only
+        the last may be an EOS. Returns them, to be queued.
+        """
+        if messages[0].message_id is not None:
+            self.unacked.extend(messages)
+        if messages[-1].flags & EOS:
+            self.closed = True
+        return messages
 
     def make_message(
         self,
         payload: bytes | None,
         message_id: int | None = None,
         event_time: int | None = None,
-        key: bytes | None = None,
-        boundary: bool = False,
-        eos: bool = False,
         ephemeral: bool = False,
-        unstable: bool = False,
-    ) -> Message:
-        """Build the next MESSAGE, assigning an id, and buffer it if reliable."""
-        self._check_sendable(ephemeral)
-        mid: int | None = None
-        if not ephemeral:
-            mid = self.next_id if message_id is None else message_id
-            if mid < self.next_id or (self.mode is Mode.UNORDERED and mid != self.next_id):
-                rule = "must be consecutive" if self.mode is Mode.UNORDERED else "must increase"
-                raise LocalProtocolError(
-                    f"stream {self.stream_id}: message id {mid} {rule} (next is {self.next_id})"
-                )
-            self.next_id = mid + 1
-        if mid is not None and not (boundary or eos or unstable or key is not None):
-            # The common data record, built directly: a keyword call per record
-            # is a visible share of a producer's CPU.
-            flags = 0 if event_time is None else EVENT_TIME
-            message = Message(flags, self.stream_id, mid, event_time, None, payload)
-        else:
-            message = Message.build(
-                self.stream_id,
-                payload,
-                message_id=mid,
-                event_time=event_time,
-                key=key,
-                boundary=boundary,
-                eos=eos,
-                unstable=unstable,
-            )
-        if not ephemeral:
-            self.unacked.append(message)
-        if eos:
-            self.closed = True
-        return message
+    ) -> ConnectorMessage:
+        """Build the next data MESSAGE, assigning an id, and buffer it if reliable.
 
-    def _check_sendable(self, ephemeral: bool) -> None:
-        if self.closed:
-            raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
-        if self.mode is Mode.UNRELIABLE and not ephemeral:
-            raise LocalProtocolError("UNRELIABLE streams carry EPHEMERAL messages only")
+        A data record (no key, BOUNDARY, EOS or UNSTABLE_REFERENCE) is what
+        :meth:`ConnectorMessage.build` makes of these, built directly: a
+        keyword call per record is a visible share of a producer's CPU.
+        Any other record is built by ``build`` on an id from :meth:`claim`
+        and kept with :meth:`keep`.
+        """
+        mid = self.claim(1, ephemeral, message_id)
+        flags = (EPHEMERAL if mid is None else 0) | (0 if event_time is None else EVENT_TIME)
+        message = ConnectorMessage(flags, self.stream_id, mid, event_time, None, payload)
+        if mid is not None:
+            self.unacked.append(message)
+        return message
 
     def make_messages(
         self, payloads: Sequence[bytes], event_times: Sequence[int | None] | None, ephemeral: bool
-    ) -> list[Message]:
+    ) -> list[ConnectorMessage]:
         """Build the next data MESSAGEs at once (as :meth:`make_message` each), buffering them if reliable."""
-        self._check_sendable(ephemeral)
+        first = self.claim(len(payloads), ephemeral)
         sid, n = self.stream_id, len(payloads)
         times = [None] * n if event_times is None else event_times
-        if ephemeral:
+        if first is None:
             ids: Iterable[int | None] = [None] * n
             base = EPHEMERAL
         else:
-            ids = range(self.next_id, self.next_id + n)
+            ids = range(first, first + n)
             base = 0
-        messages = [
-            Message(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
-            for m, t, p in zip(ids, times, payloads, strict=True)
-        ]
-        if not ephemeral:
-            self.next_id += n
-            self.unacked.extend(messages)
-        return messages
+        return self.keep(
+            [
+                ConnectorMessage(base if t is None else base | EVENT_TIME, sid, m, t, None, p)
+                for m, t, p in zip(ids, times, payloads, strict=True)
+            ]
+        )
 
     def notify_point(self) -> int:
         """Where a (re-)NOTIFY resumes: the oldest unacked id, else the next id."""
@@ -129,7 +141,7 @@ class OutboundStream:
         self.acked = max(self.acked, point)
         self._drop_below(point)
 
-    def resume(self, point: int | None) -> tuple[Notify, list[Message]] | None:
+    def resume(self, point: int | None) -> tuple[Notify, list[ConnectorMessage]] | None:
         """Plan the NOTIFY and re-sends for a new connection whose OK gave ``point``.
 
         Messages below ``point`` are durable on the worker, so they are not
@@ -173,7 +185,7 @@ class Outbox:
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
         #: a NOTIFY, or one stream's records queued together (one for ``send``, a round for ``send_many``)
-        self._queue: deque[Notify | list[Message]] = deque()
+        self._queue: deque[Notify | list[ConnectorMessage]] = deque()
         self._frames = 0  # frames in the queue, a run counting each of its records
 
     def __len__(self) -> int:
@@ -206,12 +218,12 @@ class Outbox:
         self.push(plan[0])
         return stream
 
-    def push(self, item: Notify | list[Message]) -> None:
+    def push(self, item: Notify | list[ConnectorMessage]) -> None:
         """Queue a NOTIFY, or one stream's records (taken, and handed to the session, together)."""
         self._queue.append(item)
         self._frames += 1 if type(item) is Notify else len(item)  # type: ignore[arg-type]
 
-    def take(self, limit: int) -> list[Notify | list[Message]]:
+    def take(self, limit: int) -> list[Notify | list[ConnectorMessage]]:
         """Pop up to ``limit`` frames (one credit each); a run is split where the limit falls."""
         queue, taken, left = self._queue, [], min(limit, self._frames)
         self._frames -= left
@@ -229,7 +241,7 @@ class Outbox:
 
     def apply(self, event: ConnectorEvent) -> None:
         """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
-        if isinstance(event, HandshakeCompleted):
+        if isinstance(event, SessionAccepted):
             self.connected(event.refs)
         elif isinstance(event, Acked):
             for stream_id, point in event.refs:
@@ -248,7 +260,7 @@ class Outbox:
         if session.state is not ConnectionState.STREAMING:
             return 0
         messages = 0
-        run: list[Message] = []
+        run: list[ConnectorMessage] = []
         for item in self.take(session.credits):
             records = item if type(item) is list else None
             if run and (records is None or run[0].stream_id != records[0].stream_id):

@@ -30,11 +30,11 @@ from aqueduct.connector.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     Error,
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -183,9 +183,9 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         dispatch, n, i = self._dispatch, len(frames), 0
         while i < n:  # bounded: every round handles at least one frame
             frame = frames[i]
-            if type(frame) is Message:
+            if type(frame) is ConnectorMessage:
                 j, sid = i + 1, frame.stream_id
-                while j < n and type(frames[j]) is Message and frames[j].stream_id == sid:  # type: ignore[union-attr]
+                while j < n and type(frames[j]) is ConnectorMessage and frames[j].stream_id == sid:  # type: ignore[union-attr]
                     j += 1
                 dispatch(MessageBatch.general(frames[i:j]))  # type: ignore[arg-type]
                 i = j
@@ -198,7 +198,7 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         if channel_stream is None:
             return frames, None
         for i, frame in enumerate(frames):
-            if not (type(frame) in (MessageBatch, Message) and frame.stream_id == channel_stream):
+            if not (type(frame) in (MessageBatch, ConnectorMessage) and frame.stream_id == channel_stream):
                 return frames[:i], (
                     f"{frame_name(frame)} frame on the channel of stream {channel_stream}: "
                     "only that stream's MESSAGE frames go there"

@@ -29,7 +29,7 @@ from aqueduct.bridge.ingest.positions import ConsumerPositions
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.consumers import register_consumer
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from aqueduct.connector.producer.client import Connector, ConnectorStream
 from aqueduct.connector.wallaroo.frames import NO_POINT
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
@@ -278,8 +278,8 @@ async def test_truncation_never_passes_what_was_acked(tmp_path: Path) -> None:
         ids = iter(range(100))
         for size in (5, 4, 3):  # epochs A, B and an uncommitted C, each in its own segment
             for _ in range(size):
-                log.append(Message.build(DATA, b"r", message_id=next(ids)))
-            log.append(Message.build(DATA, message_id=next(ids), boundary=True))
+                log.append(ConnectorMessage.build(DATA, b"r", message_id=next(ids)))
+            log.append(ConnectorMessage.build(DATA, message_id=next(ids), boundary=True))
             log.commit()
         ingest = Ingest(log)
         ingest.on_committed({DATA: EPOCH_A})
@@ -298,8 +298,8 @@ async def test_a_sink_commit_acks_and_truncation_waits_for_the_commit_log(tmp_pa
         ids = iter(range(100))
         for size in (5, 4):  # epochs A and B, each in its own segment
             for _ in range(size):
-                log.append(Message.build(DATA, b"r", message_id=next(ids)))
-            log.append(Message.build(DATA, message_id=next(ids), boundary=True))
+                log.append(ConnectorMessage.build(DATA, b"r", message_id=next(ids)))
+            log.append(ConnectorMessage.build(DATA, message_id=next(ids), boundary=True))
             log.commit()
         register_consumer(log.path, "default", {}, acks=True)
         positions = ConsumerPositions(log.path, Ingest(log))

@@ -26,7 +26,7 @@ from aqueduct.bridge.storage.consumers import ALL_STREAMS, ConsumerError, load_c
 from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.corrupting import flip_a_bit_in_stored_batch
 from tests.log_locations import FlightLogs
 
@@ -44,9 +44,9 @@ def fill(log: DurableLog, sid: int, n: int, name: str = "s") -> None:
     mid = 0
     for _ in range(n):
         for j in range(3):
-            log.append(Message.build(sid, b"%d-%d" % (sid, mid) * (j + 1), message_id=mid))
+            log.append(ConnectorMessage.build(sid, b"%d-%d" % (sid, mid) * (j + 1), message_id=mid))
             mid += 1
-        log.append(Message.build(sid, message_id=mid, boundary=True))
+        log.append(ConnectorMessage.build(sid, message_id=mid, boundary=True))
         mid += 1
         log.commit()
 
@@ -90,7 +90,7 @@ def test_the_planner_sees_the_same_streams_and_only_changes_travel(log: DurableL
     assert first[1].epoch_at(45) == local[1].epoch_at(45)  # record columns come over Flight
     assert first[1].first_offset_of_epoch_at_least(3) == 12
     assert snapshots.load() is first and snapshots.changed == set()  # nothing new: the very same dict
-    log.append(Message.build(7, b"more", message_id=20))
+    log.append(ConnectorMessage.build(7, b"more", message_id=20))
     log.commit()
     second = snapshots.load()
     assert snapshots.changed == {7} and second[1] is first[1]

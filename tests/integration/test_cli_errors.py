@@ -22,7 +22,7 @@ import aqueduct
 from aqueduct.bridge.storage.acked import write_acked
 from aqueduct.bridge.storage.consumers import register_consumer
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 TIMEOUT = 120
 
@@ -189,8 +189,8 @@ def make_log(log_dir: Path, records: int = 10) -> None:
     with DurableLog(log_dir) as log:
         log.open_stream(1, "orders", "shop/a")
         for i in range(records):
-            log.append(Message.build(1, b"x", message_id=i))
-        log.append(Message.build(1, message_id=records, boundary=True))
+            log.append(ConnectorMessage.build(1, b"x", message_id=i))
+        log.append(ConnectorMessage.build(1, message_id=records, boundary=True))
         log.commit()
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import aqueduct.runtime as rt
 from aqueduct.connector.errors import ConnectorRefused
-from aqueduct.connector.frames import EPHEMERAL, Message, Notify, encode
+from aqueduct.connector.frames import EPHEMERAL, ConnectorMessage, Notify, encode
 from aqueduct.connector.producer.client import UNORDERED, UNRELIABLE, Connector
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker_session import WorkerConfig
@@ -120,7 +120,7 @@ async def test_message_on_another_streams_channel_is_refused(worker, certs, clie
     try:
         tx, rx = rt.channel()
         await entry.send(encode(Notify(1, "s", 0)), attachments=[rx])
-        await tx.send(encode(Message(0, 2, 0, payload=b"")))
+        await tx.send(encode(ConnectorMessage(0, 2, 0, payload=b"")))
         assert await _error_reason(control_rx) == (
             "MESSAGE frame on the channel of stream 1: only that stream's MESSAGE frames go there"
         )

@@ -12,10 +12,10 @@ from aqueduct.connector.frames import (
     EPHEMERAL,
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     encode,
@@ -115,7 +115,7 @@ async def test_right_cookie_is_accepted(worker) -> None:
     assert sink.payloads("p", "i", 3) == [b"ok"]
 
 
-NOTIFY_AND_ONE = encode(Notify(1, "s", 0)) + encode(Message(0, 1, 0, payload=b"kept"))
+NOTIFY_AND_ONE = encode(Notify(1, "s", 0)) + encode(ConnectorMessage(0, 1, 0, payload=b"kept"))
 
 
 @pytest.mark.parametrize(
@@ -123,8 +123,8 @@ NOTIFY_AND_ONE = encode(Notify(1, "s", 0)) + encode(Message(0, 1, 0, payload=b"k
     [
         (WorkerConfig(), b"", None),
         (WorkerConfig(max_frame_size=1000), (5000).to_bytes(4, "big") + b"x" * 50, "frame too large: 5000 > 1000"),
-        (WorkerConfig(), encode(Message(0, 2, 0, payload=b"")), "message for unknown stream 2"),
-        (WorkerConfig(initial_credits=2), encode(Message(0, 1, 1, payload=b"")), "credit exceeded"),
+        (WorkerConfig(), encode(ConnectorMessage(0, 2, 0, payload=b"")), "message for unknown stream 2"),
+        (WorkerConfig(initial_credits=2), encode(ConnectorMessage(0, 1, 1, payload=b"")), "credit exceeded"),
         (WorkerConfig(), bytes.fromhex("000000015a"), "unknown frame tag 0x5a"),
         (WorkerConfig(), encode(Ack(1, ())), "ACK frame may not be sent to a worker"),
         (WorkerConfig(), bytes.fromhex("0000000b4d00000000000000000000"), "MESSAGE: body ends inside message id (needs 8 bytes, 0 left)"),

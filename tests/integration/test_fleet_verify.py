@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from bench.fleet import payload, per_second, verify
 
 
 def fill(log: DurableLog, sid: int, records: list[tuple[int, bytes]]) -> None:
     log.open_stream(sid, f"fleet/{sid}", f"fleet/p{sid}").result()
     for mid, data in records:
-        log.append(Message.build(sid, data, message_id=mid))
+        log.append(ConnectorMessage.build(sid, data, message_id=mid))
 
 
 def test_the_verdict_compares_every_id_and_payload_with_what_was_sent(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from aqueduct.bridge.source.datasource import AqueductStreamReader, SourceOptions
 from aqueduct.bridge.storage.acked import write_acked
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,10 +84,10 @@ def test_status_shows_positions_lag_and_acked_points(tmp_path: Path) -> None:
     with DurableLog(log_dir) as log:
         log.open_stream(3, "orders", "shop/a")
         for i in range(10):
-            log.append(Message.build(3, b"x", message_id=100 + i))
-        log.append(Message.build(3, message_id=110, boundary=True))
+            log.append(ConnectorMessage.build(3, b"x", message_id=100 + i))
+        log.append(ConnectorMessage.build(3, message_id=110, boundary=True))
         log.open_stream(4, "clicks", "shop/b")
-        log.append(Message.build(4, b"y", message_id=0))
+        log.append(ConnectorMessage.build(4, b"y", message_id=0))
         log.commit()
     # What the Spark source records after committing a micro-batch that ended at offset 5.
     AqueductStreamReader(SourceOptions(str(log_dir))).commit({"3": 5})
@@ -173,8 +173,8 @@ def test_consumers_are_listed_with_their_lag_and_a_gone_one_is_dropped(tmp_path:
     with DurableLog(log_dir) as log:
         log.open_stream(1, "orders", "shop/a")
         for i in range(10):
-            log.append(Message.build(1, b"x", message_id=i))
-        log.append(Message.build(1, message_id=10, boundary=True))
+            log.append(ConnectorMessage.build(1, b"x", message_id=i))
+        log.append(ConnectorMessage.build(1, message_id=10, boundary=True))
         log.commit()
     assert run_cli("consumers", "list", "--log", str(log_dir)).stdout.startswith("no consumers registered")
     register_consumer(log_dir, "spark-job", {}, acks=True)

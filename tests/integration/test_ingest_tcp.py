@@ -133,8 +133,8 @@ def _hello(instance: str) -> f.Hello:
     return f.Hello(f.PROTOCOL_VERSION, b"", "raw", instance)
 
 
-def _messages(sid: int, ids: range) -> list[f.Message]:
-    return [f.Message(0, sid, i, None, None, b"p%d" % i) for i in ids]
+def _messages(sid: int, ids: range) -> list[f.ConnectorMessage]:
+    return [f.ConnectorMessage(0, sid, i, None, None, b"p%d" % i) for i in ids]
 
 
 async def test_a_reconnecting_producer_resumes_from_ok_and_duplicates_are_dropped(

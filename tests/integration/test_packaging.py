@@ -127,9 +127,9 @@ def test_the_installed_clis_work_from_the_virtualenv(venv: Path, tmp_path: Path)
 
     # The bridge's log commands (they import the Spark side) on a log the installed package writes.
     make_log = ("from pathlib import Path; from aqueduct.bridge.storage.log import DurableLog; "
-                "from aqueduct.connector.frames import Message\n"
+                "from aqueduct.connector.frames import ConnectorMessage\n"
                 "with DurableLog(Path('log')) as log:\n"
-                "    log.open_stream(1, 'orders', 'shop/a'); log.append(Message.build(1, b'x', message_id=0)); "
+                "    log.open_stream(1, 'orders', 'shop/a'); log.append(ConnectorMessage.build(1, b'x', message_id=0)); "
                 "log.commit()")  # fmt: skip
     assert run_in(venv, "python", "-c", make_log, cwd=tmp_path).returncode == 0
     done = run_in(venv, "aqueduct-bridge", "status", "--log", "log", "--json", cwd=tmp_path)

@@ -18,13 +18,13 @@ from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
-    Ack,
-    Error,
-    FrameSplitter,
-    Hello,
-    Notify,
     NotifyAck,
-    Ok,
+    WallarooAck,
+    WallarooError,
+    WallarooFrameSplitter,
+    WallarooHello,
+    WallarooNotify,
+    WallarooOk,
     encode,
 )
 from aqueduct.connector.wallaroo.worker_session import WallarooSession
@@ -133,7 +133,7 @@ async def raw(port: int, data: bytes) -> list:
     try:
         writer.write(data)
         await writer.drain()
-        return FrameSplitter().feed(await asyncio.wait_for(reader.read(), TIMEOUT))
+        return WallarooFrameSplitter().feed(await asyncio.wait_for(reader.read(), TIMEOUT))
     finally:
         writer.close()
 
@@ -141,7 +141,7 @@ async def raw(port: int, data: bytes) -> list:
 async def exchange(port: int, data: bytes, answers: int) -> list:
     """Send raw bytes, read until the worker sent ``answers`` NOTIFY_ACKs (the connection stays open)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    splitter, frames = FrameSplitter(), []
+    splitter, frames = WallarooFrameSplitter(), []
     try:
         writer.write(data)
         while sum(isinstance(f, NotifyAck) for f in frames) < answers:
@@ -153,16 +153,16 @@ async def exchange(port: int, data: bytes, answers: int) -> list:
         writer.close()
 
 
-HELLO = encode(Hello("0.0.1", b"", "raw", "r"))
+HELLO = encode(WallarooHello("0.0.1", b"", "raw", "r"))
 BAD = [
-    (encode(Hello("3.0", b"", "raw", "r")), "unsupported protocol version: got 3.0, expected 0.0.1"),
+    (encode(WallarooHello("3.0", b"", "raw", "r")), "unsupported protocol version: got 3.0, expected 0.0.1"),
     (HELLO + bytes([0, 0, 0, 1, 42]), "unknown frame tag 42"),
     (
         HELLO + bytes([0, 0, 0, 1, 201]),
         "frame tag 201 is a two-phase-commit frame, not part of a source connection",
     ),
     (
-        HELLO + encode(Notify(1, "x", NO_POINT))[:-1].replace(b"\x00\x00\x00\x14", b"\x00\x00\x00\x13", 1),
+        HELLO + encode(WallarooNotify(1, "x", NO_POINT))[:-1].replace(b"\x00\x00\x00\x14", b"\x00\x00\x00\x13", 1),
         "NOTIFY: body ends inside point of reference (needs 8 bytes, 7 left)",
     ),
     (HELLO + (1 << 30).to_bytes(4, "big"), "frame too large: 1073741824 > 4194304"),
@@ -179,16 +179,16 @@ async def test_bad_input_gets_its_error_and_leaves_other_sessions_and_acked_data
         await wait_until(lambda: good.acked[7] != NO_POINT, "a first ACK", TIMEOUT)
         for data, reason in BAD:
             frames = await raw(worker.server.port, data)
-            assert frames[-1] == Error(reason)
+            assert frames[-1] == WallarooError(reason)
         # Another connector's stream: refused alone with NOTIFY_ACK success 0 (v3's per-stream
         # refusal); the connection goes on with its other streams, nothing reaches stream 7.
         frames = await exchange(
-            worker.server.port, HELLO + encode(Notify(7, "good", NO_POINT)) + encode(Notify(8, "mine", NO_POINT)), 2
+            worker.server.port, HELLO + encode(WallarooNotify(7, "good", NO_POINT)) + encode(WallarooNotify(8, "mine", NO_POINT)), 2
         )
-        assert frames[0] == Ok(16)
+        assert frames[0] == WallarooOk(16)
         assert [f for f in frames if isinstance(f, NotifyAck)] == [NotifyAck(False, 7, NO_POINT), NotifyAck(True, 8, NO_POINT)]
-        assert sum(f.credits for f in frames if isinstance(f, Ack)) == 2  # both NOTIFYs' credits back
-        assert not any(isinstance(f, Error) for f in frames)
+        assert sum(f.credits for f in frames if isinstance(f, WallarooAck)) == 2  # both NOTIFYs' credits back
+        assert not any(isinstance(f, WallarooError) for f in frames)
         stats = await asyncio.wait_for(client, TIMEOUT)
         assert stats.connections == 1  # never disturbed
         assert worker.stored(7) == expected(7, count)

@@ -31,7 +31,7 @@ from aqueduct.bridge.storage.index import MAGIC, IndexCorrupt, read_entries
 from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.bridge.storage.segment import segment_name
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.reliability.faults import Figures
 
 STREAMS, BATCHES, PER_BATCH = (3, 4), 6, 25
@@ -45,7 +45,7 @@ def build(path: Path) -> None:
             for sid in STREAMS:
                 for i in range(PER_BATCH):
                     m = b * PER_BATCH + i
-                    log.append(Message.build(sid, f"stream {sid} message {m}".encode(), message_id=m, key=b"k"))
+                    log.append(ConnectorMessage.build(sid, f"stream {sid} message {m}".encode(), message_id=m, key=b"k"))
             log.commit()
 
 

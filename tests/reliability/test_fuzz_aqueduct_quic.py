@@ -33,8 +33,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as qe
 
 import aqueduct
-from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Notify
-from aqueduct.connector.frames import Message as ConnectorMessage
+from aqueduct.connector.frames import PROTOCOL_VERSION, ConnectorMessage, Hello, Notify
 from aqueduct.connector.frames import encode as encode_connector
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.memory_sink import MemorySink

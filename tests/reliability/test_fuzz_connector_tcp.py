@@ -27,11 +27,11 @@ from aqueduct.connector.frames import (
     UNSTABLE_REFERENCE,
     Ack,
     ConnectorFrameError,
+    ConnectorMessage,
     Error,
     Frame,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -54,19 +54,19 @@ GOOD = ("well-behaved-producer", "steady-0")
 def valid_tails(rng: random.Random) -> list[bytes]:
     """Valid frame sequences a connector may send after HELLO (the fuzz seeds)."""
     notify = encode(Notify(1, "fuzz/1", 0))
-    plain = b"".join(encode(Message(0, 1, i, payload=rng.randbytes(rng.randint(0, 40)))) for i in range(3))
+    plain = b"".join(encode(ConnectorMessage(0, 1, i, payload=rng.randbytes(rng.randint(0, 40)))) for i in range(3))
     rich = encode(
-        Message(KEY | EVENT_TIME, 1, 0, event_time=1_700_000_000_000_000, key=b"k", payload=b"v")
+        ConnectorMessage(KEY | EVENT_TIME, 1, 0, event_time=1_700_000_000_000_000, key=b"k", payload=b"v")
     )
     return [
         notify,
         notify + plain,
         notify + rich,
-        notify + encode(Message(BOUNDARY, 1, 0, payload=None)),
-        notify + encode(Message(EPHEMERAL, 1, None, payload=b"e")),
-        notify + encode(Message(UNSTABLE_REFERENCE | EOS, 1, 5, payload=b"u")),
+        notify + encode(ConnectorMessage(BOUNDARY, 1, 0, payload=None)),
+        notify + encode(ConnectorMessage(EPHEMERAL, 1, None, payload=b"e")),
+        notify + encode(ConnectorMessage(UNSTABLE_REFERENCE | EOS, 1, 5, payload=b"u")),
         notify + plain + encode(Error("producer gave up")),
-        encode(Notify(2, "fuzz/2", 7)) + encode(Message(0, 2, 7, payload=b"x" * 300)),
+        encode(Notify(2, "fuzz/2", 7)) + encode(ConnectorMessage(0, 2, 7, payload=b"x" * 300)),
     ]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 STREAMS = (1, 2)
 
@@ -46,7 +46,7 @@ def main(path: str) -> None:
             for sid in STREAMS:
                 start = log.durable_reference(sid)
                 for m in range(start, start + 20):
-                    log.append(Message.build(sid, b"payload %d" % m, message_id=m))
+                    log.append(ConnectorMessage.build(sid, b"payload %d" % m, message_id=m))
             ends = log.commit()
             for sid, end in ends.items():
                 print(f"COMMITTED {sid} {log.durable_reference(sid) - 1}", flush=True)

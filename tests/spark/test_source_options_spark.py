@@ -22,7 +22,7 @@ from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import segment_name
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.corrupting import flip_a_bit_in_stored_batch
 from tests.log_locations import LogLocation
 
@@ -37,8 +37,8 @@ def fill(log: DurableLog, streams: dict[int, str], epochs: int, per_epoch: int =
         for sid in streams:
             base = e * (per_epoch + 1)
             for i in range(per_epoch):
-                log.append(Message.build(sid, b"%d-%d-" % (sid, base + i) + b"x" * size, message_id=base + i))
-            log.append(Message.build(sid, message_id=base + per_epoch, boundary=True))
+                log.append(ConnectorMessage.build(sid, b"%d-%d-" % (sid, base + i) + b"x" * size, message_id=base + i))
+            log.append(ConnectorMessage.build(sid, message_id=base + per_epoch, boundary=True))
         log.commit()
 
 
@@ -159,8 +159,8 @@ def test_fail_on_data_loss_false_skips_truncated_records_and_counts_them(spark: 
         for e in (1, 2):
             base = e * 4
             for i in range(3):
-                log.append(Message.build(1, b"y", message_id=base + i))
-            log.append(Message.build(1, message_id=base + 3, boundary=True))
+                log.append(ConnectorMessage.build(1, b"y", message_id=base + i))
+            log.append(ConnectorMessage.build(1, message_id=base + 3, boundary=True))
             log.commit()
         assert log.truncate(1, 8).result() == 8  # epoch 1 gone before the query read it
         again = stream_to_parquet(spark, tmp_path / "q", {"availableNow": True}, "loss2", log=str(path),

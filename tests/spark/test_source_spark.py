@@ -10,7 +10,7 @@ import pytest
 from aqueduct.bridge.app.commit_listener import install_commit_listener
 from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -72,11 +72,11 @@ def test_exact_rows_reach_the_sink_and_the_listener_reports_commits(spark, tmp_p
             log.open_stream(1, "orders", "shop/a", boundaries=True)
             log.open_stream(2, "clicks", "web/b")
             for i in range(4):
-                log.append(Message.build(1, b"o%d" % i, message_id=i, event_time=1_700_000_000_000_000 + i))
-            log.append(Message.build(1, message_id=4, boundary=True))
-            log.append(Message.build(1, b"open-epoch", message_id=5))
-            log.append(Message.build(2, b"c0", message_id=7, key=b"k"))
-            log.append(Message.build(2, b"eph"))  # EPHEMERAL: no message id
+                log.append(ConnectorMessage.build(1, b"o%d" % i, message_id=i, event_time=1_700_000_000_000_000 + i))
+            log.append(ConnectorMessage.build(1, message_id=4, boundary=True))
+            log.append(ConnectorMessage.build(1, b"open-epoch", message_id=5))
+            log.append(ConnectorMessage.build(2, b"c0", message_id=7, key=b"k"))
+            log.append(ConnectorMessage.build(2, b"eph"))  # EPHEMERAL: no message id
             log.commit()
             run_available_now(spark, log.path, tmp_path / "out", tmp_path / "ck", name="listened")
             rows = spark.read.parquet(str(tmp_path / "out")).collect()
@@ -106,8 +106,8 @@ def test_epochs_are_never_split_across_micro_batches(spark, tmp_path: Path) -> N
         ids = iter(range(1000))
         for size in (2, 3, 6, 1, 1):  # with the limit at 4, the 7-record epoch goes alone
             for _ in range(size):
-                log.append(Message.build(1, b"", message_id=next(ids)))
-            log.append(Message.build(1, message_id=next(ids), boundary=True))
+                log.append(ConnectorMessage.build(1, b"", message_id=next(ids)))
+            log.append(ConnectorMessage.build(1, message_id=next(ids), boundary=True))
         log.commit()
 
     def collect(df, batch_id: int) -> None:
@@ -135,13 +135,13 @@ def test_restart_from_checkpoint_delivers_each_record_exactly_once(spark, tmp_pa
     with DurableLog(tmp_path / "log") as log:
         log.open_stream(1, "s", "c/1")
         for i in range(5):
-            log.append(Message.build(1, b"a%d" % i, message_id=i))
+            log.append(ConnectorMessage.build(1, b"a%d" % i, message_id=i))
         log.commit()
         run_available_now(spark, log.path, out, ck)
         for i in range(5, 12):
-            log.append(Message.build(1, b"a%d" % i, message_id=i))
+            log.append(ConnectorMessage.build(1, b"a%d" % i, message_id=i))
         log.open_stream(2, "t", "c/1")
-        log.append(Message.build(2, b"b0", message_id=0))
+        log.append(ConnectorMessage.build(2, b"b0", message_id=0))
         log.commit()
         run_available_now(spark, log.path, out, ck)
         rows = [(s, m) for s, m, *_ in sink_rows(spark, out)]
@@ -199,7 +199,7 @@ def test_a_batch_replayed_after_a_failure_has_the_same_rows(spark, tmp_path: Pat
     with DurableLog(tmp_path / "log") as log:
         log.open_stream(1, "s", "c/1")
         for i in range(6):
-            log.append(Message.build(1, b"", message_id=i))
+            log.append(ConnectorMessage.build(1, b"", message_id=i))
         log.commit()
         q = run(failing)
         with pytest.raises(Exception, match="sink down"):
@@ -207,7 +207,7 @@ def test_a_batch_replayed_after_a_failure_has_the_same_rows(spark, tmp_path: Pat
         first_attempt = dict(seen)
         assert first_attempt == {0: [0, 1, 2], 1: [3, 4, 5]}
         for i in range(6, 10):  # appended while the query is down
-            log.append(Message.build(1, b"", message_id=i))
+            log.append(ConnectorMessage.build(1, b"", message_id=i))
         log.commit()
         assert run(collecting).awaitTermination(QUERY_TIMEOUT)
     assert rerun[0] == 1 and seen[1] == first_attempt[1]  # the failed batch ran again, unchanged

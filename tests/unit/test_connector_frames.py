@@ -15,10 +15,10 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import (
     Ack,
     ConnectorFrameError,
+    ConnectorMessage,
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -53,7 +53,7 @@ def _frame_from_fields(kind: str, f: dict) -> cf.Frame:
     if kind == "MESSAGE":
         payload = bytes.fromhex(f["payload_hex"]) if "payload_hex" in f else None
         key = f["key"].encode() if "key" in f else None
-        return Message(
+        return ConnectorMessage(
             f["flags"], f["stream_id"], f.get("message_id"), f.get("event_time"), key, payload
         )
     if kind == "ACK":
@@ -119,17 +119,17 @@ def test_splitter_keeps_frames_before_a_bad_one_available() -> None:
 @pytest.mark.parametrize(
     ("message", "rule"),
     [
-        (Message(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
-        (Message(0, 1, None, payload=b"x"), "message id is required"),
-        (Message(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
-        (Message(0, 1, 0, key=b"k"), "key is forbidden"),
-        (Message(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
-        (Message(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
-        (Message(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
-        (Message(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
+        (ConnectorMessage(cf.EPHEMERAL, 1, 5, payload=b"x"), "message id is forbidden"),
+        (ConnectorMessage(0, 1, None, payload=b"x"), "message id is required"),
+        (ConnectorMessage(cf.EVENT_TIME, 1, 0, payload=b""), "event time is required"),
+        (ConnectorMessage(0, 1, 0, key=b"k"), "key is forbidden"),
+        (ConnectorMessage(cf.BOUNDARY, 1, 0, payload=b""), "payload is forbidden"),
+        (ConnectorMessage(cf.BOUNDARY | cf.KEY, 1, 0, key=b"k", payload=None), "BOUNDARY with KEY"),
+        (ConnectorMessage(cf.EPHEMERAL | cf.UNSTABLE_REFERENCE, 1, None), "EPHEMERAL with UNSTABLE_REFERENCE"),
+        (ConnectorMessage(0, 2**64, 0), r"stream id 18446744073709551616 out of range"),
     ],
 )
-def test_encoder_refuses_what_the_decoder_would_refuse(message: Message, rule: str) -> None:
+def test_encoder_refuses_what_the_decoder_would_refuse(message: ConnectorMessage, rule: str) -> None:
     with pytest.raises(ConnectorFrameError, match=rule):
         encode(message)
 
@@ -143,13 +143,13 @@ short_bytes = st.binary(max_size=40)
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> Message:
+def messages(draw: st.DrawFn) -> ConnectorMessage:
     flags = draw(st.integers(0, 63))
     if flags & cf.EPHEMERAL:
         flags &= ~(cf.BOUNDARY | cf.UNSTABLE_REFERENCE)
     if flags & cf.BOUNDARY:
         flags &= ~cf.KEY
-    return Message(
+    return ConnectorMessage(
         flags,
         draw(u64),
         None if flags & cf.EPHEMERAL else draw(u64),
@@ -229,7 +229,7 @@ def test_mutated_valid_frames_only_raise_connector_frame_error(
 @settings(deadline=None)
 @given(messages(), st.data())
 def test_splitter_fast_path_agrees_with_decode_on_damaged_messages(
-    message: Message, data: st.DataObject
+    message: ConnectorMessage, data: st.DataObject
 ) -> None:
     """The splitter decodes plain MESSAGEs on its own fast path: it must give what decode gives.
 
@@ -271,7 +271,7 @@ def busy_streams(draw: st.DrawFn) -> list[cf.Frame]:
         for m in range(max(0, start), max(0, start) + draw(st.integers(1, 6))):
             timed = draw(st.booleans())
             flags = draw(st.sampled_from([0, 0, 0, cf.EOS, cf.UNSTABLE_REFERENCE])) | (cf.EVENT_TIME if timed else 0)
-            out.append(Message(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
+            out.append(ConnectorMessage(flags, sid, m, m * 10 if timed else None, None, draw(st.binary(max_size=12))))
             next_ids[sid] = m + 1
     return out
 
@@ -304,7 +304,7 @@ def test_the_worker_splitter_gives_the_same_records_as_columns(frames: list[cf.F
 def _continues(run: MessageBatch, frame: object) -> bool:
     if isinstance(frame, MessageBatch):
         first, sid = frame.first_id, frame.stream_id
-    elif isinstance(frame, Message) and frame.flags in (0, cf.EVENT_TIME):
+    elif isinstance(frame, ConnectorMessage) and frame.flags in (0, cf.EVENT_TIME):
         first, sid = frame.message_id, frame.stream_id
     else:
         return False
@@ -314,9 +314,9 @@ def _continues(run: MessageBatch, frame: object) -> bool:
 def test_a_batch_is_a_sequence_of_its_records() -> None:
     run = MessageBatch.run(7, 10, [b"a", b"b", b"c"], [None, 5, None])
     records = [
-        Message(0, 7, 10, None, None, b"a"),
-        Message(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
-        Message(0, 7, 12, None, None, b"c"),
+        ConnectorMessage(0, 7, 10, None, None, b"a"),
+        ConnectorMessage(cf.EVENT_TIME, 7, 11, 5, None, b"b"),
+        ConnectorMessage(0, 7, 12, None, None, b"c"),
     ]
     assert list(run) == records and len(run) == 3 and run.stop_id == 13
     assert run[1] == records[1] and run[-1] == records[2] and run[1:] == records[1:]
@@ -327,7 +327,7 @@ def test_a_batch_is_a_sequence_of_its_records() -> None:
     assert run != records[:2] and run != MessageBatch.run(7, 11, [b"a", b"b", b"c"], [None, 5, None])
     assert MessageBatch.of(records) == run and MessageBatch.of(run) is run and MessageBatch.of(records).is_run
     run.extend(MessageBatch.run(7, 13, [b"d"], [None]))
-    assert run.is_run and run.stop_id == 14 and run[-1] == Message(0, 7, 13, None, None, b"d")
+    assert run.is_run and run.stop_id == 14 and run[-1] == ConnectorMessage(0, 7, 13, None, None, b"d")
     with pytest.raises(ValueError, match="batch of stream 8 does not continue stream 7"):
         run.extend(MessageBatch.run(8, 14, [b"e"], [None]))
     with pytest.raises(ValueError, match="columns of unequal length"):
@@ -337,11 +337,11 @@ def test_a_batch_is_a_sequence_of_its_records() -> None:
 def test_a_batch_that_is_not_a_run_holds_general_columns() -> None:
     """A gap, a flag or a key: flags, ids and keys per record; a run that meets one becomes general."""
     run = MessageBatch.run(7, 4, [b"a", b"b"], [None, None])
-    eos = Message(cf.EOS | cf.KEY, 7, 9, None, b"k", b"z")
+    eos = ConnectorMessage(cf.EOS | cf.KEY, 7, 9, None, b"k", b"z")
     run.extend(MessageBatch.of([eos]))
     assert not run.is_run and run.flags == [0, 0, cf.EOS | cf.KEY] and run.ids == [4, 5, 9]
-    assert list(run) == [Message(0, 7, 4, None, None, b"a"), Message(0, 7, 5, None, None, b"b"), eos]
-    boundary = Message.build(7, message_id=10, boundary=True)
+    assert list(run) == [ConnectorMessage(0, 7, 4, None, None, b"a"), ConnectorMessage(0, 7, 5, None, None, b"b"), eos]
+    boundary = ConnectorMessage.build(7, message_id=10, boundary=True)
     run.extend(MessageBatch.of([boundary]))
     assert run[-1] == boundary and run.payload_bytes() == 4  # payloads and the key
     # The rows a session keeps: consecutive rows of a run stay a run; others are general.

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog
 from aqueduct.connector.events import RecordsAccepted
-from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Message, Notify, encode
+from aqueduct.connector.frames import PROTOCOL_VERSION, ConnectorMessage, Hello, Notify, encode
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.wire.modes import Mode
@@ -115,7 +115,7 @@ def test_an_ordered_stream_that_skips_ids_stays_one_range() -> None:
 def test_the_session_and_the_log_agree(tmp_path: Path) -> None:
     """Same records into a worker session and into the log: same kept ids, same point."""
     ids = [0, 1, 5, 5, 3, 9, 2, 9, 12]
-    records = [Message.build(7, b"x", message_id=m) for m in ids]
+    records = [ConnectorMessage.build(7, b"x", message_id=m) for m in ids]
     session = WorkerSession(WorkerConfig(initial_credits=100))
     session.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
     session.receive_payload(

@@ -25,8 +25,8 @@ from aqueduct.connector.frames import (
     EVENT_TIME,
     PROTOCOL_VERSION,
     UNSTABLE_REFERENCE,
+    ConnectorMessage,
     Hello,
-    Message,
     Notify,
     Ok,
     encode,
@@ -49,7 +49,7 @@ def notified_connector(credits: int) -> ConnectorSession:
     return session
 
 
-def general(records: MessageBatch | list[Message]) -> MessageBatch:
+def general(records: MessageBatch | list[ConnectorMessage]) -> MessageBatch:
     """``records`` as general columns (flag, id and key each), which every stop takes record by record."""
     flags, ids, keys = MessageBatch.of(records).columns()
     return MessageBatch(
@@ -67,10 +67,10 @@ class RecordByRecord(WorkerSession):
 
 
 def test_a_run_is_consecutive_stable_data() -> None:
-    def recs(ids: list[int | None], flags: int = 0) -> list[Message]:
-        return [Message(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
+    def recs(ids: list[int | None], flags: int = 0) -> list[ConnectorMessage]:
+        return [ConnectorMessage(flags, STREAM, m, 5 if flags & EVENT_TIME else None, None, b"x") for m in ids]
 
-    def is_run(records: list[Message]) -> bool:
+    def is_run(records: list[ConnectorMessage]) -> bool:
         return MessageBatch.of(records).is_run
 
     assert is_run(recs([4, 5, 6]))
@@ -80,21 +80,21 @@ def test_a_run_is_consecutive_stable_data() -> None:
     assert not is_run(recs([4, 5], EOS))
     assert not is_run(recs([4, 5], UNSTABLE_REFERENCE))
     assert not is_run(recs([None, None], EPHEMERAL))
-    assert not is_run([Message(0, STREAM, 4, 5, None, b"x")])  # an event time without its flag
-    assert not is_run([Message(0, STREAM, 4, None, b"k", b"x")])  # a key without its flag
-    assert not is_run([Message(0, STREAM, 4, None, None, None)])  # no payload
+    assert not is_run([ConnectorMessage(0, STREAM, 4, 5, None, b"x")])  # an event time without its flag
+    assert not is_run([ConnectorMessage(0, STREAM, 4, None, b"k", b"x")])  # a key without its flag
+    assert not is_run([ConnectorMessage(0, STREAM, 4, None, None, None)])  # no payload
     # Only values a frame can carry: the session sends a run without checking each record.
-    assert not is_run([Message(0, STREAM, -1, None, None, b"x")])
-    assert not is_run([Message(0, STREAM, m, None, None, b"x") for m in (2**64 - 1, 2**64)])
-    assert is_run([Message(0, STREAM, 2**64 - 1, None, None, b"x")])
-    assert not is_run([Message(0, 2**64, 4, None, None, b"x")])
-    assert not is_run([Message(EVENT_TIME, STREAM, 4, 2**64, None, b"x")])
-    assert not is_run([Message(EVENT_TIME, STREAM, 4, -5, None, b"x")])
-    assert not is_run([Message(EVENT_TIME, STREAM, 4, 5.0, None, b"x")])  # type: ignore[arg-type]
+    assert not is_run([ConnectorMessage(0, STREAM, -1, None, None, b"x")])
+    assert not is_run([ConnectorMessage(0, STREAM, m, None, None, b"x") for m in (2**64 - 1, 2**64)])
+    assert is_run([ConnectorMessage(0, STREAM, 2**64 - 1, None, None, b"x")])
+    assert not is_run([ConnectorMessage(0, 2**64, 4, None, None, b"x")])
+    assert not is_run([ConnectorMessage(EVENT_TIME, STREAM, 4, 2**64, None, b"x")])
+    assert not is_run([ConnectorMessage(EVENT_TIME, STREAM, 4, -5, None, b"x")])
+    assert not is_run([ConnectorMessage(EVENT_TIME, STREAM, 4, 5.0, None, b"x")])  # type: ignore[arg-type]
     assert MessageBatch.run_of(recs([4, 6])) is None and MessageBatch.run_of([]) is None
     assert MessageBatch.run_of(recs([4, 5])) == recs([4, 5])
     with pytest.raises(ValueError, match="several streams"):
-        MessageBatch.of([Message(0, STREAM, 4, None, None, b"x"), Message(0, STREAM + 1, 5, None, None, b"x")])
+        MessageBatch.of([ConnectorMessage(0, STREAM, 4, None, None, b"x"), ConnectorMessage(0, STREAM + 1, 5, None, None, b"x")])
     with pytest.raises(ValueError, match="no messages"):
         MessageBatch.of([])
 
@@ -120,7 +120,7 @@ def test_a_batch_encodes_as_its_messages_one_by_one(
     """encode of a MessageBatch (a run packed from its columns, else record by record) is the
     encodings of its messages, batches of one, back to back; or the error of the first bad one."""
     records = [
-        Message(
+        ConnectorMessage(
             f, STREAM, None if f & EPHEMERAL else (first + i if consecutive else m),
             t if f & EVENT_TIME else None, None, p,
         )
@@ -137,7 +137,7 @@ def test_a_batch_encodes_as_its_messages_one_by_one(
     assert outcome(lambda: encode(MessageBatch.of(records))) == expected
     assert outcome(lambda: encode(MessageBatch.general(records))) == expected
     run = MessageBatch.run(STREAM, first, [r.payload or b"" for r in records], [r.event_time for r in records])
-    each = [Message(EVENT_TIME if t is not None else 0, STREAM, first + i, t, None, p) for i, (p, t) in enumerate(
+    each = [ConnectorMessage(EVENT_TIME if t is not None else 0, STREAM, first + i, t, None, p) for i, (p, t) in enumerate(
         zip(run.payloads, run.event_times, strict=True))]  # fmt: skip
     assert outcome(lambda: encode(run)) == outcome(lambda: b"".join(encode(r) for r in each))
 
@@ -150,7 +150,7 @@ chunk = st.tuples(
 )
 
 
-def _records(next_id: int, start: int, count: int, kind: str) -> list[Message]:
+def _records(next_id: int, start: int, count: int, kind: str) -> list[ConnectorMessage]:
     ids: list[int | None] = list(range(max(0, next_id + start), max(0, next_id + start) + count))
     flags = {"timed": EVENT_TIME, "unstable": UNSTABLE_REFERENCE, "ephemeral": EPHEMERAL}.get(kind, 0)
     if kind == "gap" and count > 2:
@@ -160,7 +160,7 @@ def _records(next_id: int, start: int, count: int, kind: str) -> list[Message]:
     if kind == "ephemeral":
         ids = [None] * count
     records = [
-        Message(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
+        ConnectorMessage(flags, STREAM, m, 7 if flags & EVENT_TIME else None, None, b"p%d" % i) for i, m in enumerate(ids)
     ]
     if kind == "eos":
         records[-1].flags |= EOS
@@ -234,10 +234,10 @@ def test_a_busy_streams_payload_is_one_run() -> None:
     session = WorkerSession(WorkerConfig(initial_credits=100))
     session.receive_data(encode(Hello(PROTOCOL_VERSION, b"", "c", "1")))
     session.receive_payload(encode(Notify(STREAM, "s", 0)), mode=Mode.ORDERED, stream_modes=[Mode.ORDERED])
-    records = [Message(0, STREAM, m, None, None, b"x") for m in range(64)]
+    records = [ConnectorMessage(0, STREAM, m, None, None, b"x") for m in range(64)]
     events = session.receive_payload(b"".join(encode(r) for r in records), mode=Mode.ORDERED, channel_stream=STREAM)
     assert events == [RecordsAccepted(STREAM, tuple(records))]  # type: ignore[arg-type]
-    # As the decoder's columns: no Message object was built for them.
+    # As the decoder's columns: no ConnectorMessage object was built for them.
     batch = events[0].records  # type: ignore[union-attr]
     assert batch.is_run and batch.payloads == [b"x"] * 64
     assert session._credits == 100 - 64  # the NOTIFY's credit came back at once
@@ -276,11 +276,11 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
     for start, count, kind in chunks:
         records = _records(next_id, start, count, kind)
 
-        def each(records: list[Message] = records) -> None:
+        def each(records: list[ConnectorMessage] = records) -> None:
             for r in records:
                 one_by_one.send(r)
 
-        def reference(records: list[Message] = records) -> None:
+        def reference(records: list[ConnectorMessage] = records) -> None:
             for r in records:
                 by_rules._queue_by_the_rules(r)
 
@@ -293,7 +293,7 @@ def test_a_connector_session_sends_runs_as_records(chunks: list[tuple[int, int, 
 def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
     """A run's entries are MessageBatch runs of at most RUN_ENTRY_BYTES of frames: a transport never splits one."""
     session = notified_connector(10_000)
-    records = [Message(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
+    records = [ConnectorMessage(0, STREAM, m, None, None, bytes(1000)) for m in range(300)]
     session.send_messages(records)
     out = session.data_to_send()
     assert [type(frame) for frame, _ in out] == [MessageBatch] * len(out) and len(out) == 5
@@ -301,13 +301,13 @@ def test_a_large_run_leaves_the_session_in_entries_a_payload_can_hold() -> None:
     assert [r for frame, _ in out for r in frame] == records  # type: ignore[union-attr]
     assert b"".join(data for _, data in out) == b"".join(encode(r) for r in records)
     # A frame larger than an entry still goes, alone.
-    session.send_messages([Message(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
+    session.send_messages([ConnectorMessage(0, STREAM, m, None, None, bytes(RUN_ENTRY_BYTES)) for m in (300, 301)])
     assert [len(frame) for frame, _ in session.data_to_send()] == [1, 1]  # type: ignore[arg-type]
 
 
 def test_a_run_with_an_inconsistent_record_fails_as_sending_it_would() -> None:
     """A record whose fields contradict its flags is refused by the general encoder, run or not."""
-    records = [Message(0, STREAM, m, None, None, b"x") for m in range(3)]
+    records = [ConnectorMessage(0, STREAM, m, None, None, b"x") for m in range(3)]
     records[1].key = b"k"  # a key without the KEY flag
     errors = []
     for send in ("run", "each"):

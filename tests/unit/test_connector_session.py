@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from aqueduct.connector.connector_session import ConnectorSession, NoCredits
 from aqueduct.connector.events import (
     Acked,
-    HandshakeCompleted,
     RecordsAccepted,
     RestartRequested,
+    SessionAccepted,
     SessionEnded,
 )
 from aqueduct.connector.frames import (
@@ -19,9 +19,9 @@ from aqueduct.connector.frames import (
     EPHEMERAL,
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     Error,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -60,21 +60,21 @@ def test_handshake() -> None:
     session.start()
     assert sent(session) == [Hello(PROTOCOL_VERSION, b"c", "gen", "gen-1")]
     refs = (StreamRef(1, "s", 4),)
-    assert session.receive_data(encode(Ok(5, refs))) == [HandshakeCompleted(5, refs)]
+    assert session.receive_data(encode(Ok(5, refs))) == [SessionAccepted(5, refs)]
     assert session.credits == 5 and session.state is ConnectionState.STREAMING
 
 
 def test_costly_frames_need_credits_and_open_streams() -> None:
     session = streaming(credits=2)
     with pytest.raises(LocalProtocolError, match="stream 1: message not allowed in state start"):
-        session.send(Message(0, 1, 0, payload=b""))
+        session.send(ConnectorMessage(0, 1, 0, payload=b""))
     session.send(Notify(1, "s", 0))
-    session.send(Message(EOS, 1, 0, payload=b""))
+    session.send(ConnectorMessage(EOS, 1, 0, payload=b""))
     with pytest.raises(NoCredits):
         session.send(Notify(1, "s", 1))
     assert session.receive_data(encode(Ack(1, ((1, 1),)))) == [Acked(1, ((1, 1),))]
     with pytest.raises(LocalProtocolError, match="message not allowed in state closed"):
-        session.send(Message(0, 1, 1, payload=b""))
+        session.send(ConnectorMessage(0, 1, 1, payload=b""))
     session.send(Notify(1, "s", 1))
     assert session.streams[1] is StreamState.OPEN
 
@@ -139,6 +139,21 @@ def test_stream_ids_auto_increment_and_unordered_must_be_consecutive() -> None:
         ordered.make_message(b"b", message_id=3)
 
 
+@given(st.lists(st.binary(max_size=4), min_size=1, max_size=4), st.none() | st.integers(0, 2**64 - 1), st.booleans())
+def test_the_stream_builds_data_records_as_build_makes_them(
+    payloads: list[bytes], event_time: int | None, ephemeral: bool
+) -> None:
+    """The stream builds data records without a keyword call each: the records ``build`` makes."""
+    one, run = OutboundStream(1, "s", next_id=7), OutboundStream(1, "s", next_id=7)
+    built = [
+        ConnectorMessage.build(1, p, message_id=None if ephemeral else 7 + i, event_time=event_time)
+        for i, p in enumerate(payloads)
+    ]
+    assert [one.make_message(p, None, event_time, ephemeral) for p in payloads] == built
+    assert run.make_messages(payloads, [event_time] * len(payloads), ephemeral) == built
+    assert list(one.unacked) == list(run.unacked) == ([] if ephemeral else built)
+
+
 def test_unreliable_streams_carry_only_unbuffered_ephemeral_messages() -> None:
     stream = OutboundStream(3, "u", UNRELIABLE)
     with pytest.raises(LocalProtocolError):
@@ -176,7 +191,7 @@ def test_an_ack_drops_exactly_the_records_below_its_point(steps: list[int], poin
 
 def test_finished_stream_is_not_renotified() -> None:
     stream = OutboundStream(1, "s")
-    stream.make_message(b"a", eos=True)
+    stream.keep([ConnectorMessage.build(1, b"a", message_id=stream.claim(1, False), eos=True)])
     assert stream.resume(None) is not None  # EOS not yet acked: re-send it
     assert stream.resume(1) is None  # the EOS is durable: nothing to re-send
     assert stream.unacked  # ... but kept until committed

@@ -18,10 +18,10 @@ from aqueduct.connector.frames import (
     PROTOCOL_VERSION,
     UNSTABLE_REFERENCE,
     Ack,
+    ConnectorMessage,
     Error,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     Ok,
     Restart,
@@ -37,8 +37,8 @@ from aqueduct.wire.rangeset import RangeSet
 HELLO = Hello(PROTOCOL_VERSION, b"", "gen", "gen-1")
 
 
-def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> Message:
-    return Message(flags, stream_id, mid, payload=payload)
+def msg(stream_id: int, mid: int | None, payload: bytes = b"x", flags: int = 0) -> ConnectorMessage:
+    return ConnectorMessage(flags, stream_id, mid, payload=payload)
 
 
 def replies(session: WorkerSession) -> list:

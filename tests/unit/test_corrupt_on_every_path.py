@@ -35,7 +35,7 @@ from aqueduct.bridge.storage.index import IndexEntry
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import BatchCorrupt, segment_name
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.corrupting import flip_a_bit_in_stored_batch
 from tests.log_locations import LogLocation
 
@@ -54,8 +54,8 @@ def build(path: Path) -> IndexEntry:
         for epoch in range(EPOCHS):
             for sid in STREAMS:
                 for mid in range(epoch * 4, epoch * 4 + 3):
-                    log.append(Message.build(sid, b"payload %d/%d" % (sid, mid), message_id=mid))
-                log.append(Message.build(sid, message_id=epoch * 4 + 3, boundary=True))
+                    log.append(ConnectorMessage.build(sid, b"payload %d/%d" % (sid, mid), message_id=mid))
+                log.append(ConnectorMessage.build(sid, message_id=epoch * 4 + 3, boundary=True))
             log.commit()
     return flip_a_bit_in_stored_batch(path, 5, 1)
 
@@ -200,8 +200,8 @@ def test_a_corrupt_batch_truncated_before_the_query_read_it_counts_once(tmp_path
         log.open_stream(5, "s5", "c/1", boundaries=True).result()
         for epoch in range(3):
             for mid in range(epoch * 4, epoch * 4 + 3):
-                log.append(Message.build(5, b"payload 5/%d" % mid, message_id=mid))
-            log.append(Message.build(5, message_id=epoch * 4 + 3, boundary=True))
+                log.append(ConnectorMessage.build(5, b"payload 5/%d" % mid, message_id=mid))
+            log.append(ConnectorMessage.build(5, message_id=epoch * 4 + 3, boundary=True))
             log.commit()
         flip_a_bit_in_stored_batch(path, 5, 1)
         where = LogLocation("log", tmp_path)

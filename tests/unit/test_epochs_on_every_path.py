@@ -29,7 +29,7 @@ from aqueduct.bridge.source.datasource import (
     AqueductStreamReader,
 )
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 STREAMS = 6
 
@@ -78,12 +78,12 @@ class Producers:
             else:
                 mid = self._next(sid)
                 payload = b"s%d-m%d-%s" % (sid, mid, self.rng.randbytes(self.rng.randint(0, 6)).hex().encode())
-                self.log.append(Message.build(sid, payload, message_id=mid))
+                self.log.append(ConnectorMessage.build(sid, payload, message_id=mid))
                 self.sent[(sid, mid)] = (payload, self.epoch[sid])
         self.log.commit()
 
     def close(self, sid: int) -> None:
-        self.log.append(Message.build(sid, message_id=self._next(sid), boundary=True))
+        self.log.append(ConnectorMessage.build(sid, message_id=self._next(sid), boundary=True))
         self.epoch[sid] += 1
 
     def close_all(self) -> None:
@@ -148,9 +148,9 @@ def test_a_caught_up_default_trigger_waits_for_the_boundary(tmp_path: Path) -> N
 
         def append(n: int, *, boundary: bool) -> None:
             for _ in range(n):
-                log.append(Message.build(1, b"x", message_id=next(ids)))
+                log.append(ConnectorMessage.build(1, b"x", message_id=next(ids)))
             if boundary:
-                log.append(Message.build(1, message_id=next(ids), boundary=True))
+                log.append(ConnectorMessage.build(1, message_id=next(ids), boundary=True))
             log.commit()
 
         r = reader(log)

@@ -19,7 +19,7 @@ from aqueduct.bridge.storage.index import (
 )
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import LogSnapshots, load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> list[IndexEntry]:
         log.open_stream(1, "s1", "c/1").result()
         for b in range(12):
             for i in range(3):
-                log.append(Message.build(1, b"x" * 10, message_id=3 * b + i))
+                log.append(ConnectorMessage.build(1, b"x" * 10, message_id=3 * b + i))
             log.commit()
     return list(load_streams(path)[1].entries)
 
@@ -158,7 +158,7 @@ def test_log_snapshots_follow_appends_and_truncations_as_a_fresh_load_does(tmp_p
         before = snapshots.load()[1]
         for round_ in range(30):
             for _ in range(3):
-                log.append(Message.build(1, b"y" * 20, message_id=n))
+                log.append(ConnectorMessage.build(1, b"y" * 20, message_id=n))
                 n += 1
             log.commit()
             if round_ % 7 == 6:
@@ -182,7 +182,7 @@ def test_reloads_while_the_writer_commits_always_see_a_prefix_of_a_later_full_lo
         def write() -> None:
             n = 0
             while not stop.is_set() and n < 3000:
-                log.append(Message.build(1, b"z" * 20, message_id=n))
+                log.append(ConnectorMessage.build(1, b"z" * 20, message_id=n))
                 log.commit()
                 n += 1
                 if n % 20 == 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import PROTOCOL_VERSION, Hello, Message, Notify, encode
+from aqueduct.connector.frames import PROTOCOL_VERSION, ConnectorMessage, Hello, Notify, encode
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.wire.modes import Mode
@@ -29,14 +29,14 @@ async def test_records_buffered_by_one_session_are_dropped_by_the_log_on_the_nex
 
         old, new = (WorkerPeer(ingest, WorkerConfig(initial_credits=64), send, lambda: None) for _ in range(2))
         hello = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
-        keyed = Message.build(1, b"k5", message_id=5, key=b"k")
+        keyed = ConnectorMessage.build(1, b"k5", message_id=5, key=b"k")
         await old.receive_payload(
-            b"".join(map(encode, [*hello, *(Message(0, 1, m, payload=b"x") for m in range(5))])), mode=Mode.ORDERED
+            b"".join(map(encode, [*hello, *(ConnectorMessage(0, 1, m, payload=b"x") for m in range(5))])), mode=Mode.ORDERED
         )
         assert ingest.counters.messages == 5 and log.durable_end(1) == 0  # buffered, not durable
         # The connector reconnects before the group commit and resends from the durable point.
         await new.receive_payload(b"".join(map(encode, hello)), mode=Mode.ORDERED)
-        resend = b"".join(encode(Message(0, 1, m, payload=b"x")) for m in range(5)) + encode(keyed)
+        resend = b"".join(encode(ConnectorMessage(0, 1, m, payload=b"x")) for m in range(5)) + encode(keyed)
         await new.receive_payload(resend, mode=Mode.ORDERED, channel_stream=1)
         assert (ingest.counters.messages, ingest.counters.duplicates) == (6, 5)
         await ingest.group_commit()

@@ -21,21 +21,28 @@ from hypothesis import strategies as st
 from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.batch import MessageBatch
-from aqueduct.connector.frames import EOS, EPHEMERAL, EVENT_TIME, KEY, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.frames import (
+    EOS,
+    EPHEMERAL,
+    EVENT_TIME,
+    KEY,
+    UNSTABLE_REFERENCE,
+    ConnectorMessage,
+)
 from aqueduct.wire.modes import Mode
 
 STREAM = 4
 
 
 @st.composite
-def records(draw: st.DrawFn) -> Message:
+def records(draw: st.DrawFn) -> ConnectorMessage:
     kind = draw(st.sampled_from(["data", "data", "timed", "keyed", "eos", "unstable", "ephemeral", "boundary"]))
     mid = None if kind == "ephemeral" else draw(st.integers(0, 30))
     if kind == "boundary":
-        return Message.build(STREAM, message_id=mid, boundary=True)
+        return ConnectorMessage.build(STREAM, message_id=mid, boundary=True)
     flags = {"timed": EVENT_TIME, "keyed": KEY, "eos": EOS, "unstable": UNSTABLE_REFERENCE, "ephemeral": EPHEMERAL}
     f = flags.get(kind, 0)
-    return Message(f, STREAM, mid, 7 if f & EVENT_TIME else None, b"k" if f & KEY else None, b"p%d" % (mid or 0))
+    return ConnectorMessage(f, STREAM, mid, 7 if f & EVENT_TIME else None, b"k" if f & KEY else None, b"p%d" % (mid or 0))
 
 
 def _state(log: DurableLog, path: Path) -> tuple[object, ...]:
@@ -55,7 +62,7 @@ def _state(log: DurableLog, path: Path) -> tuple[object, ...]:
     st.sampled_from([Mode.ORDERED, Mode.UNORDERED]),
     st.booleans(),
 )
-def test_a_batch_is_its_records_one_by_one(batches: list[list[Message]], mode: Mode, as_run: bool) -> None:
+def test_a_batch_is_its_records_one_by_one(batches: list[list[ConnectorMessage]], mode: Mode, as_run: bool) -> None:
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         whole, each = DurableLog(Path(d1)), DurableLog(Path(d2))
         try:
@@ -86,7 +93,7 @@ def test_a_batch_is_its_records_one_by_one(batches: list[list[Message]], mode: M
 def test_a_record_that_breaks_a_rule_ends_the_batch_keeping_those_before(tmp_path: Path) -> None:
     with DurableLog(tmp_path) as log:
         log.open_stream(STREAM, "s", "p/i").result()
-        batch = MessageBatch.general([Message(0, STREAM, m, None, None, b"x") for m in (0, 1, 2**63, 3)])
+        batch = MessageBatch.general([ConnectorMessage(0, STREAM, m, None, None, b"x") for m in (0, 1, 2**63, 3)])
         with pytest.raises(LogError, match=r"message id 9223372036854775808 is outside 0..2\*\*63-1"):
             log.append(batch)
         assert batch.accepted == [True, True, False, False] and batch.stored()[0] == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 from aqueduct.bridge.storage.changes import ChangeJournal, ChangeReader
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import LogSnapshots
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 
 def test_a_reader_sees_each_change_once_and_rescans_when_the_journal_is_replaced(tmp_path: Path) -> None:
@@ -47,19 +47,19 @@ def test_snapshots_follow_the_writers_journal(tmp_path: Path) -> None:
     with DurableLog(tmp_path / "log") as log:
         for sid in range(50):
             log.open_stream(sid, f"s{sid}", "c/1")
-            log.append(Message.build(sid, b"x", message_id=0))
+            log.append(ConnectorMessage.build(sid, b"x", message_id=0))
         log.commit()
         snapshots = LogSnapshots(tmp_path / "log")
         first = snapshots.load()
         assert snapshots.load() is first  # nothing changed: the same dict, no work per stream
-        log.append(Message.build(7, b"y", message_id=1))
+        log.append(ConnectorMessage.build(7, b"y", message_id=1))
         log.commit()
         second = snapshots.load()
         assert second[7].end == 2 and second[8] is first[8]
     # A new writer (as after a crash) starts a fresh journal: readers rescan everything.
     os.utime(tmp_path / "log" / "streams" / "9" / "index")
     with DurableLog(tmp_path / "log") as log:
-        log.append(Message.build(9, b"z", message_id=1))
+        log.append(ConnectorMessage.build(9, b"z", message_id=1))
         log.commit()
         assert snapshots.load()[9].end == 2
 
@@ -69,7 +69,7 @@ def test_a_group_commit_over_more_streams_than_descriptors_allowed_succeeds(tmp_
     with DurableLog(tmp_path / "log", max_open_streams=8) as log:
         for sid in range(200):
             log.open_stream(sid, f"s{sid}", "c/1").result()
-            log.append(Message.build(sid, b"x", message_id=0))
+            log.append(ConnectorMessage.build(sid, b"x", message_id=0))
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 60, hard))
         try:

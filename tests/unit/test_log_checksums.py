@@ -27,7 +27,7 @@ from aqueduct.bridge.storage.index import (
 from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.bridge.storage.segment import BatchCorrupt, segment_name
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 CONNECTOR = "c/1"
 
@@ -39,7 +39,7 @@ def write_batches(path: Path, batches: int = 3, per_batch: int = 4) -> None:
         for b in range(batches):
             for i in range(per_batch):
                 m = b * per_batch + i
-                log.append(Message.build(5, f"payload-{m:04d}".encode(), message_id=m))
+                log.append(ConnectorMessage.build(5, f"payload-{m:04d}".encode(), message_id=m))
             log.commit()
 
 
@@ -120,7 +120,7 @@ def test_reopening_a_log_with_a_corrupt_batch_reports_it_and_keeps_the_rest(
         assert all(log.is_duplicate(5, m) for m in range(12))
         assert log.reference_at(5, 6) == 4  # inside the corrupt batch: the point before it
         assert log.reference_at(5, 8) == 8  # at its end: the index says
-        log.append(Message.build(5, b"new", message_id=12))
+        log.append(ConnectorMessage.build(5, b"new", message_id=12))
         log.commit()
     assert read_entries(path / "streams" / "5" / "index")[0][-1].checksum is not None
 
@@ -147,7 +147,7 @@ def test_a_log_written_before_checksums_opens_and_its_new_batches_get_them(tmp_p
     assert len(read_stream(path)) == 8  # a reader of the old format
     with DurableLog(path) as log:
         assert log.durable_end(5) == 8 and log.durable_reference(5) == 8
-        log.append(Message.build(5, b"payload-0008", message_id=8))
+        log.append(ConnectorMessage.build(5, b"payload-0008", message_id=8))
         log.commit()
     index = path / "streams" / "5" / "index"
     assert index.read_bytes()[: len(MAGIC)] == MAGIC

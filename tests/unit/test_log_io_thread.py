@@ -23,9 +23,9 @@ from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import (
     PROTOCOL_VERSION,
     Ack,
+    ConnectorMessage,
     FrameSplitter,
     Hello,
-    Message,
     Notify,
     encode,
 )
@@ -61,10 +61,10 @@ def test_truncation_requested_during_a_commit_runs_after_it(tmp_path: Path) -> N
     with DurableLog(path, segment_bytes=1024) as log:
         log.open_stream(1, "s", CONNECTOR)
         for i in range(20):
-            log.append(Message.build(1, b"p" * 100, message_id=i))
+            log.append(ConnectorMessage.build(1, b"p" * 100, message_id=i))
             log.commit()
         with io_thread_held(log) as gate:
-            log.append(Message.build(1, b"late", message_id=20))
+            log.append(ConnectorMessage.build(1, b"late", message_id=20))
             in_flight = log.start_commit()
             cut = log.truncate(1, 15)  # queued behind the commit; the caller does not wait
             assert not in_flight.done() and not cut.done()
@@ -82,7 +82,7 @@ def test_close_waits_for_a_commit_in_flight(tmp_path: Path) -> None:
     log = DurableLog(path)
     log.open_stream(1, "s", CONNECTOR)
     for i in range(3):
-        log.append(Message.build(1, b"x", message_id=i))
+        log.append(ConnectorMessage.build(1, b"x", message_id=i))
     with ThreadPoolExecutor(1) as caller, io_thread_held(log) as gate:
         in_flight = log.start_commit()
         closing = caller.submit(log.close)
@@ -106,7 +106,7 @@ async def test_a_cancelled_commit_still_publishes_its_group_and_returns_its_cred
     peer = WorkerPeer(ingest, WorkerConfig(initial_credits=16), send, lambda: None)
     try:
         frames = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
-        frames += [Message(0, 1, i, payload=b"x") for i in range(5)]
+        frames += [ConnectorMessage(0, 1, i, payload=b"x") for i in range(5)]
         await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         assert ingest.buffered == 5
         with io_thread_held(log) as gate:
@@ -153,7 +153,7 @@ async def test_group_commits_start_at_least_group_commit_interval_apart(tmp_path
         frames = [Hello(PROTOCOL_VERSION, b"", "p", "i"), Notify(1, "s", 0)]
         await peer.receive_payload(b"".join(map(encode, frames)), mode=Mode.ORDERED)
         for i in range(6):  # one record every 50 ms
-            await peer.receive_payload(encode(Message(0, 1, i, payload=b"x")), mode=Mode.ORDERED)
+            await peer.receive_payload(encode(ConnectorMessage(0, 1, i, payload=b"x")), mode=Mode.ORDERED)
             await asyncio.sleep(0.05)
         await wait_until(lambda: log.durable_end(1) == 6, "all six records durable", TIMEOUT)
         gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]

@@ -23,7 +23,7 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import segment_bases, segment_name
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.batch import MessageBatch
-from aqueduct.connector.frames import EVENT_TIME, Message
+from aqueduct.connector.frames import EVENT_TIME, ConnectorMessage
 from aqueduct.wire.modes import Mode
 
 ORDERED, UNORDERED = 1, 2
@@ -39,7 +39,7 @@ class Rec:
     event_time: int | None = None  # microseconds
 
 
-def general(records: list[Message]) -> MessageBatch:
+def general(records: list[ConnectorMessage]) -> MessageBatch:
     """``records`` as general columns (flag, id and key each), which every stop takes record by record."""
     return MessageBatch(
         records[0].stream_id, 0, [r.payload for r in records], [r.event_time for r in records],
@@ -92,7 +92,7 @@ class LogMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir)
 
     def _append(self, sid: int, rec: Rec) -> None:
-        self.log.append(Message.build(
+        self.log.append(ConnectorMessage.build(
             sid,
             rec.payload,
             message_id=rec.message_id,
@@ -151,7 +151,7 @@ class LogMachine(RuleBasedStateMachine):
     ) -> None:
         """One batch of consecutive ids; ``new`` says which the log does not hold yet (None: all)."""
         records = [
-            Message(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
+            ConnectorMessage(EVENT_TIME if timed else 0, sid, m, 1_000 + m if timed else None, None, b"r%d" % m)
             for m in range(start, start + count)
         ]
         batch = MessageBatch.of(records) if columns else general(records)

@@ -9,7 +9,7 @@ import pytest
 from aqueduct.bridge.source.planning import plan_slices
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import LogSnapshots, load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +20,10 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for sid in range(1000):
             log.open_stream(sid, f"s{sid}", "c/1")
             for i in range(5):
-                log.append(Message.build(sid, b"p" * 100, message_id=i))
+                log.append(ConnectorMessage.build(sid, b"p" * 100, message_id=i))
         log.open_stream(5000, "big", "c/1")
         for i in range(10_000):
-            log.append(Message.build(5000, b"p" * 100, message_id=i))
+            log.append(ConnectorMessage.build(5000, b"p" * 100, message_id=i))
         log.commit()
     return path
 
@@ -64,11 +64,11 @@ def test_snapshots_reread_only_the_streams_that_changed(tmp_path: Path) -> None:
     with DurableLog(tmp_path / "log", segment_bytes=1) as log:
         for sid in (1, 2):
             log.open_stream(sid, f"s{sid}", "c/1")
-            log.append(Message.build(sid, b"x", message_id=0))
+            log.append(ConnectorMessage.build(sid, b"x", message_id=0))
         log.commit()
         snapshots = LogSnapshots(tmp_path / "log")
         first = snapshots.load()
-        log.append(Message.build(2, b"y", message_id=1))
+        log.append(ConnectorMessage.build(2, b"y", message_id=1))
         log.commit()
         second = snapshots.load()
         assert second[1] is first[1]  # untouched: not read again
@@ -102,7 +102,7 @@ def test_a_caught_up_reader_plans_what_a_fresh_one_plans(tmp_path: Path) -> None
                 if sid not in ids:
                     log.open_stream(sid, f"s{sid}", "c/1").result()
                     ids[sid] = 0
-                log.append(Message.build(sid, b"x", message_id=ids[sid]))
+                log.append(ConnectorMessage.build(sid, b"x", message_id=ids[sid]))
                 ids[sid] += 1
             log.commit()
             if round_ % 3 == 2:  # now and then a limited trigger: the next full one must not trust it

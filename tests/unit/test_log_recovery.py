@@ -18,7 +18,7 @@ import pyarrow as pa
 from aqueduct.bridge.storage.index import ENTRY_SIZE, MAGIC
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.segment import segment_name
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from aqueduct.wire.modes import Mode
 from tests.stored import stored
 
@@ -30,7 +30,7 @@ def write(path: Path, *payloads: bytes, first_id: int = 0) -> None:
     with DurableLog(path) as log:
         log.open_stream(1, "s", CONNECTOR)
         for i, payload in enumerate(payloads, first_id):
-            log.append(Message.build(1, payload, message_id=i))
+            log.append(ConnectorMessage.build(1, payload, message_id=i))
             log.commit()
 
 
@@ -80,7 +80,7 @@ def test_ids_above_the_point_that_only_truncated_segments_held_stay_duplicates_a
     with DurableLog(path, segment_bytes=1) as log:  # a segment per group commit
         log.open_stream(1, "u", CONNECTOR, mode=Mode.UNORDERED)
         for m in (0, 2, 5, 1, 3):  # offsets 0..4; the point is 1 until id 1 arrives at offset 3
-            log.append(Message.build(1, b"%d" % m, message_id=m))
+            log.append(ConnectorMessage.build(1, b"%d" % m, message_id=m))
             log.commit()
         assert log.truncate(1, 3).result() == 3  # drops ids 0, 2 and 5
     with DurableLog(path) as log:

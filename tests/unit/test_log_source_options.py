@@ -31,7 +31,7 @@ from aqueduct.bridge.source.options import SourceOptions
 from aqueduct.bridge.storage.commits import commit_file
 from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.log_locations import LogLocation
 
 WHERE: LogLocation
@@ -53,9 +53,9 @@ def fill(log: DurableLog, epochs: int = 3, payload: bytes = b"x" * 100, after: i
     for _ in range(epochs):
         for sid in (1, 2, 3):
             for _ in range(3):
-                log.append(Message.build(sid, payload, message_id=ids[sid]))
+                log.append(ConnectorMessage.build(sid, payload, message_id=ids[sid]))
                 ids[sid] += 1
-            log.append(Message.build(sid, message_id=ids[sid], boundary=True))
+            log.append(ConnectorMessage.build(sid, message_id=ids[sid], boundary=True))
             ids[sid] += 1
         log.commit()  # one index entry (and segment) per epoch and stream
 
@@ -85,7 +85,7 @@ def stream_reader(log: DurableLog, **options: str):
 
 def test_a_batch_read_returns_whole_epochs_between_starting_and_ending_offsets(log: DurableLog) -> None:
     fill(log)
-    log.append(Message.build(1, b"open", message_id=12))  # epoch 3 of stream 1 still open
+    log.append(ConnectorMessage.build(1, b"open", message_id=12))  # epoch 3 of stream 1 still open
     log.commit()
     r = source(log).reader(SPARK_STRUCT)
     everything = rows_of(r, r.partitions())
@@ -237,8 +237,8 @@ def test_a_stream_filter_reads_and_registers_only_what_it_selects(log: DurableLo
     log.open_stream(4, "orders-jp", "c/1", boundaries=True).result()  # matching streams join later
     log.open_stream(5, "views", "c/1", boundaries=True).result()
     for sid in (4, 5):
-        log.append(Message.build(sid, b"y", message_id=0))
-        log.append(Message.build(sid, message_id=1, boundary=True))
+        log.append(ConnectorMessage.build(sid, b"y", message_id=0))
+        log.append(ConnectorMessage.build(sid, message_id=1, boundary=True))
     log.commit()
     assert r.next_end(end, ReadAllAvailable()) == {"1": 4, "2": 4, "4": 2}
 
@@ -275,7 +275,7 @@ def test_one_query_over_two_logs_qualifies_stream_ids_by_log(tmp_path: Path) -> 
     for name in ("eu", "us"):
         with DurableLog(tmp_path / name / "log") as lg:
             lg.open_stream(1, "orders", f"{name}/1")  # the same stream id in both
-            lg.append(Message.build(1, name.encode(), message_id=0))
+            lg.append(ConnectorMessage.build(1, name.encode(), message_id=0))
             lg.commit()
     logs = f"eu={tmp_path / 'eu' / 'log'},us={tmp_path / 'us' / 'log'}"
     src = pickle.loads(pickle.dumps(AqueductDataSource({"log": logs, "consumer": "both"})))

@@ -27,7 +27,7 @@ from aqueduct.bridge.storage.consumers import load_consumers
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.offset import OffsetError
 from aqueduct.bridge.storage.schema import SPARK_SCHEMA
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from tests.log_locations import LogLocation
 
 WHERE: LogLocation
@@ -73,10 +73,10 @@ def test_spark_schema_is_exactly_the_arrow_schema_read_yields() -> None:
 
 def test_offsets_are_canonical_json_and_cover_complete_epochs_only(log: DurableLog) -> None:
     for i in range(3):
-        log.append(Message.build(10, b"e0-%d" % i, message_id=i))
-    log.append(Message.build(10, message_id=3, boundary=True))
-    log.append(Message.build(10, b"open", message_id=4))  # epoch 1 still open
-    log.append(Message.build(2, b"x", message_id=0))
+        log.append(ConnectorMessage.build(10, b"e0-%d" % i, message_id=i))
+    log.append(ConnectorMessage.build(10, message_id=3, boundary=True))
+    log.append(ConnectorMessage.build(10, b"open", message_id=4))  # epoch 1 still open
+    log.append(ConnectorMessage.build(2, b"x", message_id=0))
     log.commit()
     r = reader(log)
     start = r.initialOffset()
@@ -93,8 +93,8 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
     ids = iter(range(100))
     for size in (2, 5, 1):
         for _ in range(size):
-            log.append(Message.build(10, b"", message_id=next(ids)))
-        log.append(Message.build(10, message_id=next(ids), boundary=True))
+            log.append(ConnectorMessage.build(10, b"", message_id=next(ids)))
+        log.append(ConnectorMessage.build(10, message_id=next(ids), boundary=True))
     log.commit()
     r = reader(log, maxRecordsPerTrigger="4")
     assert r.getDefaultReadLimit() == ReadMaxRows(4)
@@ -109,11 +109,11 @@ def test_max_rows_never_splits_an_epoch(log: DurableLog) -> None:
 
 
 def test_available_now_ignores_data_appended_after_prepare(log: DurableLog) -> None:
-    log.append(Message.build(2, b"before", message_id=0))
+    log.append(ConnectorMessage.build(2, b"before", message_id=0))
     log.commit()
     r = reader(log, maxRecordsPerTrigger="100")  # without limits, Spark's own wrapper does this
     r.prepareForTriggerAvailableNow()
-    log.append(Message.build(2, b"after", message_id=1))
+    log.append(ConnectorMessage.build(2, b"after", message_id=1))
     log.commit()
     assert r.next_end(r.initialOffset(), ReadAllAvailable()) == {"2": 1, "10": 0}
 
@@ -122,7 +122,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
     r = reader(log)
     start = r.initialOffset()
     log.open_stream(7, "late", "c/2")
-    log.append(Message.build(7, b"hi"))
+    log.append(ConnectorMessage.build(7, b"hi"))
     log.commit()
     end = r.next_end(start, ReadAllAvailable())
     assert end == {"2": 0, "7": 1, "10": 0}
@@ -131,7 +131,7 @@ def test_new_stream_appears_in_later_offsets(log: DurableLog) -> None:
 
 def test_commit_writes_the_safety_net_file_and_acks_follow(log: DurableLog) -> None:
     for i in range(3):
-        log.append(Message.build(2, b"", message_id=10 + i))
+        log.append(ConnectorMessage.build(2, b"", message_id=10 + i))
     log.commit()
     r = reader(log, consumer="q1")
     r.commit({"2": 2, "10": 0})
@@ -178,7 +178,7 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
         r = reader(lg)
         start = r.initialOffset()  # {} : the stream is still empty
         for i in range(3):
-            lg.append(Message.build(1, b"", message_id=i))
+            lg.append(ConnectorMessage.build(1, b"", message_id=i))
             lg.commit()
         assert lg.truncate(1, 2).result() == 2  # as if another query had committed up to 2
         with pytest.raises(AqueductDataLoss, match=r"stream 1 records \[0, 2\) were truncated"):
@@ -189,9 +189,9 @@ def test_records_truncated_before_the_query_read_them_fail_loudly(tmp_path: Path
 def epochs(log: DurableLog) -> None:
     """Stream 10: epochs [0, 3) and [3, 6) closed, one record of a third open; stream 2: 2 records."""
     for i in range(7):
-        log.append(Message.build(10, b"e%d" % i, message_id=i, boundary=i in (2, 5)))
+        log.append(ConnectorMessage.build(10, b"e%d" % i, message_id=i, boundary=i in (2, 5)))
     for i in range(2):
-        log.append(Message.build(2, b"x", message_id=i))
+        log.append(ConnectorMessage.build(2, b"x", message_id=i))
     log.commit()
 
 
@@ -234,7 +234,7 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
     with DurableLog(tmp_path / "log", segment_bytes=1) as lg:
         lg.open_stream(1, "s", "c/1")
         for i in range(3):
-            lg.append(Message.build(1, b"", message_id=i))
+            lg.append(ConnectorMessage.build(1, b"", message_id=i))
             lg.commit()
         assert lg.truncate(1, 2).result() == 2
         with pytest.raises(AqueductDataLoss, match="stream 1 at 0, but the log keeps it only from 2"):
@@ -244,7 +244,7 @@ def test_starting_offsets_below_the_retained_records_is_data_loss(tmp_path: Path
 def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: DurableLog) -> None:
     """Spark plans the next batch only after the previous one committed; commit() comes a batch later still."""
     for i in range(3):
-        log.append(Message.build(2, b"", message_id=i))
+        log.append(ConnectorMessage.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
@@ -257,7 +257,7 @@ def test_asking_for_the_next_batch_records_the_previous_ones_commit(log: Durable
 def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: DurableLog) -> None:
     """Spark's commit() of the previous batch's end, recorded already by latestOffset, costs no write."""
     for i in range(3):
-        log.append(Message.build(2, b"", message_id=i))
+        log.append(ConnectorMessage.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     end = r.next_end(r.initialOffset(), ReadAllAvailable())
@@ -266,7 +266,7 @@ def test_sparks_commit_of_what_latest_offset_recorded_writes_nothing(log: Durabl
     written = path.read_bytes()
     r.commit(end)
     assert path.read_bytes() == written  # the same document, committed_at included
-    log.append(Message.build(2, b"", message_id=3))
+    log.append(ConnectorMessage.build(2, b"", message_id=3))
     log.commit()
     later = r.next_end(end, ReadAllAvailable())
     r.commit(later)  # a commit latestOffset did not record yet is written
@@ -299,7 +299,7 @@ def test_only_a_per_trigger_limit_makes_spark_drive_the_reader_with_admission_co
 def test_the_plain_reader_starts_each_batch_where_spark_planned_the_last_one(log: DurableLog) -> None:
     """Spark hands ``latestOffset()`` no start: the end of the batch it planned last is the next start."""
     for i in range(3):
-        log.append(Message.build(2, b"", message_id=i))
+        log.append(ConnectorMessage.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
@@ -309,7 +309,7 @@ def test_the_plain_reader_starts_each_batch_where_spark_planned_the_last_one(log
     assert read_committed(log.path, "q1") is None  # the query's start is no commit
     assert r.latestOffset() == end  # nothing new; Spark asks only once the batch committed...
     assert read_committed(log.path, "q1") == {2: 3, 10: 0}  # ...so that commit is recorded
-    log.append(Message.build(2, b"", message_id=3))
+    log.append(ConnectorMessage.build(2, b"", message_id=3))
     log.commit()
     later = r.latestOffset()
     assert later == {"2": 4, "10": 0}
@@ -319,7 +319,7 @@ def test_the_plain_reader_starts_each_batch_where_spark_planned_the_last_one(log
 def test_a_restarted_plain_reader_records_no_commit_of_a_batch_it_did_not_see_run(log: DurableLog) -> None:
     """On restart Spark names its latest offset (the partitions of an empty range): that batch may re-run."""
     for i in range(3):
-        log.append(Message.build(2, b"", message_id=i))
+        log.append(ConnectorMessage.build(2, b"", message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     assert r.latestOffset() == {"2": 3, "10": 0}  # no start known yet: every complete epoch, at once
@@ -345,12 +345,12 @@ def forbid_index_reads(r: AqueductStreamReader) -> None:
 def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -> None:
     """Planning the batch latestOffset just ended reads no index again, however much was appended since."""
     for i in range(3):
-        log.append(Message.build(2, b"a%d" % i, message_id=i))
+        log.append(ConnectorMessage.build(2, b"a%d" % i, message_id=i))
     log.commit()
     r = reader(log, consumer="q1")
     start = r.initialOffset()
     end = r.next_end(start, ReadAllAvailable())
-    log.append(Message.build(2, b"later", message_id=3))
+    log.append(ConnectorMessage.build(2, b"later", message_id=3))
     log.commit()
     forbid_index_reads(r)
     parts = spark_round_trip(r.partitions(start, end))
@@ -359,12 +359,12 @@ def test_partitions_plan_from_the_snapshot_latest_offset_took(log: DurableLog) -
 
 def test_the_latest_offset_spark_reports_is_the_one_latest_offset_saw(log: DurableLog) -> None:
     """Spark asks reportLatestOffset right after latestOffset, for its progress: no index is read again."""
-    log.append(Message.build(2, b"a", message_id=0))
+    log.append(ConnectorMessage.build(2, b"a", message_id=0))
     log.commit()
     r = reader(log, consumer="q1", maxRecordsPerTrigger="100")  # Spark asks only a reader with limits
     assert r.reportLatestOffset() == {"2": 1, "10": 0}  # before any latestOffset: read now
     end = r.next_end(r.initialOffset(), ReadAllAvailable())
-    log.append(Message.build(2, b"later", message_id=1))
+    log.append(ConnectorMessage.build(2, b"later", message_id=1))
     log.commit()
     forbid_index_reads(r)
     assert r.reportLatestOffset() == end == {"2": 1, "10": 0}

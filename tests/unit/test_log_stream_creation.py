@@ -16,7 +16,7 @@ import pytest
 from aqueduct.bridge.storage.durability import SyncGroup
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 
@@ -35,7 +35,7 @@ def test_a_thousand_streams_created_at_once_are_all_there_after_reopening(tmp_pa
         release.set()
         assert [a.result(TIMEOUT) for a in answers] == list(range(1000))
         for sid in range(0, 1000, 10):
-            log.append(Message.build(sid, b"x", message_id=sid))
+            log.append(ConnectorMessage.build(sid, b"x", message_id=sid))
         log.commit()
     assert not list(tmp_path.glob("streams/*/*.tmp"))
     with DurableLog(tmp_path) as log:
@@ -56,7 +56,7 @@ def test_a_stream_whose_directory_cannot_be_made_fails_alone_and_is_retried(tmp_
         assert all(answers[sid].result(TIMEOUT) == 0 for sid in answers if sid != 5)
         blocker.unlink()
         assert log.open_stream(5, "s5", "c/1").result(TIMEOUT) == 0
-        log.append(Message.build(5, b"late", message_id=0))
+        log.append(ConnectorMessage.build(5, b"late", message_id=0))
         assert log.commit() == {5: 1}
     with DurableLog(tmp_path) as log:
         assert log.stream_ids() == list(range(10))
@@ -84,7 +84,7 @@ def test_a_crash_before_the_renames_leaves_a_log_that_opens_without_the_stream(t
     with DurableLog(tmp_path) as log:
         assert log.stream_ids() == []
         assert log.open_stream(7, "s7", "c/1").result(TIMEOUT) == 0
-        log.append(Message.build(7, b"x", message_id=0))
+        log.append(ConnectorMessage.build(7, b"x", message_id=0))
         log.commit()
     with DurableLog(tmp_path) as log:
         assert log.stream_names() == {7: "s7"} and log.durable_end(7) == 1
@@ -112,7 +112,7 @@ def test_a_stream_queued_for_creation_again_keeps_the_records_indexed_meanwhile(
     second creation runs, a group commit may already have indexed records in it."""
     with DurableLog(tmp_path) as log:
         log.open_stream(1, "s1", "c/1").result(TIMEOUT)
-        log.append(Message.build(1, b"kept", message_id=0))
+        log.append(ConnectorMessage.build(1, b"kept", message_id=0))
         log.commit()
         log._streams[1].created = False  # what the re-NOTIFY saw while the first creation ran
         assert log.open_stream(1, "s1-renamed", "c/1").result(TIMEOUT) == 1

@@ -15,7 +15,7 @@ import pytest
 
 from aqueduct.bridge.storage.log import DurableLog, LogFailed, LogFull
 from aqueduct.bridge.storage.view import load_streams
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 
 
 def ids(path: Path, sid: int) -> list[int]:
@@ -39,7 +39,7 @@ def fail_fsync(monkeypatch: pytest.MonkeyPatch, code: int, times: int) -> list[i
 
 def append(log: DurableLog, sid: int, ids: range) -> None:
     for m in ids:
-        log.append(Message.build(sid, b"p%d" % m, message_id=m))
+        log.append(ConnectorMessage.build(sid, b"p%d" % m, message_id=m))
 
 
 def test_a_commit_without_room_is_cut_off_held_and_written_first_next_time(

@@ -34,14 +34,14 @@ def warm_up(spark: Any, timeout: float = 120.0) -> float | None:
     if spark in _warm:
         return None
     from aqueduct.bridge.storage.log import DurableLog
-    from aqueduct.connector.frames import Message
+    from aqueduct.connector.frames import ConnectorMessage
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aqueduct-warm-up-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         with DurableLog(work / "log") as log:
             log.open_stream(1, "warm-up", "bridge/warm-up").result()
-            log.append(Message.build(1, b"warm-up", message_id=0))
+            log.append(ConnectorMessage.build(1, b"warm-up", message_id=0))
             log.commit()
         query = (
             spark.readStream.format("aqueduct").option("log", str(work / "log")).load()

@@ -40,10 +40,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from aqueduct.bridge.source.flight_client import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
 from aqueduct.bridge.source.log_access import LocalLog
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection, check_consumer_name
 from aqueduct.bridge.storage.corruption import corrupt_handler
+from aqueduct.bridge.storage.flight_protocol import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
 from aqueduct.bridge.storage.index import MAGIC, encode_entry
 from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.schema import STORED_SCHEMA

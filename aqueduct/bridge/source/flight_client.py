@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from aqueduct.bridge.source.log_access import stream_id
 from aqueduct.bridge.source.options import split_address
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection
+from aqueduct.bridge.storage.flight_protocol import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD
 from aqueduct.bridge.storage.index import IndexEntry, decode_entries
 from aqueduct.bridge.storage.offset import SourceOffset
 from aqueduct.bridge.storage.view import StreamIndex, StreamMeta
@@ -47,17 +47,6 @@ RECONNECT_WINDOW = 60.0
 DEFAULT_TOKEN_ENV = "AQUEDUCT_BRIDGE_TOKEN"
 
 #: A bridge that does not answer: planning keeps its last snapshot, a commit waits for the next.
-#: The Flight wire both ends share (the server imports it from here).
-AUTH_HEADER = "authorization"  # every call carries "Bearer <token>"
-BEARER = "Bearer "
-
-#: ``streams`` answers: one header, then per stream sent this (id, meta length), the meta,
-#: and its index entries as the index file holds them (magic, CRC'd entries).
-STREAM_HEAD = struct.Struct("<QI")
-
-#: A ``DoGet`` batch's ``app_metadata``: the stream offset after its last record (where to resume).
-RESUME_AT = struct.Struct("<Q")
-
 UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
 
 

@@ -92,7 +92,7 @@ from aqueduct.bridge.storage.view import (
     check_log_dir,
 )
 from aqueduct.connector.batch import MessageBatch
-from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, Message
+from aqueduct.connector.frames import BOUNDARY, EPHEMERAL, UNSTABLE_REFERENCE, ConnectorMessage
 from aqueduct.connector.points import StreamPoints
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
@@ -854,13 +854,13 @@ class DurableLog:
         """True if a stable message with this id must be dropped (already held)."""
         return self._stream(stream_id).is_duplicate(message_id)
 
-    def append(self, messages: MessageBatch | Message) -> int:
+    def append(self, messages: MessageBatch | ConnectorMessage) -> int:
         """Buffer one stream's records; return the first one's offset. Durable only after :meth:`commit`.
 
         ``messages`` is the worker session's batch
         (:class:`~aqueduct.connector.batch.MessageBatch`), appended in one
         step per batch (a run of new ids by extending each column at once);
-        a single :class:`~aqueduct.connector.frames.Message` is the batch of
+        a single :class:`~aqueduct.connector.frames.ConnectorMessage` is the batch of
         one. An
         EPHEMERAL or UNSTABLE_REFERENCE record never moves the point of
         reference; ``event_time`` is in microseconds since the Unix epoch.

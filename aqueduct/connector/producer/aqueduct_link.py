@@ -16,7 +16,7 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.carrying import MODE_HEADER, RAW_CONNECTION_HEADERS
 from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
 from aqueduct.connector.errors import HandshakeFailed, WorkerBusy
-from aqueduct.connector.frames import Message, Notify
+from aqueduct.connector.frames import ConnectorMessage, Notify
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
 from aqueduct.runtime.retry_hint import retry_within
 from aqueduct.wire.modes import Mode
@@ -192,4 +192,4 @@ def _batches(
 
 
 #: Entries that go on their stream's channel; the rest go on the entrypoint.
-_ROUTED = (Message, MessageBatch)
+_ROUTED = (ConnectorMessage, MessageBatch)

@@ -50,8 +50,8 @@ from aqueduct.connector.errors import (
     TlsRefused,
     WorkerBusy,
 )
-from aqueduct.connector.events import Acked, HandshakeCompleted, SessionEnded
-from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, Message
+from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
+from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.states import ConnectionState
 
@@ -63,8 +63,9 @@ __all__ = [
     "ConnectorStream",
     "Delivery",
     "DeliveryCallback",
-    "Link",
     "Mode",
+    "StreamHost",
+    "WorkerLink",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ DeliveryCallback = Callable[[Exception | None, Delivery], None]
 """``on_delivery(error, delivery)``: ``error`` is None once the record is committed downstream."""
 
 
-class Link(Protocol):
+class WorkerLink(Protocol):
     """One connection to a worker, as the client drives it (opening it may raise :class:`WorkerBusy`)."""
 
     async def send(self, frames: Sequence[Outgoing]) -> None: ...
@@ -109,11 +110,44 @@ class Stats:
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
 
 
+class StreamHost(Protocol):
+    """What a :class:`ConnectorStream` needs of its connector, and all it may use.
+
+    Room to buffer and credits to go out on, the queue, the one wait, and
+    re-opening. :class:`Connector` is the implementation; the checks are
+    plain calls so that a record that need not wait costs no coroutine.
+    """
+
+    def buffer_room(self, stream: OutboundStream) -> int:
+        """Reliable records ``stream`` may still buffer (0 once the connector failed: the wait raises)."""
+        ...
+
+    def credit_room(self) -> int:
+        """Records the queue takes before a ``send`` must wait for credit (at least one)."""
+        ...
+
+    def queue(self, messages: list[ConnectorMessage]) -> bool:
+        """Queue one stream's new records; True when the credits cover the whole queue."""
+        ...
+
+    async def wait_for_credit(self) -> None:
+        """Wait until the credits cover the queue (``credits_timeout``: :class:`CreditTimeout`)."""
+        ...
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> None:
+        """Wait until ``predicate()`` holds (or raise the connector's error, or ``TimeoutError``)."""
+        ...
+
+    async def stream(self, stream_id: int, name: str, mode: Mode = ORDERED) -> ConnectorStream:
+        """NOTIFY (again) and return the stream's handle."""
+        ...
+
+
 class ConnectorStream:
     """A stream handle: ``send`` messages, watch ``acked``."""
 
-    def __init__(self, connector: Connector, state: OutboundStream) -> None:
-        self._connector = connector
+    def __init__(self, host: StreamHost, state: OutboundStream) -> None:
+        self._host = host
         self._state = state
 
     @property
@@ -158,30 +192,35 @@ class ConnectorStream:
     ) -> int | None:
         """Send one message; return its id (None for EPHEMERAL).
 
-        ``ephemeral`` defaults to True on UNRELIABLE streams. Waits while the
-        stream's unacked buffer is full and until a credit is available.
+        The keywords mean what :meth:`ConnectorMessage.build
+        <aqueduct.connector.frames.ConnectorMessage.build>` makes of them;
+        ``ephemeral`` defaults to True on UNRELIABLE streams. Waits while
+        the stream's unacked buffer is full and until a credit is available.
         """
-        c = self._connector
+        host, state = self._host, self._state
         if ephemeral is None:
-            ephemeral = self._state.mode is UNRELIABLE
+            ephemeral = state.mode is UNRELIABLE
         # The waits are skipped when their condition already holds (the
         # common case, one record at a time): a coroutine and a lambda per
         # record are a visible share of a producer's CPU.
-        if not ephemeral and (c._fatal is not None or len(self._state.unacked) >= c.max_buffer):
-            await c._wait(lambda: len(self._state.unacked) < c.max_buffer, None)
-        message = self._state.make_message(
-            None if boundary else payload,
-            message_id,
-            event_time,
-            key,
-            boundary,
-            eos,
-            ephemeral,
-            unstable,
-        )
-        c._enqueue([message])
-        if c._fatal is not None or not c._has_credit_for_queue():
-            await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
+        if not ephemeral and host.buffer_room(state) <= 0:
+            await host.wait_until(lambda: host.buffer_room(state) > 0, None)
+        if key is None and not (boundary or eos or unstable):  # a data record, the stream builds it
+            message = state.make_message(payload, message_id, event_time, ephemeral)
+        else:
+            message = ConnectorMessage.build(
+                state.stream_id,
+                payload,
+                message_id=state.claim(1, ephemeral, message_id),
+                event_time=event_time,
+                key=key,
+                boundary=boundary,
+                eos=eos,
+                unstable=unstable,
+            )
+            state.keep([message])
+        if not host.queue([message]):
+            await host.wait_for_credit()
         return message.message_id
 
     async def send_many(
@@ -203,33 +242,33 @@ class ConnectorStream:
         """
         if event_times is not None and len(event_times) != len(payloads):
             raise ValueError(f"{len(event_times)} event times for {len(payloads)} payloads")
-        c, state = self._connector, self._state
+        host, state = self._host, self._state
         ephemeral = state.mode is UNRELIABLE
         ids: list[int] = []
         done = 0
         while done < len(payloads):  # bounded: every round queues at least one record
-            if not ephemeral and (c._fatal is not None or len(state.unacked) >= c.max_buffer):
-                await c._wait(lambda: len(state.unacked) < c.max_buffer, None)
-            room = c._credit_room()
+            if not ephemeral and host.buffer_room(state) <= 0:
+                await host.wait_until(lambda: host.buffer_room(state) > 0, None)
+            room = host.credit_room()
             if not ephemeral:
-                room = min(room, c.max_buffer - len(state.unacked))
+                room = min(room, host.buffer_room(state))
             upto = done + min(room, len(payloads) - done)
             times = None if event_times is None else event_times[done:upto]
             first = state.next_id
-            c._enqueue(state.make_messages(payloads[done:upto], times, ephemeral))
+            go_on = host.queue(state.make_messages(payloads[done:upto], times, ephemeral))
             ids.extend(range(first, state.next_id))
             done = upto
-            if c._fatal is not None or not c._has_credit_for_queue():
-                await c._wait(c._has_credit_for_queue, c.credits_timeout, CreditTimeout)
+            if not go_on:
+                await host.wait_for_credit()
         return None if ephemeral else ids
 
     async def wait_acked(self, point: int, timeout: float | None = None) -> None:
         """Wait until the worker committed every id below ``point``."""
-        await self._connector._wait(lambda: self._state.acked >= point, timeout)
+        await self._host.wait_until(lambda: self._state.acked >= point, timeout)
 
     async def reopen(self) -> None:
         """NOTIFY again after EOS (the stream closed)."""
-        await self._connector.stream(self.stream_id, self._state.stream_name, self._state.mode)
+        await self._host.stream(self.stream_id, self._state.stream_name, self._state.mode)
 
 
 class Connector:
@@ -322,7 +361,7 @@ class Connector:
         """
         self._runner = asyncio.get_running_loop().create_task(self._run())
         try:
-            await self._wait(lambda: self.connected, self.connect_timeout)
+            await self.wait_until(lambda: self.connected, self.connect_timeout)
         except TimeoutError:
             await self.close()
             failed = self.stats.retries
@@ -348,7 +387,7 @@ class Connector:
             return
         if self._fatal is None and self.connected:
             with contextlib.suppress(TimeoutError, ConnectorRefused):
-                await self._wait(lambda: not self._outbox, flush_timeout)
+                await self.wait_until(lambda: not self._outbox, flush_timeout)
         self._closing = True
         self._runner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -388,54 +427,57 @@ class Connector:
         if existing is not None:
             if not existing.closed:
                 return ConnectorStream(self, existing)
-            await self._wait(lambda: not existing.unacked, self.credits_timeout, CreditTimeout)
+            await self.wait_until(lambda: not existing.unacked, self.credits_timeout, CreditTimeout)
         state = self._outbox.open(stream_id, name, mode)
         self._kick.set()
-        await self._wait(self._has_credit_for_queue, self.credits_timeout, CreditTimeout)
+        await self.wait_for_credit()
         return ConnectorStream(self, state)
 
     async def wait_all_acked(self, timeout: float | None = None) -> None:
         """Wait until every reliable message sent so far is committed by the worker."""
-        await self._wait(
+        await self.wait_until(
             lambda: all(not s.unacked for s in self._outbox.streams.values()), timeout
         )
 
-    # ------------------------------------------------------------ internals
+    # ------------------------------------------------------------ StreamHost: what stream handles use
 
-    def _mode_of(self, stream_id: int) -> Mode:
-        stream = self._outbox.streams.get(stream_id)
-        return stream.mode if stream is not None else ORDERED
+    def buffer_room(self, stream: OutboundStream) -> int:
+        """Reliable records ``stream`` may still buffer (``max_buffer``); 0 once the connector failed."""
+        return 0 if self._fatal is not None else self.max_buffer - len(stream.unacked)
 
-    def _enqueue(self, messages: list[Message]) -> None:
-        """Queue one stream's new records (one from ``send``, a round from ``send_many``)."""
-        self._outbox.push(messages)
-        self._kick.set()
-
-    def _credit_room(self) -> int:
+    def credit_room(self) -> int:
         """Records ``send()`` one by one would queue before waiting for credit (at least one)."""
         session = self._session
         if session is None or not self.connected:
             return 1
         return max(1, session.credits - len(self._outbox) + 1)
 
-    def _has_credit_for_queue(self) -> bool:
-        session = self._session
-        return session is not None and self.connected and len(self._outbox) <= session.credits
+    def queue(self, messages: list[ConnectorMessage]) -> bool:
+        """Queue one stream's new records (one from ``send``, a round from ``send_many``).
 
-    def _raise_if_fatal(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
+        Returns whether the sender may go on at once: no error and credits
+        for everything queued.
+        """
+        self._outbox.push(messages)
+        self._kick.set()
+        return self._fatal is None and self._has_credit_for_queue()
 
-    def _changed(self) -> None:
-        self._progress.set()
-        self._progress = asyncio.Event()
+    async def wait_for_credit(self) -> None:
+        """Wait until the credits cover the queue; ``CreditTimeout`` after ``credits_timeout``."""
+        await self.wait_until(self._has_credit_for_queue, self.credits_timeout, CreditTimeout)
 
-    async def _wait(
+    async def wait_until(
         self,
         predicate: Callable[[], bool],
         timeout: float | None,
         error: type[TimeoutError] = TimeoutError,
     ) -> None:
+        """Wait until ``predicate()`` holds, re-checked at every change of state.
+
+        Raises the connector's permanent error as soon as there is one,
+        ``ConnectorClosed`` once the connection task ended, and ``error``
+        after ``timeout`` seconds.
+        """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -449,6 +491,24 @@ class Connector:
                 raise error(f"timed out after {timeout} s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), remaining)
+
+    # ------------------------------------------------------------ internals
+
+    def _mode_of(self, stream_id: int) -> Mode:
+        stream = self._outbox.streams.get(stream_id)
+        return stream.mode if stream is not None else ORDERED
+
+    def _has_credit_for_queue(self) -> bool:
+        session = self._session
+        return session is not None and self.connected and len(self._outbox) <= session.credits
+
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _changed(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
 
     async def _run(self) -> None:
         """Connect, serve, reconnect with backoff; ends on fatal errors or close()."""
@@ -510,7 +570,7 @@ class Connector:
             for record in stream.unacked:
                 self._report(error, stream, record)
 
-    def _report(self, error: Exception | None, stream: OutboundStream, record: Message) -> None:
+    def _report(self, error: Exception | None, stream: OutboundStream, record: ConnectorMessage) -> None:
         assert self.on_delivery is not None and record.message_id is not None
         delivery = Delivery(stream.stream_id, stream.stream_name, record.message_id, record.payload, record.key)
         try:
@@ -533,7 +593,7 @@ class Connector:
         low, high = self.backoff
         return random.uniform(low, min(high, low * 2 ** min(failures, 16)))
 
-    async def _serve(self, link: Link) -> tuple[SessionEnded, bool]:
+    async def _serve(self, link: WorkerLink) -> tuple[SessionEnded, bool]:
         """Run one session over ``link`` until it ends; also say whether OK arrived."""
         session = ConnectorSession(self.program, self.instance, self.cookie, self.max_frame_size)
         self._session = session
@@ -563,7 +623,7 @@ class Connector:
                     if isinstance(event, SessionEnded):
                         ended = event if data else SessionEnded(reason, "closed")
                     else:
-                        if isinstance(event, HandshakeCompleted):
+                        if isinstance(event, SessionAccepted):
                             self.stats.connections += 1
                             handshaken = True
                         elif isinstance(event, Acked) and self.on_delivery is not None:
@@ -584,7 +644,7 @@ class Connector:
             self._changed()
         return ended, handshaken
 
-    async def _write_loop(self, session: ConnectorSession, link: Link) -> None:
+    async def _write_loop(self, session: ConnectorSession, link: WorkerLink) -> None:
         while True:
             await self._kick.wait()
             self._kick.clear()
@@ -603,7 +663,7 @@ def _link_opener(
     quic_backend: str,
     certfile: str | None = None,
     keyfile: str | None = None,
-) -> Callable[[], Awaitable[Link]]:
+) -> Callable[[], Awaitable[WorkerLink]]:
     parts = urlsplit(url)
     if parts.hostname is None or parts.port is None:
         raise ValueError(f"connector URL needs host and port: {url!r}")

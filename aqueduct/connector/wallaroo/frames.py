@@ -21,17 +21,17 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "NO_POINT",
     "PROTOCOL_VERSION",
-    "Ack",
+    "WallarooAck",
     "EndOfStream",
-    "Error",
+    "WallarooError",
     "Frame",
-    "FrameSplitter",
-    "Hello",
-    "Message",
-    "Notify",
+    "WallarooFrameSplitter",
+    "WallarooHello",
+    "WallarooMessage",
+    "WallarooNotify",
     "NotifyAck",
-    "Ok",
-    "Restart",
+    "WallarooOk",
+    "WallarooRestart",
     "WallarooFrameError",
     "decode",
     "encode",
@@ -56,7 +56,7 @@ class WallarooFrameError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Hello:
+class WallarooHello:
     """First frame of a connection (connector -> worker)."""
 
     version: str
@@ -66,21 +66,21 @@ class Hello:
 
 
 @dataclass(frozen=True, slots=True)
-class Ok:
+class WallarooOk:
     """Handshake accepted: initial credits only (points come per stream in NOTIFY_ACK)."""
 
     credits: int
 
 
 @dataclass(frozen=True, slots=True)
-class Error:
+class WallarooError:
     """Either side gives up; ``reason`` is for the operator."""
 
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class Notify:
+class WallarooNotify:
     """Opens a stream; ``point_of_reference`` is inclusive (:data:`NO_POINT` = nothing)."""
 
     stream_id: int
@@ -98,7 +98,7 @@ class NotifyAck:
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class WallarooMessage:
     """One application message. ``event_time`` 0, an empty key or payload mean none."""
 
     stream_id: int
@@ -109,7 +109,7 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class WallarooAck:
     """Credits, and per stream the id of the last message committed (inclusive)."""
 
     credits: int
@@ -117,7 +117,7 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Restart:
+class WallarooRestart:
     """Reconnect (to ``address`` if not empty) and re-notify every stream."""
 
     address: str = ""
@@ -130,7 +130,7 @@ class EndOfStream:
     stream_id: int
 
 
-Frame = Hello | Ok | Error | Notify | NotifyAck | Message | Ack | Restart | EndOfStream
+Frame = WallarooHello | WallarooOk | WallarooError | WallarooNotify | NotifyAck | WallarooMessage | WallarooAck | WallarooRestart | EndOfStream
 
 _NAMES = {
     HELLO_TAG: "HELLO",
@@ -144,14 +144,14 @@ _NAMES = {
     EOS_MESSAGE_TAG: "EOS_MESSAGE",
 }
 _TAGS = {
-    Hello: HELLO_TAG,
-    Ok: OK_TAG,
-    Error: ERROR_TAG,
-    Notify: NOTIFY_TAG,
+    WallarooHello: HELLO_TAG,
+    WallarooOk: OK_TAG,
+    WallarooError: ERROR_TAG,
+    WallarooNotify: NOTIFY_TAG,
     NotifyAck: NOTIFY_ACK_TAG,
-    Message: MESSAGE_TAG,
-    Ack: ACK_TAG,
-    Restart: RESTART_TAG,
+    WallarooMessage: MESSAGE_TAG,
+    WallarooAck: ACK_TAG,
+    WallarooRestart: RESTART_TAG,
     EndOfStream: EOS_MESSAGE_TAG,
 }
 
@@ -202,28 +202,28 @@ class _Writer:
 def _body(frame: Frame) -> bytes:
     w = _Writer(frame_name(frame))
     match frame:
-        case Hello(version, cookie, program, instance):
+        case WallarooHello(version, cookie, program, instance):
             w.short("version", version).short("cookie", cookie)
             w.short("program name", program).short("instance name", instance)
-        case Ok(credits):
+        case WallarooOk(credits):
             w.u32("credits", credits)
-        case Error(reason):
+        case WallarooError(reason):
             w.short("reason", reason)
-        case Notify(stream_id, name, point):
+        case WallarooNotify(stream_id, name, point):
             w.u64("stream id", stream_id).short("stream name", name)
             w.u64("point of reference", point)
         case NotifyAck(success, stream_id, point):
             w.u8("success", int(success)).u64("stream id", stream_id)
             w.u64("point of reference", point)
-        case Message(stream_id, message_id, event_time, key, payload):
+        case WallarooMessage(stream_id, message_id, event_time, key, payload):
             w.u64("stream id", stream_id).u64("message id", message_id)
             w.number("event time", event_time, ">q", _I64_MIN, _I64_MAX).short("key", key)
             w.parts.append(bytes(payload))
-        case Ack(credits, refs):
+        case WallarooAck(credits, refs):
             w.u32("credits", credits).u32("count", len(refs))
             for stream_id, point in refs:
                 w.u64("stream id", stream_id).u64("point of reference", point)
-        case Restart(address):
+        case WallarooRestart(address):
             w.raw("address", address, ">I", _U32)
         case EndOfStream(stream_id):
             w.u64("stream id", stream_id)
@@ -241,7 +241,7 @@ def encode(frame: Frame) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
+class _WallarooReader:
     """Cursor over one frame body; a body too short names the frame and field."""
 
     __slots__ = ("frame", "data", "pos")
@@ -282,18 +282,18 @@ class _Reader:
             raise WallarooFrameError(f"{self.frame}: {left} trailing byte(s) after the body")
 
 
-def _read(tag: int, r: _Reader) -> Frame:
+def _read(tag: int, r: _WallarooReader) -> Frame:
     frame: Frame
     if tag == HELLO_TAG:
         # Kept even if not UTF-8, so the session can name the version it got.
         version = r.short("version").decode(errors="backslashreplace")
-        frame = Hello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
+        frame = WallarooHello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
     elif tag == OK_TAG:
-        frame = Ok(r.number(4, "credits"))
+        frame = WallarooOk(r.number(4, "credits"))
     elif tag == ERROR_TAG:
-        frame = Error(r.short("reason").decode(errors="replace"))
+        frame = WallarooError(r.short("reason").decode(errors="replace"))
     elif tag == NOTIFY_TAG:
-        frame = Notify(r.number(8, "stream id"), r.text("stream name"), r.number(8, "point of reference"))
+        frame = WallarooNotify(r.number(8, "stream id"), r.text("stream name"), r.number(8, "point of reference"))
     elif tag == NOTIFY_ACK_TAG:
         success = r.number(1, "success")
         if success > 1:
@@ -302,17 +302,17 @@ def _read(tag: int, r: _Reader) -> Frame:
     elif tag == MESSAGE_TAG:
         stream_id, message_id = r.number(8, "stream id"), r.number(8, "message id")
         event_time = r.number(8, "event time", signed=True)
-        frame = Message(stream_id, message_id, event_time, r.short("key"), r.rest())
+        frame = WallarooMessage(stream_id, message_id, event_time, r.short("key"), r.rest())
     elif tag == ACK_TAG:
         credits, count = r.number(4, "credits"), r.number(4, "count")
         left = len(r.data) - r.pos
         if count * 16 > left:
             raise WallarooFrameError(f"ACK: count {count} needs {count * 16} bytes of pairs, {left} left")
         refs = tuple((r.number(8, "stream id"), r.number(8, "point of reference")) for _ in range(count))
-        frame = Ack(credits, refs)
+        frame = WallarooAck(credits, refs)
     elif tag == RESTART_TAG:
         address = r.take(r.number(4, "address length"), "address")
-        frame = Restart(address.decode(errors="backslashreplace"))
+        frame = WallarooRestart(address.decode(errors="backslashreplace"))
     else:
         frame = EndOfStream(r.number(8, "stream id"))
     r.end()
@@ -327,7 +327,7 @@ def _decode_body(tag: int, body: bytes) -> Frame:
                 f"frame tag {tag} is a two-phase-commit frame, not part of a source connection"
             )
         raise WallarooFrameError(f"unknown frame tag {tag}")
-    return _read(tag, _Reader(name, body))
+    return _read(tag, _WallarooReader(name, body))
 
 
 def _check_length(length: int, max_frame_size: int) -> None:
@@ -352,7 +352,7 @@ def decode(frame_bytes: bytes, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> 
     return _decode_body(frame_bytes[4], bytes(frame_bytes[5:]))
 
 
-class FrameSplitter:
+class WallarooFrameSplitter:
     """Incremental decoder for a byte stream of back-to-back v3 frames.
 
     The length prefix is checked against ``max_frame_size`` as soon as its 4

@@ -45,8 +45,14 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
-from aqueduct.connector.frames import Message as ConnectorMessage
+from aqueduct.connector.frames import (
+    BOUNDARY,
+    EOS,
+    EVENT_TIME,
+    KEY,
+    UNSTABLE_REFERENCE,
+    ConnectorMessage,
+)
 from aqueduct.connector.machine import SessionMachine
 from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
@@ -59,16 +65,16 @@ from aqueduct.connector.states import (
 from aqueduct.connector.wallaroo.frames import (
     NO_POINT,
     PROTOCOL_VERSION,
-    Ack,
     EndOfStream,
-    Error,
-    FrameSplitter,
-    Hello,
-    Message,
-    Notify,
     NotifyAck,
-    Ok,
-    Restart,
+    WallarooAck,
+    WallarooError,
+    WallarooFrameSplitter,
+    WallarooHello,
+    WallarooMessage,
+    WallarooNotify,
+    WallarooOk,
+    WallarooRestart,
     encode,
     frame_name,
 )
@@ -88,7 +94,7 @@ def from_v3(point: int) -> int:
     return 0 if point == NO_POINT else point + 1
 
 
-def _record(message: Message) -> ConnectorMessage:
+def _record(message: WallarooMessage) -> ConnectorMessage:
     """The ingest's record for a v3 MESSAGE (event time 0 and an empty key mean none)."""
     flags = (EVENT_TIME if message.event_time else 0) | (KEY if message.key else 0)
     return ConnectorMessage(
@@ -134,16 +140,16 @@ class WallarooSession(SessionMachine[WorkerEvent]):
     #: frame type -> (states it is legal in, handler name). Types absent here
     #: are frames a worker may never receive (OK, NOTIFY_ACK, ACK, RESTART).
     RECEIVE_TABLE = {
-        Hello: (frozenset({C.CONNECTED}), "_on_hello"),
-        Error: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
-        Notify: (frozenset({C.STREAMING}), "_on_notify"),
-        Message: (frozenset({C.STREAMING}), "_on_message"),
+        WallarooHello: (frozenset({C.CONNECTED}), "_on_hello"),
+        WallarooError: (frozenset({C.CONNECTED, C.STREAMING}), "_on_error"),
+        WallarooNotify: (frozenset({C.STREAMING}), "_on_notify"),
+        WallarooMessage: (frozenset({C.STREAMING}), "_on_message"),
         EndOfStream: (frozenset({C.STREAMING}), "_on_end_of_stream"),
     }
     ROLE = "worker"
 
     def __init__(self, config: WorkerConfig, durable: DurableLookup) -> None:
-        super().__init__(FrameSplitter(config.max_frame_size), frame_name)
+        super().__init__(WallarooFrameSplitter(config.max_frame_size), frame_name)
         self.config = config
         self.program_name = ""
         self.instance_name = ""
@@ -183,7 +189,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         """Send RESTART: the connector reconnects (to ``address`` if given) and re-notifies."""
         if self.state is not C.STREAMING:
             raise LocalProtocolError(f"RESTART not allowed in state {self.state.value}")
-        self._out += encode(Restart(address))
+        self._out += encode(WallarooRestart(address))
         for stream in self.streams.values():
             stream.state = step(STREAM_TRANSITIONS, stream.state, "restart")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
@@ -197,7 +203,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
 
     # ------------------------------------------------------------ processing
 
-    def _on_hello(self, hello: Hello) -> None:
+    def _on_hello(self, hello: WallarooHello) -> None:
         # Named before the checks so a refusal's log line says who was refused;
         # only HelloAccepted admits the connector.
         self.program_name, self.instance_name = hello.program_name, hello.instance_name
@@ -216,7 +222,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             for s in self._durable(hello.program_name, hello.instance_name)
         }
         self._credits = self.config.initial_credits
-        self._out += encode(Ok(self._credits))
+        self._out += encode(WallarooOk(self._credits))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._events.append(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
 
@@ -225,7 +231,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             raise self._fail("credit exceeded")
         self._credits -= 1
 
-    def _on_notify(self, notify: Notify) -> None:
+    def _on_notify(self, notify: WallarooNotify) -> None:
         self._spend_credit()
         sid = notify.stream_id
         stream = self.streams.get(sid)
@@ -258,7 +264,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             self._out += encode(NotifyAck(False, stream_id, NO_POINT))
         return []
 
-    def _open_stream(self, frame: Message | EndOfStream) -> _Stream:
+    def _open_stream(self, frame: WallarooMessage | EndOfStream) -> _Stream:
         stream = self.streams.get(frame.stream_id)
         if stream is None or stream.state is not StreamState.OPEN:
             raise self._fail(
@@ -267,7 +273,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             )
         return stream
 
-    def _on_message(self, message: Message) -> None:
+    def _on_message(self, message: WallarooMessage) -> None:
         self._spend_credit()
         stream = self._open_stream(message)
         if message.event_time < 0:
@@ -290,7 +296,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         points = tuple((sid, point - 1) for sid, point in refs if point)  # seed 0: nothing to ack
         if credits or points:
             self._credits += credits
-            self._out += encode(Ack(credits, points))
+            self._out += encode(WallarooAck(credits, points))
 
     def _input_handled(self) -> None:
         """Return the credits of frames that produced nothing to persist, one ACK per chunk."""
@@ -299,7 +305,7 @@ class WallarooSession(SessionMachine[WorkerEvent]):
             self._unpersisted = 0
 
     def _send_error(self, reason: str) -> None:
-        self._out += encode(Error(reason))
+        self._out += encode(WallarooError(reason))
 
     # ------------------------------------------------------------ events
 

@@ -19,7 +19,7 @@ from aqueduct.connector.events import (
     StreamNotified,
     WorkerEvent,
 )
-from aqueduct.connector.frames import Message
+from aqueduct.connector.frames import ConnectorMessage
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.wire.rangeset import RangeSet
@@ -30,7 +30,7 @@ class StoredStream:
     """Everything one stream delivered, plus what a resume needs."""
 
     name: str
-    messages: list[Message] = field(default_factory=list)
+    messages: list[ConnectorMessage] = field(default_factory=list)
     received: RangeSet = field(default_factory=RangeSet)
     point: int = 0
 
@@ -55,7 +55,7 @@ class MemorySink:
             DurableStream(sid, s.name, s.point, s.received) for sid, s in sorted(stored.items())
         ]
 
-    def messages(self, program: str, instance: str, stream_id: int) -> list[Message]:
+    def messages(self, program: str, instance: str, stream_id: int) -> list[ConnectorMessage]:
         stream = self.streams.get((program, instance), {}).get(stream_id)
         return stream.messages if stream else []
 
