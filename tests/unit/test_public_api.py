@@ -109,6 +109,7 @@ OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.runtime.quic_server", "BoundedQuicServer"),
     ("aqueduct.proto.connection", "Connection"),
     ("aqueduct.wire.frames", "Message"),
+    ("aqueduct.connector.points", "StreamPoints"),
 ]
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])

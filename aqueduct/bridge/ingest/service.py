@@ -69,7 +69,7 @@ from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.latency import Histogram
 from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.commits import acks_for
-from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
+from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull, RecordRefused
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
@@ -387,13 +387,12 @@ class Ingest:
         """Buffer a batch in the log, which drops the ids it already holds (the session knows only its own)."""
         self._unsynced_bytes += batch.payload_bytes()
         try:
-            self.log.append(batch)
-        except LogError:  # it ends the batch: count what was appended before it
-            self.counters.messages += batch.stored()[0]
+            appended = self.log.append(batch)
+        except RecordRefused as refused:  # it ends the batch: count what was appended before it
+            self.counters.messages += refused.appended.stored
             raise
-        data, duplicates = batch.stored()
-        self.counters.messages += data
-        self.counters.duplicates += duplicates
+        self.counters.messages += appended.stored
+        self.counters.duplicates += appended.duplicates
 
     # ------------------------------------------------------------ group commit
 

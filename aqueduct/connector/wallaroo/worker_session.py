@@ -48,7 +48,6 @@ from aqueduct.connector.events import (
 from aqueduct.connector.frames import BOUNDARY, EOS, EVENT_TIME, KEY, UNSTABLE_REFERENCE
 from aqueduct.connector.frames import Message as ConnectorMessage
 from aqueduct.connector.machine import SessionMachine
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -74,6 +73,7 @@ from aqueduct.connector.wallaroo.frames import (
 )
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig
 from aqueduct.proto.errors import LocalProtocolError
+from aqueduct.records.points import StreamPoints
 
 C = ConnectionState
 
