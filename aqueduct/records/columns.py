@@ -18,7 +18,7 @@ A batch comes in two shapes with one meaning:
 The connector's worker side hands over its subclass,
 :class:`~aqueduct.connector.batch.MessageBatch`, which is also a sequence
 of its MESSAGE frames; the log needs only the columns, and of a lone record
-only its fields (:class:`Record`), so it depends on this module and not on
+only its fields (:class:`RecordFields`), so it depends on this module and not on
 the connector's wire format.
 
 Pure: no I/O, no clock.
@@ -31,12 +31,12 @@ from typing import Protocol, TypeVar
 
 from aqueduct.records.flags import EVENT_TIME
 
-__all__ = ["Record", "RecordColumns"]
+__all__ = ["RecordColumns", "RecordFields"]
 
 C = TypeVar("C", bound="RecordColumns")
 
 
-class Record(Protocol):
+class RecordFields(Protocol):
     """A record's fields, whatever carries them (the connector's MESSAGE frame, say).
 
     Optional fields are present exactly when the flags say so: ``message_id``
@@ -89,7 +89,7 @@ class RecordColumns:
         return cls(stream_id, first_id, payloads, event_times)  # type: ignore[arg-type]
 
     @classmethod
-    def general(cls: type[C], records: Sequence[Record]) -> C:
+    def general(cls: type[C], records: Sequence[RecordFields]) -> C:
         """General columns of one stream's ``records`` (the caller knows they are one stream's), run or not.
 
         What the worker session makes of the MESSAGEs its decoder did not

@@ -79,7 +79,7 @@ from aqueduct.bridge.storage.view import (
     StreamMeta,
     check_log_dir,
 )
-from aqueduct.records.columns import Record, RecordColumns
+from aqueduct.records.columns import RecordColumns, RecordFields
 from aqueduct.wire.modes import Mode
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -271,14 +271,14 @@ class DurableLog:
         """True if a stable message with this id must be dropped (already held)."""
         return self._stream(stream_id).is_duplicate(message_id)
 
-    def append(self, records: RecordColumns | Record) -> Appended:
+    def append(self, records: RecordColumns | RecordFields) -> Appended:
         """Buffer one stream's records; say what was done with them. Durable only after :meth:`commit`.
 
         ``records`` is the worker session's batch (a
         :class:`~aqueduct.records.columns.RecordColumns`: the connector's
         :class:`~aqueduct.connector.batch.MessageBatch`), appended in one
         step per batch (a run of new ids by extending each column at once);
-        a single record (:class:`~aqueduct.records.columns.Record`, a
+        a single record (:class:`~aqueduct.records.columns.RecordFields`, a
         connector ``Message`` say) is the batch of one. An
         EPHEMERAL or UNSTABLE_REFERENCE record never moves the point of
         reference; ``event_time`` is in microseconds since the Unix epoch.
