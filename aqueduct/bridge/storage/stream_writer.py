@@ -19,8 +19,8 @@ records, and the end of the last complete epoch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from aqueduct.bridge.storage.errors import RecordRefused
 from aqueduct.bridge.storage.index import IndexEntry
@@ -34,9 +34,13 @@ from aqueduct.records.flags import BOUNDARY, NO_STABLE_REFERENCE
 from aqueduct.records.points import StreamPoints
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """What :meth:`DurableLog.append <aqueduct.bridge.storage.log.DurableLog.append>` did with a batch."""
+class Appended(NamedTuple):
+    """What :meth:`DurableLog.append <aqueduct.bridge.storage.log.DurableLog.append>` did with a batch.
+
+    Immutable, and a named tuple rather than a frozen dataclass: one is made
+    per batch on the record path, and a frozen dataclass costs several times
+    as much to build (each field set through ``object.__setattr__``).
+    """
 
     offset: int
     """The offset of the batch's first record (the first stored one's: a dropped record takes none)."""
@@ -122,6 +126,8 @@ class StreamWriter:
                     self._buffer(batch.select(kept))
         if error is not None:
             raise RecordRefused(error, _appended(offset, batch, (mask or [True] * good) + [False] * (n - good)))
+        if mask is None and run:  # the busy path: every record of a run stored, no pass over it
+            return Appended(offset, None, n, 0)
         return _appended(offset, batch, mask)
 
     def _check(self, batch: RecordColumns) -> tuple[int, str | None]:
@@ -215,7 +221,7 @@ def _out_of_range(what: str, value: int) -> str:
 
 
 def _appended(offset: int, batch: RecordColumns, accepted: list[bool] | None) -> Appended:
-    """The result of an append: with every record new (the busy path), a run costs no pass over it."""
+    """The result of an append other than a run of new records: a BOUNDARY is not data."""
     flags = batch.flags
     if accepted is None:
         stored = len(batch.payloads) if flags is None else sum(1 for f in flags if not f & BOUNDARY)
