@@ -49,7 +49,7 @@ class Appended(NamedTuple):
     stored: int
     """Data records stored (a BOUNDARY is not data)."""
     duplicates: int
-    """Records dropped as already held."""
+    """Records dropped as already held (not those a :class:`RecordRefused` refused)."""
 
 
 #: The busy path's one object per batch, built by the tuple's own constructor
@@ -106,9 +106,9 @@ class StreamWriter:
         n, run = len(batch.payloads), batch.flags is None
         good, error = n, None
         if run:  # a run's ids are consecutive, so its first and last tell
-            times = [t for t in batch.event_times if t is not None]
+            times = batch.event_times
             if batch.first_id < 0 or batch.first_id + n - 1 > MAX_INT64 or (
-                times and (min(times) < 0 or max(times) > MAX_INT64)
+                times.count(None) != n and not _times_fit(times)  # most runs carry no time: no pass in Python
             ):
                 good, error = self._check(batch)
         else:
@@ -130,7 +130,8 @@ class StreamWriter:
                 if kept:
                     self._buffer(batch.select(kept))
         if error is not None:
-            raise RecordRefused(error, _appended(offset, batch, (mask or [True] * good) + [False] * (n - good)))
+            accepted = (mask or [True] * good) + [False] * (n - good)
+            raise RecordRefused(error, _appended(offset, batch, accepted, refused=n - good))
         if mask is None and run:  # the busy path: every record of a run stored, no pass over it
             return _make_appended((offset, None, n, 0))
         return _appended(offset, batch, mask)
@@ -221,12 +222,21 @@ class StreamWriter:
         )
 
 
+def _times_fit(times: list[int | None]) -> bool:
+    """Every event time of a run, where set, fits Spark's long."""
+    present = [t for t in times if t is not None]
+    return min(present) >= 0 and max(present) <= MAX_INT64
+
+
 def _out_of_range(what: str, value: int) -> str:
     return f"{what} {value} is outside 0..2**63-1 (Spark long)"
 
 
-def _appended(offset: int, batch: RecordColumns, accepted: list[bool] | None) -> Appended:
-    """The result of an append other than a run of new records: a BOUNDARY is not data."""
+def _appended(offset: int, batch: RecordColumns, accepted: list[bool] | None, refused: int = 0) -> Appended:
+    """The result of an append other than a run of new records: a BOUNDARY is not data.
+
+    ``refused``: the last records, not accepted because one broke a rule (not duplicates).
+    """
     flags = batch.flags
     if accepted is None:
         stored = len(batch.payloads) if flags is None else sum(1 for f in flags if not f & BOUNDARY)
@@ -235,4 +245,4 @@ def _appended(offset: int, batch: RecordColumns, accepted: list[bool] | None) ->
         kept = sum(accepted)
     else:
         kept = sum(1 for ok, f in zip(accepted, flags, strict=True) if ok and not f & BOUNDARY)
-    return Appended(offset, tuple(accepted), kept, accepted.count(False))
+    return Appended(offset, tuple(accepted), kept, accepted.count(False) - refused)
