@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from aqueduct.records.flags import BOUNDARY, EOS, EPHEMERAL, EVENT_TIME, KEY, UNSTABLE_REFERENCE
+
 __all__ = [
     "ACK_TAG",
     "BOUNDARY",
@@ -63,12 +65,6 @@ MESSAGE_TAG = 0x4D
 ACK_TAG = 0x41
 RESTART_TAG = 0x21
 
-EPHEMERAL = 1
-BOUNDARY = 2
-EOS = 4
-UNSTABLE_REFERENCE = 8
-EVENT_TIME = 16
-KEY = 32
 _KNOWN_FLAGS = EPHEMERAL | BOUNDARY | EOS | UNSTABLE_REFERENCE | EVENT_TIME | KEY
 
 _U16_MAX = 0xFFFF

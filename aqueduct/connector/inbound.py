@@ -1,7 +1,7 @@
 """Worker-side bookkeeping of one stream across a session: its state and its points.
 
 Deduplication and the point of reference follow the one rulebook,
-:class:`~aqueduct.connector.points.StreamPoints`, seeded with what the
+:class:`~aqueduct.records.points.StreamPoints`, seeded with what the
 worker's durable storage already holds so that a resume's duplicates are
 dropped before they cost the sink anything. What is left here is the
 session's own business: the stream state machine (NOTIFY opens, EOS
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import EOS, UNSTABLE_REFERENCE
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import STREAM_TRANSITIONS, StreamState, step
+from aqueduct.records.points import StreamPoints
 from aqueduct.wire.modes import Mode
 from aqueduct.wire.rangeset import RangeSet
 

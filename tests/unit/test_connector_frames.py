@@ -349,7 +349,3 @@ def test_a_batch_that_is_not_a_run_holds_general_columns() -> None:
     assert plain.select([1, 2]).is_run and list(plain.select([1, 2])) == list(plain)[1:3]
     assert not plain.select([0, 2]).is_run and list(plain.select([0, 2])) == [plain[0], plain[2]]
     assert plain.select([0, 1, 2, 3]) is plain
-    # What the log stored: data records (boundaries are not) and the duplicates it dropped.
-    assert run.stored() == (3, 0)
-    run.accepted = [True, False, True, True]
-    assert run.stored() == (2, 1)

@@ -1,4 +1,4 @@
-"""The one rulebook for points of reference and deduplication (aqueduct.connector.points).
+"""The one rulebook for points of reference and deduplication (aqueduct.records.points).
 
 The worker session, the durable log and the Wallaroo session all apply
 ``StreamPoints``; these tests pin the rule itself against its definition in
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog
 from aqueduct.connector.events import RecordsAccepted
 from aqueduct.connector.frames import PROTOCOL_VERSION, ConnectorMessage, Hello, Notify, encode
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
+from aqueduct.records.points import StreamPoints
 from aqueduct.wire.modes import Mode
 
 

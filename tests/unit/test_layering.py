@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "aqueduct"
-LAYERS = ["wire", "auth", "proto", "runtime", "connector", "bridge"]  # bottom to top
+#: bottom to top; ``records`` (what the worker side hands over and the log stores) sits
+#: directly on ``wire``: both wings import it, and it imports nothing but the wire.
+LAYERS = ["wire", "records", "auth", "proto", "runtime", "connector", "bridge"]
 IO_MODULES = {"asyncio", "aioquic", "socket", "time", "selectors", "threading"}
 
 
@@ -64,13 +66,20 @@ def _sans_io_modules() -> list[Path]:
         }
     ]
     auth_core = [p for p in _modules("auth") if p.stem != "watched"]  # watched re-reads the operator's files
-    return _modules("wire") + _modules("proto") + connector_core + auth_core
+    return _modules("wire") + _modules("records") + _modules("proto") + connector_core + auth_core
 
 
 @pytest.mark.parametrize("path", _sans_io_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_sans_io_core_does_no_io(path: Path) -> None:
     roots = {name.split(".")[0] for name in _imports(path)}
     assert not roots & IO_MODULES, f"{path.relative_to(PACKAGE)} imports {roots & IO_MODULES}"
+
+
+def test_storage_imports_no_connector() -> None:
+    """The log depends on what a record is (``aqueduct.records``), not on a wire format's package."""
+    for path in _modules("bridge/storage"):
+        for name in _imports(path):
+            assert not name.startswith("aqueduct.connector"), f"{path.relative_to(PACKAGE)} imports {name}"
 
 
 TOOLING = {"demo", "bench", "interop", "tests"}

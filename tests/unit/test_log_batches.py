@@ -2,8 +2,8 @@
 
 The durable log takes the worker session's :class:`MessageBatch` whole
 (:meth:`DurableLog.append`): a run of new ids in one step, anything else by
-the rules record by record inside the same call, marking the duplicates it
-drops in ``batch.accepted``. A lone message is the batch of one and raises
+the rules record by record inside the same call, and its result says which
+duplicates it dropped (``accepted``). A lone message is the batch of one and raises
 :class:`DuplicateMessage` instead. Both must leave the same stored rows,
 points and epochs, whatever the batch holds (duplicates, keys, boundaries,
 EOS, EPHEMERAL, gaps), on ORDERED and UNORDERED streams.
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError
+from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, RecordRefused
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.frames import (
@@ -71,7 +71,7 @@ def test_a_batch_is_its_records_one_by_one(batches: list[list[ConnectorMessage]]
             for messages in batches:
                 # a run when they make one, else general columns
                 batch = MessageBatch.of(messages) if as_run else MessageBatch.general(messages)
-                offset = whole.append(batch)
+                appended = whole.append(batch)
                 kept = []
                 for m in messages:
                     try:
@@ -80,10 +80,10 @@ def test_a_batch_is_its_records_one_by_one(batches: list[list[ConnectorMessage]]
                         kept.append(False)
                     else:
                         kept.append(True)
-                assert (batch.accepted or [True] * len(messages)) == kept
+                assert list(appended.accepted or [True] * len(messages)) == kept
                 stored = sum(1 for ok, m in zip(kept, messages, strict=True) if ok and not m.boundary)
-                assert batch.stored() == (stored, kept.count(False))
-                assert offset <= whole._stream(STREAM).end
+                assert (appended.stored, appended.duplicates) == (stored, kept.count(False))
+                assert appended.offset <= whole._stream(STREAM).end
             assert _state(whole, Path(d1)) == _state(each, Path(d2))
         finally:
             whole.close()
@@ -94,8 +94,9 @@ def test_a_record_that_breaks_a_rule_ends_the_batch_keeping_those_before(tmp_pat
     with DurableLog(tmp_path) as log:
         log.open_stream(STREAM, "s", "p/i").result()
         batch = MessageBatch.general([ConnectorMessage(0, STREAM, m, None, None, b"x") for m in (0, 1, 2**63, 3)])
-        with pytest.raises(LogError, match=r"message id 9223372036854775808 is outside 0..2\*\*63-1"):
+        with pytest.raises(RecordRefused, match=r"message id 9223372036854775808 is outside 0..2\*\*63-1") as refused:
             log.append(batch)
-        assert batch.accepted == [True, True, False, False] and batch.stored()[0] == 2
+        appended = refused.value.appended  # the records before it stored; the refused ones are no duplicates
+        assert (appended.accepted, appended.stored, appended.duplicates) == ((True, True, False, False), 2, 0)
         log.commit()
         assert log.durable_end(STREAM) == 2 and not log.is_duplicate(STREAM, 3)

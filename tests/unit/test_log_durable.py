@@ -39,9 +39,9 @@ def log(tmp_path: Path):
 
 def test_records_are_invisible_until_commit_then_read_back_exactly(log: DurableLog) -> None:
     log.open_stream(7, "temps", CONNECTOR).result()  # files exist once done
-    assert log.append(ConnectorMessage.build(7, b"a", message_id=1, event_time=1_000_000, key=b"k")) == 0
-    assert log.append(ConnectorMessage.build(7, b"b", message_id=2)) == 1
-    assert log.append(ConnectorMessage.build(7, b"c")) == 2  # EPHEMERAL
+    assert log.append(ConnectorMessage.build(7, b"a", message_id=1, event_time=1_000_000, key=b"k")).offset == 0
+    assert log.append(ConnectorMessage.build(7, b"b", message_id=2)).offset == 1
+    assert log.append(ConnectorMessage.build(7, b"c")).offset == 2  # EPHEMERAL
     assert rows(log.path, 7) == []
     assert log.durable_end(7) == 0
     assert log.commit() == {7: 3}
@@ -79,7 +79,7 @@ def test_reopen_keeps_everything_committed_and_nothing_else(tmp_path: Path) -> N
         assert lg.durable_end(1) == 1
         assert lg.durable_reference(1) == 11
         assert lg.is_duplicate(1, 10) and not lg.is_duplicate(1, 11)
-        assert lg.append(ConnectorMessage.build(1, b"again", message_id=11)) == 1
+        assert lg.append(ConnectorMessage.build(1, b"again", message_id=11)).offset == 1
         lg.commit()
     assert [r["payload"] for r in rows(path, 1)] == [b"kept", b"again"]
 
@@ -119,8 +119,8 @@ def test_batch_written_but_not_indexed_is_invisible_and_harmless(tmp_path: Path)
         stream = lg._streams[1]
         sealed = stream.seal(0)
         assert sealed is not None
-        stream.write(sealed, lg.segment_bytes)
-        stream.segment.sync()
+        stream.files.write(sealed, lg.segment_bytes)
+        stream.files.segment.sync()
     assert [r["payload"] for r in rows(path, 1)] == [b"one"]
     with DurableLog(path) as lg:
         assert lg.durable_end(1) == 1 and not lg.is_duplicate(1, 2)

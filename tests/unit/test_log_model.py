@@ -156,11 +156,11 @@ class LogMachine(RuleBasedStateMachine):
         ]
         batch = MessageBatch.of(records) if columns else general(records)
         assert batch.is_run == columns
-        offset = self.log.append(batch)
-        assert offset == len(self.committed[sid]) + len(self.pending[sid])
+        appended = self.log.append(batch)
+        assert appended.offset == len(self.committed[sid]) + len(self.pending[sid])
         kept = count if new is None else sum(new)
-        assert batch.accepted == (None if kept == count else new)
-        assert batch.stored() == (kept, count - kept)
+        assert appended.accepted == (None if kept == count else tuple(new or ()))
+        assert (appended.stored, appended.duplicates) == (kept, count - kept)
         self.pending[sid].extend(
             Rec(r.payload, r.message_id, True, False, r.event_time)
             for r, is_new in zip(records, new or [True] * count, strict=True)

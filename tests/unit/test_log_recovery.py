@@ -69,7 +69,7 @@ def test_a_torn_segment_tail_longer_than_the_next_batch_is_cut_whole(tmp_path: P
     write(path, b"b", first_id=1)
     assert read(path) == [(0, b"a"), (1, b"b")]
     with DurableLog(path) as log:
-        (last,) = log._streams[1].entries[-1:]
+        (last,) = log._streams[1].files.entries[-1:]
         assert segment.stat().st_size == last.position + last.length  # nothing beyond the last batch
     assert pa.ipc.open_stream(segment.read_bytes()).read_all().num_rows == 2
 

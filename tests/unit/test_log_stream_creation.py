@@ -114,7 +114,7 @@ def test_a_stream_queued_for_creation_again_keeps_the_records_indexed_meanwhile(
         log.open_stream(1, "s1", "c/1").result(TIMEOUT)
         log.append(ConnectorMessage.build(1, b"kept", message_id=0))
         log.commit()
-        log._streams[1].created = False  # what the re-NOTIFY saw while the first creation ran
+        log._streams[1].files.created = False  # what the re-NOTIFY saw while the first creation ran
         assert log.open_stream(1, "s1-renamed", "c/1").result(TIMEOUT) == 1
     with DurableLog(tmp_path) as log:
         assert log.durable_end(1) == 1 and log.stream_names() == {1: "s1-renamed"}

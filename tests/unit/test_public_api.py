@@ -112,6 +112,7 @@ OLD_PATHS: list[tuple[str, str]] = [
     ("aqueduct.proto.connection", "Connection"),
     ("aqueduct.wire.frames", "Message"),
     ("aqueduct.bridge.app.receiver", "SparkBridge"),
+    ("aqueduct.connector.points", "StreamPoints"),
 ]
 
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])

@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.counters import IngestCounters
-from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
+from aqueduct.bridge.storage.log import DurableLog, LogFull, RecordRefused
 from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.worker.server import WorkerPeer
 
@@ -108,13 +108,12 @@ class GroupCommitWriter:
     def _store(self, batch: MessageBatch) -> None:
         """Buffer a batch in the log, which drops the ids it already holds (the session knows only its own)."""
         try:
-            self.log.append(batch)
-        except LogError:  # it ends the batch: count what was appended before it
-            self.counters.messages += batch.stored()[0]
+            appended = self.log.append(batch)
+        except RecordRefused as refused:  # it ends the batch: count what was appended before it
+            self.counters.messages += refused.appended.stored
             raise
-        data, duplicates = batch.stored()
-        self.counters.messages += data
-        self.counters.duplicates += duplicates
+        self.counters.messages += appended.stored
+        self.counters.duplicates += appended.duplicates
 
     def forget(self, peer: WorkerPeer) -> None:
         """The session ended: its records stay in the group, its credits go nowhere."""

@@ -54,7 +54,6 @@ from aqueduct.connector.frames import (
     ConnectorMessage,
 )
 from aqueduct.connector.machine import SessionMachine
-from aqueduct.connector.points import StreamPoints
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -80,6 +79,7 @@ from aqueduct.connector.wallaroo.frames import (
 )
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig
 from aqueduct.proto.errors import LocalProtocolError
+from aqueduct.records.points import StreamPoints
 
 C = ConnectionState
 
