@@ -67,7 +67,7 @@ from typing import TypeVar
 
 from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.latency import Histogram
-from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.acked import restore_acked
 from aqueduct.bridge.storage.commits import acks_for
 from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
 from aqueduct.connector.batch import MessageBatch
@@ -221,7 +221,7 @@ class Ingest:
         self._lag = 0  # sum over streams of complete - committed, kept as they move (not summed per commit)
         #: sessions holding earned credits not yet sent (the tap was closed, or nothing went out yet)
         self._owed: set[WorkerPeer] = set()
-        acked = read_acked(self.log.path)
+        acked = restore_acked(self.log.path)
         for sid in self.log.stream_ids():
             committed = max(self.log.snapshot(sid).earliest, min(acked.get(sid, 0), self.log.durable_end(sid)))
             self._move(sid, complete=self.log.complete_offset(sid), committed=committed)
