@@ -14,8 +14,8 @@ from stdin:
 - ``fill``: write a filler file until the tmpfs has no room left;
 - ``free``: remove it;
 - ``report``: ``{"disk_full": ..., "durable": {stream: end}}``;
-- ``stop``: stop serving, commit, close the log; answer every stored
-  ``[stream, message id]`` of data records (then exit 0).
+- ``stop``: stop serving, commit, close the log; answer every stored data
+  record as ``[stream, message id, payload in hex]`` (then exit 0).
 
 The bridge's own log lines go to stderr, for the test to read.
 """
@@ -39,6 +39,7 @@ from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths
+from tests.stored import stored
 
 FILLER = "filler"
 
@@ -60,16 +61,6 @@ def fill(directory: Path) -> int:
                 chunk = chunk[: len(chunk) // 2]  # the last few pages too
     finally:
         os.close(fd)
-
-
-def stored(log: DurableLog) -> list[tuple[int, int]]:
-    out = []
-    for sid in log.stream_ids():
-        view = log.snapshot(sid)
-        for batch in view.read(view.earliest, view.end):
-            d = batch.to_pydict()
-            out += [(sid, m) for m, b in zip(d["message_id"], d["boundary"], strict=True) if not b]
-    return out
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -119,9 +110,9 @@ async def main(args: argparse.Namespace) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        with contextlib.suppress(Exception):
-            await ingest.group_commit()
-    print(json.dumps({"stored": stored(log)}), flush=True)
+        await ingest.group_commit()  # what a verdict reads: a failure here fails the test
+    rows = [[sid, mid, payload.hex()] for sid in log.stream_ids() for mid, payload in stored(log, sid)]
+    print(json.dumps({"stored": rows}), flush=True)
     log.close()
 
 
