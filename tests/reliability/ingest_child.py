@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 TIMEOUT = 60.0  # only turns a hang into a failure
@@ -34,12 +35,15 @@ class IngestChild:
         self.proc, self.ports = proc, ports
 
     @classmethod
-    async def start(cls, args: Sequence[str], stderr: Path, prefix: Sequence[str] = ()) -> IngestChild:
+    async def start(
+        cls, args: Sequence[str], stderr: Path, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> IngestChild:
+        """Start it (its log lines appended to ``stderr``); ``env`` is added to this process's environment."""
         argv = [*prefix, sys.executable, "-m", "tests.reliability.small_disk_bridge", *args]
-        with stderr.open("wb") as err:
+        with stderr.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                limit=STORED_LINE_LIMIT,
+                limit=STORED_LINE_LIMIT, env={**os.environ, **(env or {})},
             )  # fmt: skip
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()

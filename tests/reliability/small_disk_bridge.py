@@ -7,7 +7,10 @@ without ``--size`` the log simply lives in ``DIR``. It opens a durable log
 there, serves connectors over TCP on loopback (and with ``--certs DIR``
 over QUIC too) with the bridge's :class:`~aqueduct.bridge.ingest.service.Ingest`,
 and stands in for Spark: every 50 ms each stream's complete epochs count
-as committed, as the commit listener would report them. Prints ``PORT
+as committed, as the commit listener would report them, and the commit
+file it writes trails them (by two such commits, the source's by one); a
+restart begins with that file's offsets and commits anew only once a
+producer has reconnected. Prints ``PORT
 <tcp port> [<quic port>]``, then answers one JSON line per command read
 from stdin:
 
@@ -34,6 +37,9 @@ import sys
 from pathlib import Path
 
 from aqueduct.bridge.ingest.service import Ingest
+from aqueduct.bridge.source.log_access import LocalLog
+from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.connector.worker.tcp_listener import serve_tcp
@@ -42,6 +48,10 @@ from aqueduct.runtime.certs import cert_paths
 from tests.stored import stored
 
 FILLER = "filler"
+STAND_IN = "stand-in"  # the consumer name of the Spark stand-in's commit file
+#: micro-batches its commit file trails the commits by: the source's trails by one; two here, so the
+#: ACK of the last commit before a kill may or may not have left and the file still trails it
+COMMIT_FILE_TRAILS = 2
 
 
 def fill(directory: Path) -> int:
@@ -63,14 +73,33 @@ def fill(directory: Path) -> int:
         os.close(fd)
 
 
+async def resume_from_commit_file(ingest: Ingest) -> None:
+    """What a restarted bridge learns before it listens: the commit file's offsets, a micro-batch behind.
+
+    Reported as committed, and recorded as acked if they are news to the
+    ingest, before any producer connects.
+    """
+    trailing = read_committed(ingest.log.path, STAND_IN)
+    if trailing is None:
+        return
+    ingest.on_committed(trailing)
+    for _ in range(1000):  # bounded: the acked offsets' write is one fsync or two away
+        acked = read_acked(ingest.log.path)
+        if all(acked.get(sid, 0) >= offset for sid, offset in trailing.items() if sid in ingest.log.stream_ids()):
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"the acked offsets never reached the commit file's {trailing}")
+
+
 async def main(args: argparse.Namespace) -> None:
     mount = Path(args.mount)
     if args.size:
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={args.size}", "tmpfs", str(mount)], check=True)
     log = DurableLog(mount / "log")
     ingest = Ingest(log)
+    await resume_from_commit_file(ingest)
     config = WorkerConfig(initial_credits=args.credits)
-    servers = [await serve_tcp("127.0.0.1", 0, ingest, config)]
+    servers = [await serve_tcp("127.0.0.1", args.port, ingest, config)]
     if args.certs:
         certs = cert_paths(Path(args.certs))
         servers.append(
@@ -78,9 +107,21 @@ async def main(args: argparse.Namespace) -> None:
         )
 
     async def spark_stand_in() -> None:
-        while True:
+        # As Spark would: its next commit after a restart comes well after producers
+        # reconnected; then every 50 ms, if there are new complete epochs, a micro-batch of them.
+        local = LocalLog(log.path)
+        while not ingest.counters.sessions_started:
             await asyncio.sleep(0.05)
-            ingest.on_committed({s: log.complete_offset(s) for s in log.stream_ids()})
+        await asyncio.sleep(0.2)
+        batches: list[dict[int, int]] = []  # the micro-batches committed, newest last
+        while True:
+            positions = {s: log.complete_offset(s) for s in log.stream_ids()}
+            if not batches or positions != batches[-1]:  # a micro-batch with new records
+                ingest.on_committed(positions)
+                batches = [*batches[-COMMIT_FILE_TRAILS:], positions]
+                if len(batches) > COMMIT_FILE_TRAILS:
+                    local.commit(STAND_IN, batches[-1 - COMMIT_FILE_TRAILS], 0)
+            await asyncio.sleep(0.05)
 
     tasks = [asyncio.create_task(ingest.run()), asyncio.create_task(spark_stand_in())]
     print("PORT " + " ".join(str(s.port) for s in servers), flush=True)
@@ -123,4 +164,5 @@ if __name__ == "__main__":
     ap.add_argument("--size", help="mount a tmpfs of this size at --mount (root, in a private mount namespace)")
     ap.add_argument("--certs", help="also serve QUIC with the certificates in this directory")
     ap.add_argument("--credits", type=int, default=64)
+    ap.add_argument("--port", type=int, default=0, help="the TCP port (a restarted bridge keeps its producers' URL)")
     asyncio.run(main(ap.parse_args()))
