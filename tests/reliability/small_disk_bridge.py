@@ -16,7 +16,8 @@ from stdin:
 
 - ``fill``: write a filler file until the tmpfs has no room left;
 - ``free``: remove it;
-- ``report``: ``{"disk_full": ..., "durable": {stream: end}}``;
+- ``report``: ``{"disk_full": ..., "group_commits": n, "durable": {stream: end}}``
+  (``n`` counts attempts: a retry of a group commit the full disk refused too);
 - ``stop``: stop serving, commit, close the log; answer every stored data
   record as ``[stream, message id, payload in hex]`` (then exit 0).
 
@@ -46,6 +47,7 @@ from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths
 from tests.stored import stored
+from tests.waiting import count_calls
 
 FILLER = "filler"
 STAND_IN = "stand-in"  # the consumer name of the Spark stand-in's commit file
@@ -97,6 +99,7 @@ async def main(args: argparse.Namespace) -> None:
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={args.size}", "tmpfs", str(mount)], check=True)
     log = DurableLog(mount / "log")
     ingest = Ingest(log)
+    group_commits = count_calls(ingest, "group_commit")  # retries of a refused one included
     await resume_from_commit_file(ingest)
     config = WorkerConfig(initial_credits=args.credits)
     servers = [await serve_tcp("127.0.0.1", args.port, ingest, config)]
@@ -137,6 +140,7 @@ async def main(args: argparse.Namespace) -> None:
             elif command == "report":
                 answer = {
                     "disk_full": ingest.disk_full[0] if ingest.disk_full else None,
+                    "group_commits": group_commits(),
                     "durable": {str(s): log.durable_end(s) for s in log.stream_ids()},
                 }
             elif command == "stop":

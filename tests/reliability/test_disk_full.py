@@ -45,8 +45,10 @@ async def test_a_full_log_disk_holds_credits_then_resumes_with_everything_exactl
             filled = await bridge.ask("fill")
             sender = asyncio.create_task(send(500, per_stream))
             full = await bridge.until("the bridge to notice the full disk", lambda r: r["disk_full"])
-            await asyncio.sleep(1.0)  # producers run out of credits; the bridge stays up
-            during = await bridge.ask("report")
+            # The producer's chance to get credits for what is not durable: two more group commits
+            # (retries, refused), while it runs out of the credits it had; the bridge stays up.
+            during = await bridge.until("two retries of the refused group commit",
+                                        lambda r: r["group_commits"] >= full["group_commits"] + 2)  # fmt: skip
             assert bridge.proc.returncode is None
             assert not sender.done()  # held back: no credits while nothing becomes durable
             await bridge.ask("free")
