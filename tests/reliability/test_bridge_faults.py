@@ -42,6 +42,7 @@ from interop.network import scenario
 from interop.proxy import LossyProxy
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points
 from tests.reliability.injection import fault_env, faults_reached
+from tests.spark.test_bridge_stops import _jvms
 
 pytestmark = [
     pytest.mark.slow,
@@ -372,16 +373,6 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
     assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the new content unpublished
 
 
-def jvms(family: list[psutil.Process]) -> list[psutil.Process]:
-    """The JVMs among a bridge's processes (a child listed a moment ago, a ``chmod``, may be gone)."""
-    found = []
-    for p in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if "java" in p.name():
-                found.append(p)
-    return found
-
-
 async def stopped_by_itself(bridge: BridgeProcess, family: list[psutil.Process], since: int) -> tuple[int, str]:
     """The bridge's exit status and what it logged since byte ``since``, once it and ``family`` ended."""
     status = await bridge.child.wait(60.0)
@@ -418,7 +409,7 @@ async def test_sigint_and_a_killed_jvm_under_load_stop_serve_with_one_line_and_i
             await bridge.start()
             await bridge.wait_for_commit(beyond=bridge.committed_batches())
             since, family = bridge.child.log.stat().st_size, psutil.Process(bridge.child.pid).children(recursive=True)
-            (jvm,) = jvms(family)
+            (jvm,) = _jvms(family)
             jvm.kill()
             status, text = await stopped_by_itself(bridge, family, since)
             failed = [line for line in text.splitlines() if line.startswith("aqueduct-bridge: error:")]
