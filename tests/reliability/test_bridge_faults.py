@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import random
 import shutil
-import signal
 import socket
 import sys
 import time
@@ -31,7 +30,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-import psutil
 import pytest
 
 from aqueduct.connector.producer.client import Connector
@@ -42,7 +40,6 @@ from interop.network import scenario
 from interop.proxy import LossyProxy
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points
 from tests.reliability.injection import fault_env, faults_reached
-from tests.spark.test_bridge_stops import _jvms
 
 pytestmark = [
     pytest.mark.slow,
@@ -371,63 +368,6 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
     figures.faults = {"sigkill_during_commit_file_write": faults_reached(mark), "commit_files_at_kill": torn}
     assert_exactly_once(result, bridge)
     assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the new content unpublished
-
-
-async def stopped_by_itself(bridge: BridgeProcess, family: list[psutil.Process], since: int) -> tuple[int, str]:
-    """The bridge's exit status and what it logged since byte ``since``, once it and ``family`` ended."""
-    status = await bridge.child.wait(60.0)
-    _, alive = await asyncio.to_thread(psutil.wait_procs, family, timeout=30)
-    assert not alive, f"processes outlived the bridge: {alive}"
-    return status, bridge.child.log.read_bytes()[since:].decode(errors="replace")
-
-
-async def test_sigint_and_a_killed_jvm_under_load_stop_serve_with_one_line_and_it_resumes_exactly_once(
-    figures: Figures, tmp_path: Path, certs
-) -> None:
-    """Two ends of ``aqueduct-bridge serve`` while producers send: SIGINT (Ctrl-C), then its JVM SIGKILLed.
-
-    Each time the bridge ends by itself, saying why in one line and no
-    traceback (exit 0 for SIGINT, 1 for the JVM), leaves no process behind,
-    and is started again on the same log and checkpoint; the producers ride
-    both out and every message reaches the sink once with its payload.
-    """
-    workload = Workload(producers=2, streams=2, events=2500, epoch=50)
-    expected = workload.expected()
-    async with bridge_process(tmp_path, certs, tcp=True, args=("--max-lag", "400")) as bridge:
-        await bridge.start()
-        url = f"tcp://127.0.0.1:{bridge.tcp_port}"
-        producers = asyncio.gather(*(produce(url, workload, p, timeout=DRAIN_TIMEOUT) for p in range(2)))
-        try:
-            await bridge.wait_for_commit(beyond=bridge.committed_batches())  # under load, Spark running
-            since, family = bridge.child.log.stat().st_size, psutil.Process(bridge.child.pid).children(recursive=True)
-            assert bridge.child.proc is not None
-            bridge.child.proc.send_signal(signal.SIGINT)
-            status, text = await stopped_by_itself(bridge, family, since)
-            assert status == 0 and "Traceback" not in text, text[-3000:]
-            assert text.count("aqueduct-bridge: SIGINT: stopped in ") == 1, text[-3000:]
-
-            await bridge.start()
-            await bridge.wait_for_commit(beyond=bridge.committed_batches())
-            since, family = bridge.child.log.stat().st_size, psutil.Process(bridge.child.pid).children(recursive=True)
-            (jvm,) = _jvms(family)
-            jvm.kill()
-            status, text = await stopped_by_itself(bridge, family, since)
-            failed = [line for line in text.splitlines() if line.startswith("aqueduct-bridge: error:")]
-            assert status == 1 and "Traceback" not in text, text[-3000:]
-            assert len(failed) == 1 and "Spark's JVM killed by SIGKILL under the running bridge" in failed[0], failed
-
-            await bridge.start()
-            stats = await bridge.alive_while(producers, DRAIN_TIMEOUT)
-            drained_s = await drain(bridge, expected)
-        finally:
-            producers.cancel()
-        await bridge.stop()
-    result = verify_output(bridge.output, expected)
-    record(figures, result)
-    figures.faults = {"sigint": 1, "jvm_sigkill": 1}
-    figures.extra.update(bridge_starts=bridge.starts, drain_after_producers_s=round(drained_s, 1),
-                         resent=sum(s["resent"] for s in stats))  # fmt: skip
-    assert_exactly_once(result, bridge)
 
 
 async def wait_for_file(path: Path) -> None:
