@@ -17,6 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
 from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
 from aqueduct.connector.producer.client import Connector
+from tests.waiting import after, count_calls
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 
@@ -36,6 +37,8 @@ async def test_an_ingest_only_bridge_acks_after_the_remote_query_committed(tmp_p
     config = BridgeConfig(log_dir=tmp_path / "log", tcp=("127.0.0.1", 0), ingest_only=True)
     bridge = Bridge(config)
     await bridge.start(run_query=False)
+    assert bridge.positions is not None
+    polls = count_calls(bridge.positions, "poll")  # each read of the commit files: a chance to (wrongly) ack
     try:
         options = bridge.source_options()
         assert set(options) == {"bridge", "bridgeTokenFile", "bridgeCA"}  # paths, never the token
@@ -50,7 +53,7 @@ async def test_an_ingest_only_bridge_acks_after_the_remote_query_committed(tmp_p
                 if bridge.log is not None and 1 in bridge.log.stream_ids() and bridge.log.complete_offset(1) > 0:
                     break
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)
+            await after(polls, "reads of the commit files", TIMEOUT, more=2)  # the second began once durable
             assert stream.acked == 0  # durable, not committed: no ack yet
             payloads = await asyncio.to_thread(read_and_commit, {**options, "consumer": "default"})
             assert sorted(payloads) == sorted(b"m%d" % i for i in range(10))

@@ -63,8 +63,8 @@ async def test_unordered_stream_is_deduplicated_and_complete(worker, certs, clie
         for i in range(300):
             await stream.send(b"%d" % i)
         await asyncio.wait_for(stream.wait_acked(300), TIMEOUT)
-    ids = [m.message_id for m in sink.messages("p", "u", 5)]
-    assert sorted(ids) == list(range(300))  # any arrival order, each id once
+    got = sorted((m.message_id, m.payload) for m in sink.messages("p", "u", 5))
+    assert got == [(i, b"%d" % i) for i in range(300)]  # any arrival order, each id once with its payload
 
 
 async def test_restart_resumes_over_aqueduct(worker, certs, client_backend) -> None:
@@ -77,7 +77,7 @@ async def test_restart_resumes_over_aqueduct(worker, certs, client_backend) -> N
                 await sink.peers[0].restart()
         await asyncio.wait_for(stream.wait_acked(200), TIMEOUT)
         assert conn.stats.connections == 2
-    assert [m.message_id for m in sink.messages("p", "r", 1)] == list(range(200))
+    assert [(m.message_id, m.payload) for m in sink.messages("p", "r", 1)] == [(i, b"%d" % i) for i in range(200)]
 
 
 async def test_send_many_over_aqueduct_with_a_restart(worker, certs, client_backend) -> None:
@@ -93,8 +93,8 @@ async def test_send_many_over_aqueduct_with_a_restart(worker, certs, client_back
                 await sink.peers[0].restart()
         await asyncio.wait_for(conn.wait_all_acked(), TIMEOUT)
         assert conn.stats.connections == 2
-    assert sink.payloads("p", "m", 1) == [b"o%d" % i for i in range(512)]
-    assert sorted(m.message_id for m in sink.messages("p", "m", 2)) == list(range(512))
+    assert [(m.message_id, m.payload) for m in sink.messages("p", "m", 1)] == [(i, b"o%d" % i) for i in range(512)]
+    assert sorted((m.message_id, m.payload) for m in sink.messages("p", "m", 2)) == [(i, b"u%d" % i) for i in range(512)]
 
 
 async def test_ephemeral_messages_on_an_unreliable_channel(worker, certs, client_backend) -> None:

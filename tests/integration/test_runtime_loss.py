@@ -397,7 +397,9 @@ async def test_bounded_sender_waits_when_its_queue_is_full_and_counts_stalls(cer
         for _ in range(5):  # two fit the 2 KiB window, three wait in the local queue
             await asyncio.wait_for(tx.send(payload), TIMEOUT)
         blocked = asyncio.create_task(tx.send(payload))  # queued as the 4th: the queue is full
-        await asyncio.sleep(0.3)  # gives the send every chance to (wrongly) complete
+        # Its chance to (wrongly) complete: the server's ACKs of everything in flight, processed
+        # (the send's task ran in the loop turns since).
+        await wait_until(lambda: tx.connection.stats()["quic"]["bytes_in_flight"] == 0, "every packet acked", TIMEOUT)
         assert not blocked.done(), "send() must wait while the local queue is full"
         assert tx.stats()["window_stalls"] == 4
         for _ in range(6):

@@ -8,8 +8,9 @@ run can be replayed from the seed printed in its summary line:
 * :func:`kill_points` picks when to SIGKILL a process;
 * :class:`Child` runs one subprocess we own and kills it by its pid only;
 * :class:`RssSampler` watches a process's resident memory (psutil);
-* :func:`tally` counts what a sink holds against what was sent, which is what
-  every test asserts on (zero lost, zero duplicated);
+* :func:`tally` counts what a sink holds against what was sent, ids and
+  payloads, which is what every test asserts on (zero lost, duplicated or
+  changed);
 * :class:`Figures` is the one-line JSON summary each test prints and appends
   to the run's results file.
 """
@@ -245,18 +246,34 @@ class Tally:
     duplicates: int
     lost: int
     unexpected: int
+    #: records whose id was sent but whose payload is not the one sent with it
+    changed: int
+
+    @property
+    def exactly_once(self) -> bool:
+        """Every record sent is in the sink once, with its payload, and nothing else is."""
+        return (self.lost, self.duplicates, self.unexpected, self.changed) == (0, 0, 0, 0)
 
 
-def tally(sent: Mapping[Hashable, Iterable[int]], delivered: Iterable[tuple[Hashable, int]]) -> Tally:
-    """Compare ``delivered`` (stream key, message id) pairs with ``sent`` ids per stream key."""
-    want = {key: set(ids) for key, ids in sent.items()}
-    counts = Counter(delivered)
+def tally(sent: Mapping[Hashable, Mapping[int, object]], delivered: Iterable[tuple[Hashable, int, object]]) -> Tally:
+    """Compare ``delivered`` (stream key, message id, payload) with ``sent`` ({id: payload} per stream key).
+
+    Ids alone would pass a sink that stored the right ids with the wrong
+    bytes; every verdict reads the payloads too.
+    """
+    counts: Counter[tuple[Hashable, int]] = Counter()
+    changed = 0
+    for key, mid, payload in delivered:
+        counts[key, mid] += 1
+        want = sent.get(key, {})
+        changed += mid in want and want[mid] != payload
     return Tally(
-        sent=sum(len(ids) for ids in want.values()),
+        sent=sum(len(ids) for ids in sent.values()),
         in_sink=sum(counts.values()),
         duplicates=sum(n - 1 for n in counts.values() if n > 1),
-        lost=sum(1 for key, ids in want.items() for i in ids if (key, i) not in counts),
-        unexpected=sum(n for (key, i), n in counts.items() if i not in want.get(key, ())),
+        lost=sum(1 for key, ids in sent.items() for i in ids if (key, i) not in counts),
+        unexpected=sum(n for (key, i), n in counts.items() if i not in sent.get(key, {})),
+        changed=changed,
     )
 
 
@@ -276,8 +293,9 @@ class Figures:
 
     def count(self, t: Tally) -> None:
         self.sent, self.in_sink, self.duplicates, self.lost = t.sent, t.in_sink, t.duplicates, t.lost
-        if t.unexpected:
-            self.extra["unexpected"] = t.unexpected
+        for name in ("unexpected", "changed"):
+            if getattr(t, name):
+                self.extra[name] = getattr(t, name)
 
     def line(self) -> str:
         data = asdict(self)

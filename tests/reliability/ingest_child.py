@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 TIMEOUT = 60.0  # only turns a hang into a failure
+STORED_LINE_LIMIT = 256 * 1024 * 1024  # the answer to ``stop`` is one line holding every stored payload
 
 
 def namespace_refusal(directory: Path) -> str | None:
@@ -33,12 +35,16 @@ class IngestChild:
         self.proc, self.ports = proc, ports
 
     @classmethod
-    async def start(cls, args: Sequence[str], stderr: Path, prefix: Sequence[str] = ()) -> IngestChild:
+    async def start(
+        cls, args: Sequence[str], stderr: Path, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> IngestChild:
+        """Start it (its log lines appended to ``stderr``); ``env`` is added to this process's environment."""
         argv = [*prefix, sys.executable, "-m", "tests.reliability.small_disk_bridge", *args]
-        with stderr.open("wb") as err:
+        with stderr.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err
-            )
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                limit=STORED_LINE_LIMIT, env={**os.environ, **(env or {})},
+            )  # fmt: skip
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
         assert line.startswith("PORT "), line + stderr.read_text()[-2000:]
@@ -60,11 +66,11 @@ class IngestChild:
             await asyncio.sleep(0.05)
         raise TimeoutError(f"timed out waiting for {what}: {report}")
 
-    async def stop(self) -> list[tuple[int, int]]:
-        """Stop it; every stored (stream, message id) of data records."""
+    async def stop(self) -> list[tuple[int, int, bytes]]:
+        """Stop it; every stored data record as (stream, message id, payload), in log order."""
         final = await self.ask("stop")
         assert await asyncio.wait_for(self.proc.wait(), TIMEOUT) == 0
-        return [(s, m) for s, m in final["stored"]]
+        return [(s, m, bytes.fromhex(p)) for s, m, p in final["stored"]]
 
     async def kill(self) -> None:
         if self.proc.returncode is None:

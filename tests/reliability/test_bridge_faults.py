@@ -40,6 +40,7 @@ from interop.network import scenario
 from interop.proxy import LossyProxy
 from tests.ports import free_port
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points
+from tests.reliability.injection import fault_env, faults_reached
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,7 +57,10 @@ T = TypeVar("T")
 class BridgeProcess:
     """``aqueduct-bridge serve`` in a subprocess, restartable on the same ports and directories."""
 
-    def __init__(self, tmp: Path, certs, *, quic: bool = False, tcp: bool = False, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, tmp: Path, certs, *, quic: bool = False, tcp: bool = False, args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.tmp = tmp
         self.quic_port = free_port(socket.SOCK_DGRAM) if quic else None
         self.tcp_port = free_port(socket.SOCK_STREAM) if tcp else None
@@ -72,7 +76,7 @@ class BridgeProcess:
             argv += ["--quic", f"127.0.0.1:{self.quic_port}"]
         if tcp:
             argv += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
-        self.child = Child(argv, tmp / "bridge.log", env={"PYSPARK_PYTHON": sys.executable})
+        self.child = Child(argv, tmp / "bridge.log", env={"PYSPARK_PYTHON": sys.executable, **(env or {})})
         self.starts = 0
 
     @property
@@ -306,6 +310,65 @@ async def test_bridge_restarts_after_a_crash_cut_its_first_checkpoint_write(
     result = verify_output(bridge.output, {1: {i: b"%d" % i for i in range(count)}})
     record(figures, result)
     assert_exactly_once(result, bridge)
+
+
+async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_exactly_once(
+    figures: Figures, tmp_path: Path, certs
+) -> None:
+    """A real kill in the middle of the source's commit-file write (``LOG/commits/<consumer>.json``).
+
+    The Python process writing it (one Spark started) stops itself once
+    the new content is on disk under its temporary name, before the rename
+    (``inject/sitecustomize.py``); the test then SIGKILLs the bridge and
+    everything it started, as a machine crash would at that moment, and
+    restarts it. A connector sends throughout, so micro-batches keep
+    coming (the source writes a batch's commit file when the next one runs).
+    """
+    mark = tmp_path / "faults"
+    fault = fault_env("commit-file:1", mark)
+    sent: dict[int, bytes] = {}
+    stop = asyncio.Event()
+    async with bridge_process(tmp_path, certs, tcp=True, env=fault) as bridge:
+        await bridge.start(query=False)
+
+        async def send() -> None:
+            url = f"tcp://127.0.0.1:{bridge.tcp_port}"
+            async with Connector(url, program="p", instance="i", backoff=(0.05, 0.5)) as conn:
+                stream = await conn.stream(1, "through-a-kill")
+                while not stop.is_set():
+                    sent[len(sent)] = b"message %d" % len(sent)
+                    await stream.send(sent[len(sent) - 1])
+                    await asyncio.sleep(0.005)  # (pacing: batches keep coming while Spark runs)
+                await conn.wait_all_acked(DRAIN_TIMEOUT)
+
+        sender = asyncio.ensure_future(send())
+        try:
+            await bridge.alive_while(wait_for_file(mark), DRAIN_TIMEOUT)  # the write reached its rename
+            torn = sorted(p.name for p in (tmp_path / "log" / "commits").iterdir())
+            await bridge.crash()
+            for key in fault:
+                bridge.child.env.pop(key)
+            await bridge.start()
+            await bridge.wait_for_commit(beyond=bridge.committed_batches())  # the restarted query commits
+            stop.set()
+            await bridge.alive_while(sender, DRAIN_TIMEOUT)
+        finally:
+            stop.set()
+            sender.cancel()
+        expected = {1: dict(sent)}
+        await drain(bridge, expected)
+        await bridge.stop()
+    result = verify_output(bridge.output, expected)
+    record(figures, result)
+    figures.faults = {"sigkill_during_commit_file_write": faults_reached(mark), "commit_files_at_kill": torn}
+    assert_exactly_once(result, bridge)
+    assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the new content unpublished
+
+
+async def wait_for_file(path: Path) -> None:
+    """Until ``path`` exists (bounded by the caller)."""
+    while not path.exists():
+        await asyncio.sleep(0.05)
 
 
 def held_payload(stream_id: int, message_id: int) -> bytes:

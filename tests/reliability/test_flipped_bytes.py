@@ -3,8 +3,9 @@
 A real log on disk (several streams, several batches and segments each);
 for each of a seeded set of positions, one bit is flipped in place, the
 log is read as the Spark source reads it (``read_partition`` over every
-stream, the very code Spark's workers run) and as the bridge reopens it,
-then the byte is restored. Positions cover every batch's bytes, every
+stream, the very code Spark's workers run) and reopened as a restarted
+bridge opens it (the log, then its ingest: the points OK would give), then
+the byte is restored. Positions cover every batch's bytes, every
 index, and the commit file.
 """
 
@@ -13,10 +14,12 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.source.datasource import (
     SPARK_STRUCT,
     AqueductDataLoss,
@@ -27,14 +30,17 @@ from aqueduct.bridge.source.datasource import (
 from aqueduct.bridge.source.log_access import LocalLog
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.commits import commit_file, read_committed
+from aqueduct.bridge.storage.corruption import CORRUPT_DIR, corrupt_ranges
 from aqueduct.bridge.storage.index import MAGIC, IndexCorrupt, read_entries
 from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.bridge.storage.segment import segment_name
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import ConnectorMessage
+from aqueduct.connector.inbound import DurableStream
 from tests.reliability.faults import Figures
 
 STREAMS, BATCHES, PER_BATCH = (3, 4), 6, 25
+REOPEN_EVERY = 6  # of the batch flips, every sixth also reopens the bridge
 
 
 def build(path: Path) -> None:
@@ -60,6 +66,19 @@ def read_all(path: Path, skip_corrupt: bool = False) -> dict[int, list[tuple[int
     return rows
 
 
+def reopened(path: Path) -> list[DurableStream]:
+    """What the bridge tells the log's connector after reopening it: OK's durable points.
+
+    Opening the log reads (and checks) every batch; the ingest starts on it
+    as a restarted bridge's does.
+    """
+    with DurableLog(path) as log:
+        points = Ingest(log).durable_streams("c", "1")
+        refused = all(log.is_duplicate(sid, m) for sid in STREAMS for m in range(BATCHES * PER_BATCH))
+    assert refused  # every id stays received, a corrupt batch's included: none is taken twice
+    return points
+
+
 def flip(file: Path, at: int, bit: int) -> bytes:
     data = bytearray(file.read_bytes())
     original = bytes(data)
@@ -74,12 +93,13 @@ def test_a_flipped_bit_in_any_stored_batch_is_reported_never_returned(
     path = tmp_path / "log"
     build(path)
     truth = read_all(path)
+    points = reopened(path)
     targets = []  # (stream, entry) for every batch
     for sid in STREAMS:
         for e in read_entries(path / "streams" / str(sid) / "index")[0]:
             targets.append((sid, e))
-    reported = 0
-    for _ in range(120):
+    reported = reopens = 0
+    for n in range(120):
         sid, e = rng.choice(targets)
         segment = path / "streams" / str(sid) / segment_name(e.segment)
         at, bit = e.position + rng.randrange(e.length), rng.randrange(8)
@@ -92,13 +112,19 @@ def test_a_flipped_bit_in_any_stored_batch_is_reported_never_returned(
             lost = {(m, p) for m, p in truth[sid]} - set(skipped.get(sid, []))
             assert lost == set(truth[sid][e.first_offset : e.end_offset])  # that batch only, nothing changed
             assert all(skipped[other] == truth[other] for other in STREAMS if other != sid)
+            if n % REOPEN_EVERY == 0:  # (an open reads every batch: a sample of the flips is enough)
+                shutil.rmtree(path / CORRUPT_DIR)
+                assert reopened(path) == points  # the bridge opens the log and resumes its connector as before
+                assert corrupt_ranges(path) == [(sid, e.first_offset, e.end_offset)]  # and says which batch
+                reopens += 1
             reported += 1
         finally:
             segment.write_bytes(original)
-    assert read_all(path) == truth
+            shutil.rmtree(path / CORRUPT_DIR, ignore_errors=True)
+    assert read_all(path) == truth and reopened(path) == points and corrupt_ranges(path) == []
     figures.sent = figures.in_sink = sum(len(v) for v in truth.values())
     figures.faults = {"bit_flips_in_batches": 120}
-    figures.extra = {"reported": reported}
+    figures.extra = {"reported": reported, "bridge_reopened": reopens}
 
 
 def test_a_flipped_bit_in_an_index_or_a_commit_file_is_reported_or_harmless(

@@ -353,7 +353,7 @@ async def test_aqueduct_server_survives_mutated_frames_and_keeps_serving(
         await server.close()
         acceptor.cancel()
     problems = record(figures, outcomes, kinds, loop_errors)
-    figures.count(tally({"steady": range(sent)}, (("steady", v) for v in app.values)))
+    figures.count(tally({"steady": {i: i for i in range(sent)}}, (("steady", v, v) for v in app.values)))
     figures.extra["bad_payloads_skipped_by_app"] = app.bad_payloads
 
     assert not problems, problems[:5]
@@ -386,7 +386,7 @@ async def test_connector_worker_survives_mutated_aqueduct_frames(
         await server.close()
     problems = record(figures, outcomes, kinds, loop_errors)
     delivered = sink.messages(*GOOD, 1)
-    figures.count(tally({1: range(sent)}, ((1, m.message_id) for m in delivered)))
+    figures.count(tally({1: {i: b"steady-%d" % i for i in range(sent)}}, ((1, m.message_id, m.payload) for m in delivered)))
 
     assert not problems, problems[:5]
     assert not loop_errors, [c.get("exception") or c.get("message") for c in loop_errors[:3]]

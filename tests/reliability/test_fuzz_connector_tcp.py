@@ -170,7 +170,7 @@ async def test_worker_survives_mutated_frames_and_keeps_serving(
         await server.close()
 
     delivered = sink.messages(*GOOD, 1)
-    figures.count(tally({1: range(sent)}, ((1, m.message_id) for m in delivered)))
+    figures.count(tally({1: {i: b"steady-%d" % i for i in range(sent)}}, ((1, m.message_id, m.payload) for m in delivered)))
     figures.faults = {"hostile_inputs": INPUTS, "mutations": kinds}
     figures.extra = {**outcomes, "mismatches": len(mismatches), "loop_errors": len(loop_errors)}
 

@@ -3,9 +3,10 @@
 A real writer process (tests/reliability/truncating_writer.py) commits a
 batch per stream and truncates below all but its last 50 records, over and
 over, and is SIGKILLed at seeded moments; each restart recovers the log
-and checks it (contiguous retained ids, the newest and the truncated ones
+and checks it (contiguous retained ids with their payloads, the newest and the truncated ones
 still refused as duplicates) before going on. Afterwards every id a run
-reported durable is either retained or below what was truncated.
+reported durable is either retained, with the payload it was written
+with, or below what was truncated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from aqueduct.bridge.storage.log import DurableLog
 from tests.reliability.faults import Child, Figures, kill_points
+from tests.reliability.truncating_writer import payload
+from tests.stored import stored
 
 TIMEOUT = 60.0
 
@@ -50,9 +53,10 @@ async def test_sigkill_during_commits_and_truncations_leaves_a_whole_log(
     durable = reported(writer.output())
     with DurableLog(log_dir) as log:
         for sid, last in durable.items():
-            view = log.snapshot(sid)
-            ids = [m for b in view.read(view.earliest, view.end) for m in b.column("message_id").to_pylist()]
-            assert ids == list(range(ids[0], ids[-1] + 1))
+            rows = stored(log, sid)
+            first = rows[0][0]
+            assert rows == [(m, payload(m)) for m in range(first, first + len(rows))]  # no gap, no repeat, intact
+            ids = [m for m, _ in rows]
             assert ids[-1] >= last  # nothing reported durable is missing above the truncation
             assert all(log.is_duplicate(sid, m) for m in range(0, last + 1, 97))
     figures.faults = {"sigkill_after_s": delays}

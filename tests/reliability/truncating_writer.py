@@ -1,8 +1,9 @@
 """A log writer that commits and truncates without pause, for SIGKILL tests.
 
 ``python -m tests.reliability.truncating_writer LOG`` opens (recovers) the
-log, checks that each stream's retained ids run without a gap and that the
-last few ids it holds are refused as duplicates, then appends batches of
+log, checks that each stream's retained ids run without a gap, each with
+its payload, and that the last few ids it holds are refused as
+duplicates, then appends batches of
 consecutive ids to two streams, commits, and truncates each stream below
 all but its last 50 records after every commit (small segments, so every
 truncation drops files and rewrites the index). After each commit it prints
@@ -16,17 +17,22 @@ import sys
 
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import ConnectorMessage
+from tests.stored import stored
 
 STREAMS = (1, 2)
 
 
+def payload(message_id: int) -> bytes:
+    """What the writer stores with each id."""
+    return b"payload %d" % message_id
+
+
 def check(log: DurableLog) -> None:
-    """What a restart must find: contiguous ids, and the newest refused as duplicates."""
+    """What a restart must find: contiguous ids with their payloads, and the newest refused as duplicates."""
     for sid in log.stream_ids():
-        view = log.snapshot(sid)
-        ids = [m for b in view.read(view.earliest, view.end) for m in b.column("message_id").to_pylist()]
-        if ids and ids != list(range(ids[0], ids[0] + len(ids))):
-            sys.exit(f"stream {sid}: retained ids have a gap or repeat: {ids[:5]}...{ids[-5:]}")
+        rows = stored(log, sid)
+        if rows and rows != [(m, payload(m)) for m in range(rows[0][0], rows[0][0] + len(rows))]:
+            sys.exit(f"stream {sid}: retained records have a gap, a repeat or a changed payload: {rows[:3]}...{rows[-3:]}")
         reference = log.durable_reference(sid)
         for m in range(max(0, reference - 5), reference):
             if not log.is_duplicate(sid, m):
@@ -46,7 +52,7 @@ def main(path: str) -> None:
             for sid in STREAMS:
                 start = log.durable_reference(sid)
                 for m in range(start, start + 20):
-                    log.append(ConnectorMessage.build(sid, b"payload %d" % m, message_id=m))
+                    log.append(ConnectorMessage.build(sid, payload(m), message_id=m))
             ends = log.commit()
             for sid, end in ends.items():
                 print(f"COMMITTED {sid} {log.durable_reference(sid) - 1}", flush=True)

@@ -11,6 +11,7 @@ import json
 import signal
 import socket
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -104,6 +105,7 @@ async def test_spark_bridge_serves_metrics_of_its_consumers(spark: object, tmp_p
         assert bridge.tcp_address is not None and bridge.metrics_address is not None
         async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="p", instance="0") as conn:
             stream = await conn.stream(1, "s")
+            sending = time.monotonic()
             await stream.send_many([b"r"] * 5)
             metrics: dict = {}
             for _ in range(int(TIMEOUT / 0.1)):  # bounded: until the group commit made them durable
@@ -114,4 +116,5 @@ async def test_spark_bridge_serves_metrics_of_its_consumers(spark: object, tmp_p
                 await asyncio.sleep(0.1)
             assert metrics[("aqueduct_sessions", ())] == 1
             assert metrics[("aqueduct_consumer_lag_records", (("consumer", "reports"),))] == 5
-            assert metrics[("aqueduct_consumer_oldest_unread_age_seconds", (("consumer", "reports"),))] >= 0
+            age = metrics[("aqueduct_consumer_oldest_unread_age_seconds", (("consumer", "reports"),))]
+            assert 0 <= age <= time.monotonic() - sending  # the oldest unread record is one just sent

@@ -130,15 +130,26 @@ def test_a_byte_budget_splits_the_backlog_into_whole_epoch_batches(spark: Any, t
     assert ids(spark, tmp_path / "q" / "data", "message_id") == [(m,) for m in range(24) if m % 4 != 3]
 
 
+NO_DATA_PROGRESS = "spark.sql.streaming.noDataProgressEventInterval"
+
+
 def test_min_records_holds_a_batch_until_enough_or_the_delay(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "log"
     with DurableLog(path, segment_bytes=1) as log:
         log.open_stream(1, "a", "shop/a", boundaries=True)
         fill(log, {1: "a"}, epochs=1)  # 3 rows: below the minimum
-        q = stream_to_parquet(spark, tmp_path / "q", {"processingTime": "200 milliseconds"}, "min",
-                              log=str(path), minRecordsPerTrigger="6", maxTriggerDelay="4s")  # fmt: skip
+        # Every trigger reports its progress, the idle ones too: the events the check below waits for.
+        spark.conf.set(NO_DATA_PROGRESS, "0")
         try:
-            time.sleep(1.5)
+            q = stream_to_parquet(spark, tmp_path / "q", {"processingTime": "200 milliseconds"}, "min",
+                                  log=str(path), minRecordsPerTrigger="6", maxTriggerDelay="4s")  # fmt: skip
+        finally:
+            spark.conf.unset(NO_DATA_PROGRESS)
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while len(q.recentProgress) < 2 and time.monotonic() < deadline:  # triggers that could have read
+                time.sleep(0.05)
+            assert len(q.recentProgress) >= 2
             assert not [p for p in q.recentProgress if p["numInputRows"]]  # held back
             deadline = time.monotonic() + TIMEOUT
             while not [p for p in q.recentProgress if p["numInputRows"]] and time.monotonic() < deadline:

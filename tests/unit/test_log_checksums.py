@@ -13,7 +13,6 @@ import pytest
 
 from aqueduct.bridge.app.status import format_table, read_status
 from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataLoss, AqueductDataSource
-from aqueduct.bridge.storage.acked import ACKED_FILE, read_acked, write_acked
 from aqueduct.bridge.storage.commits import commit_file, read_committed
 from aqueduct.bridge.storage.corruption import corrupt_ranges
 from aqueduct.bridge.storage.index import (
@@ -205,15 +204,3 @@ def test_a_commit_file_with_changed_bytes_is_reported_and_ignored(
     assert read_committed(path, "q") is None
     file.write_text(json.dumps({"offsets": {"5": 4}, "committed_at": 0}))  # written before checksums
     assert read_committed(path, "q") == {5: 4}
-
-
-def test_an_acked_file_with_changed_bytes_is_reported_and_ignored(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    write_acked(tmp_path, {5: 8, 6: 2})
-    assert read_acked(tmp_path) == {5: 8, 6: 2}
-    file = tmp_path / ACKED_FILE
-    file.write_text(file.read_text().replace('"5": 8', '"5": 9'))  # a restart would ack what nobody committed
-    with caplog.at_level(logging.ERROR):
-        assert read_acked(tmp_path) == {}
-    assert f"{file} is corrupt (its offsets fail their CRC32C check" in caplog.text

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.credits import Credits
-from aqueduct.bridge.storage.acked import read_acked
+from aqueduct.bridge.storage.acked import restore_acked
 from aqueduct.bridge.storage.commits import acks_for
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.worker.server import WorkerPeer
@@ -72,7 +72,7 @@ class Acks:
         self._ack_writes: set[asyncio.Task[None]] = set()
         self._acks_unrecorded = False  # acked.json could not be written: said once
         self._truncated: dict[int, int] = {}  # stream -> offset last asked to truncate below
-        acked = read_acked(self.log.path)
+        acked = restore_acked(self.log.path)
         for sid in self.log.stream_ids():
             committed = max(self.log.snapshot(sid).earliest, min(acked.get(sid, 0), self.log.durable_end(sid)))
             backlog.move(sid, complete=self.log.complete_offset(sid), committed=committed)
