@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from aqueduct.connector.body_reader import BodyReader
 from aqueduct.records.flags import BOUNDARY, EOS, EPHEMERAL, EVENT_TIME, KEY, UNSTABLE_REFERENCE
 
 __all__ = [
@@ -519,59 +520,6 @@ def _encode_plain_message(m: ConnectorMessage) -> bytes | None:
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
-    """Cursor over one frame body; every short read names the frame and field."""
-
-    __slots__ = ("frame", "data", "pos")
-
-    def __init__(self, frame: str, data: bytes) -> None:
-        self.frame = frame
-        self.data = data
-        self.pos = 0
-
-    def left(self) -> int:
-        return len(self.data) - self.pos
-
-    def take(self, n: int, field: str) -> bytes:
-        if self.left() < n:
-            raise ConnectorFrameError(
-                f"{self.frame}: body ends inside {field} (needs {n} bytes, {self.left()} left)"
-            )
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def u16(self, field: str) -> int:
-        return int.from_bytes(self.take(2, field), "big")
-
-    def u32(self, field: str) -> int:
-        return int.from_bytes(self.take(4, field), "big")
-
-    def u64(self, field: str) -> int:
-        return int.from_bytes(self.take(8, field), "big")
-
-    def short(self, field: str) -> bytes:
-        return self.take(self.u16(f"{field} length"), field)
-
-    def text(self, field: str) -> str:
-        raw = self.short(field)
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            raise ConnectorFrameError(f"{self.frame}: {field} is not valid UTF-8") from None
-
-    def rest(self) -> bytes:
-        chunk = self.data[self.pos :]
-        self.pos = len(self.data)
-        return chunk
-
-    def end(self) -> None:
-        if self.left():
-            raise ConnectorFrameError(
-                f"{self.frame}: {self.left()} trailing byte(s) after the body"
-            )
-
-
 def _plain_messages(
     view: memoryview, pos: int, limit: int, frames: list[Frame | ColumnRun], make_run: RunFactory | None
 ) -> int:
@@ -622,7 +570,7 @@ def _plain_messages(
     return pos
 
 
-def _read_message(r: _Reader) -> ConnectorMessage:
+def _read_message(r: BodyReader) -> ConnectorMessage:
     flags = r.u16("flags")
     validate_flags(flags, has_payload=False)
     stream_id = r.u64("stream id")
@@ -642,14 +590,14 @@ def _decode_frame(buf: bytes | memoryview, pos: int, end: int) -> Frame:
     return _decode_body(buf[pos + 4], bytes(buf[pos + 5 : end]))
 
 
-def _read_hello(r: _Reader) -> Hello:
+def _read_hello(r: BodyReader) -> Hello:
     # The version is kept even if it is not UTF-8 so the session can say
     # "unsupported protocol version: <got>" rather than a codec error.
     version = r.short("version").decode(errors="backslashreplace")
     return Hello(version, r.short("cookie"), r.text("program name"), r.text("instance name"))
 
 
-def _read_ok(r: _Reader) -> Ok:
+def _read_ok(r: BodyReader) -> Ok:
     credits = r.u32("credits")
     refs = []
     while r.left():
@@ -657,15 +605,15 @@ def _read_ok(r: _Reader) -> Ok:
     return Ok(credits, tuple(refs))
 
 
-def _read_error(r: _Reader) -> Error:
+def _read_error(r: BodyReader) -> Error:
     return Error(r.short("reason").decode(errors="replace"))
 
 
-def _read_notify(r: _Reader) -> Notify:
+def _read_notify(r: BodyReader) -> Notify:
     return Notify(r.u64("stream id"), r.text("stream name"), r.u64("point of reference"))
 
 
-def _read_ack(r: _Reader) -> Ack:
+def _read_ack(r: BodyReader) -> Ack:
     credits, count = r.u32("credits"), r.u32("count")
     if count * 16 > r.left():
         raise ConnectorFrameError(
@@ -674,7 +622,7 @@ def _read_ack(r: _Reader) -> Ack:
     return Ack(credits, tuple((r.u64("stream id"), r.u64("point of reference")) for _ in range(count)))
 
 
-def _read_restart(r: _Reader) -> Restart:
+def _read_restart(r: BodyReader) -> Restart:
     return Restart()
 
 
@@ -699,7 +647,7 @@ def _decode_body(tag: int, body: bytes) -> Frame:
     if entry is None:
         raise ConnectorFrameError(f"unknown frame tag 0x{tag:02x}")
     cls, reader = entry
-    r = _Reader(cls.NAME, body)
+    r = BodyReader(cls.NAME, body, ConnectorFrameError)
     frame = reader(r)  # type: ignore[operator]
     r.end()
     return frame

@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from aqueduct.connector.body_reader import BodyReader
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "NO_POINT",
@@ -241,48 +243,7 @@ def encode(frame: Frame) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class _WallarooReader:
-    """Cursor over one frame body; a body too short names the frame and field."""
-
-    __slots__ = ("frame", "data", "pos")
-
-    def __init__(self, frame: str, data: bytes) -> None:
-        self.frame = frame
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int, field: str) -> bytes:
-        left = len(self.data) - self.pos
-        if left < n:
-            raise WallarooFrameError(
-                f"{self.frame}: body ends inside {field} (needs {n} bytes, {left} left)"
-            )
-        self.pos += n
-        return self.data[self.pos - n : self.pos]
-
-    def number(self, n: int, field: str, signed: bool = False) -> int:
-        return int.from_bytes(self.take(n, field), "big", signed=signed)
-
-    def short(self, field: str) -> bytes:
-        return self.take(self.number(2, f"{field} length"), field)
-
-    def text(self, field: str) -> str:
-        try:
-            return self.short(field).decode()
-        except UnicodeDecodeError:
-            raise WallarooFrameError(f"{self.frame}: {field} is not valid UTF-8") from None
-
-    def rest(self) -> bytes:
-        self.pos, start = len(self.data), self.pos
-        return self.data[start:]
-
-    def end(self) -> None:
-        left = len(self.data) - self.pos
-        if left:
-            raise WallarooFrameError(f"{self.frame}: {left} trailing byte(s) after the body")
-
-
-def _read(tag: int, r: _WallarooReader) -> Frame:
+def _read(tag: int, r: BodyReader) -> Frame:
     frame: Frame
     if tag == HELLO_TAG:
         # Kept even if not UTF-8, so the session can name the version it got.
@@ -327,7 +288,7 @@ def _decode_body(tag: int, body: bytes) -> Frame:
                 f"frame tag {tag} is a two-phase-commit frame, not part of a source connection"
             )
         raise WallarooFrameError(f"unknown frame tag {tag}")
-    return _read(tag, _WallarooReader(name, body))
+    return _read(tag, BodyReader(name, body, WallarooFrameError))
 
 
 def _check_length(length: int, max_frame_size: int) -> None:
