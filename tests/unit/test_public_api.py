@@ -143,3 +143,18 @@ def test_an_old_path_still_works_and_warns(module: str, name: str) -> None:
         [sys.executable, "-c", _CHECK_OLD_PATH, module, name], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_no_two_classes_of_the_package_share_a_name() -> None:
+    """One class per name: a reader (or a traceback) naming ``Message`` or ``Connection`` means one thing."""
+    import ast
+    from collections import defaultdict
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "aqueduct"
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(str(path.relative_to(package)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

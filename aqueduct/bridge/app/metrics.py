@@ -41,7 +41,7 @@ SNAPSHOT_TIMEOUT = 10.0
 HANDSHAKE_REASONS = {"tls": "tls", "other": "quic_handshake"}
 
 
-class Bridge(Protocol):
+class ScrapedBridge(Protocol):
     """What a scrape reads of the running :class:`~aqueduct.bridge.app.service.Bridge`.
 
     Spelled out here, not imported: the bridge starts the endpoint, so the
@@ -78,7 +78,7 @@ class Snapshot:
     failed_handshakes: dict[str, int]
 
 
-def take_snapshot(bridge: Bridge) -> Snapshot | None:
+def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
     """Copy the bridge's counters (call on its loop); None once it stopped."""
     log, ingest, positions = bridge.log, bridge.ingest, bridge.positions
     if log is None or ingest is None or positions is None:
@@ -128,7 +128,7 @@ def disk_bytes(directory: Path) -> int:
 class BridgeCollector:
     """A ``prometheus_client`` collector over one bridge; see the module docstring."""
 
-    def __init__(self, bridge: Bridge, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, bridge: ScrapedBridge, loop: asyncio.AbstractEventLoop) -> None:
         self.bridge = bridge
         self.loop = loop
 
@@ -232,7 +232,7 @@ class MetricsServer:
         self._thread.join()
 
 
-def start_metrics(bridge: Bridge, loop: asyncio.AbstractEventLoop, host: str, port: int) -> MetricsServer:
+def start_metrics(bridge: ScrapedBridge, loop: asyncio.AbstractEventLoop, host: str, port: int) -> MetricsServer:
     """Serve the bridge's metrics (and the process's: CPU, memory, descriptors) at ``http://host:port/metrics``."""
     try:
         from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server

@@ -62,7 +62,7 @@ def checked_offsets(doc: Mapping[str, Any]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
-class Acked:
+class AckedCopies:
     """What the copies of ``acked.json`` say, once read."""
 
     offsets: dict[int, int]
@@ -97,7 +97,7 @@ def _read_copy(path: Path) -> tuple[dict[int, int], float] | None:
     return checked_offsets(doc), float(doc["acked_at"])
 
 
-def read_copies(log_dir: Path) -> Acked:
+def read_copies(log_dir: Path) -> AckedCopies:
     """Both copies read and merged: per stream the largest offset a good copy holds.
 
     A spoiled copy (not JSON, or failing the checksum written with its
@@ -127,7 +127,7 @@ def read_copies(log_dir: Path) -> Acked:
             offsets[sid] = max(offset, offsets.get(sid, offset))
     acked_at = max((at for _, at in good), default=None)
     whole = len(good) == len(ACKED_FILES) and all(positions == offsets for positions, _ in good)
-    return Acked(offsets, acked_at, whole or (not good and not spoiled))
+    return AckedCopies(offsets, acked_at, whole or (not good and not spoiled))
 
 
 def read_acked(log_dir: Path) -> dict[int, int]:
