@@ -50,7 +50,7 @@ from collections.abc import Hashable
 from aioquic.tls import SessionTicket
 
 MAX_SERVER_TICKETS = 65536
-"""Tickets a server keeps (about 0.5 KB each); past it the oldest are forgotten
+"""Tickets a server keeps (about 0.6 KB each, 40 MB in all); past it the oldest are forgotten
 (their clients then run a full handshake). One per connection since the last
 restart, so the bound is a fleet's size."""
 MAX_CLIENT_TICKETS = 1024
