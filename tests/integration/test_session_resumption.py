@@ -1,6 +1,6 @@
 """A client reconnecting to the same aioquic server resumes its TLS session; everything above TLS still runs.
 
-Real QUIC over loopback. The process keeps the newest session ticket per
+Real QUIC over loopback, an aioquic client (picoquic's server too). The process keeps the newest session ticket per
 server (host, port, SNI): the second ``connect`` to a server presents it
 and the server counts a resumed handshake (no certificate work). A
 resumed connection still runs the Aqueduct handshake and the worker's
@@ -39,12 +39,15 @@ async def connect_and_send(port: int, server: rt.Server, certs, **options) -> bo
         await tx.connection.close()
 
 
-async def test_a_reconnect_resumes_and_the_server_counts_it(certs) -> None:
-    async with await rt.serve("127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key) as server:
+async def test_a_reconnect_resumes_and_the_server_counts_it(certs, server_backend, server_host) -> None:
+    async with await rt.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
+    ) as server:
         assert await connect_and_send(server.port, server, certs) is False
         assert await connect_and_send(server.port, server, certs) is True
         assert await connect_and_send(server.port, server, certs) is True  # each connection is issued a new ticket
-        assert dict(server.completed_handshakes) == {"full": 1, "resumed": 2}
+        if server_backend == "aioquic":  # picoquic's server counts nothing
+            assert dict(server.completed_handshakes) == {"full": 1, "resumed": 2}
 
 
 async def test_a_ticket_from_another_server_falls_back_to_a_full_handshake(certs) -> None:
