@@ -7,8 +7,9 @@ it turns aioquic's events into the driver's input calls and implements
 halves of :func:`~aqueduct.runtime.endpoints.serve` and
 :func:`~aqueduct.runtime.endpoints.connect`. This module and the ones it
 uses (:mod:`~aqueduct.runtime.backends.aioquic_internals`,
-:mod:`~aqueduct.runtime.backends.quic_server`, :mod:`~aqueduct.runtime.backends.tls`,
-:mod:`~aqueduct.runtime.backends.udp`) are the only ones that know aioquic.
+:mod:`~aqueduct.runtime.backends.quic_server`, :mod:`~aqueduct.runtime.backends.session_tickets`,
+:mod:`~aqueduct.runtime.backends.tls`, :mod:`~aqueduct.runtime.backends.udp`) are the only ones
+that know aioquic.
 """
 
 from __future__ import annotations
