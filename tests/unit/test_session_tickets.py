@@ -42,16 +42,29 @@ def test_a_server_ticket_resumes_once_and_not_after_it_expired() -> None:
     assert len(tickets) == 0
 
 
-def test_a_client_keeps_the_newest_ticket_of_a_bounded_number_of_servers() -> None:
+def test_a_client_keeps_a_bounded_number_of_tickets_over_every_server() -> None:
     tickets = ClientTickets(capacity=64)
     for n in range(10_000):
         tickets.put(("10.0.0.1", n, "bridge"), ticket(n))
-    tickets.put(("10.0.0.1", 9999, "bridge"), ticket(123))  # a newer ticket replaces the server's last
+    tickets.put(("10.0.0.1", 9999, "bridge"), ticket(123))
     assert len(tickets) == 64
-    assert tickets.take(("10.0.0.1", 0, "bridge")) is None
-    kept = tickets.take(("10.0.0.1", 9999, "bridge"))
-    assert kept is not None and kept.ticket == ticket(123).ticket
-    assert tickets.take(("10.0.0.1", 9999, "bridge")) is None  # presented once
+    assert tickets.take(("10.0.0.1", 0, "bridge")) is None  # forgotten: a full handshake
+    newest, older = (tickets.take(("10.0.0.1", 9999, "bridge")) for _ in range(2))
+    assert newest is not None and newest.ticket == ticket(123).ticket
+    assert older is not None and older.ticket == ticket(9999).ticket
+    assert tickets.take(("10.0.0.1", 9999, "bridge")) is None  # each presented once
+    assert len(tickets) == 62
+
+
+def test_a_client_keeps_a_ticket_per_connection_to_one_server_within_the_bound() -> None:
+    tickets = ClientTickets(capacity=100)
+    for n in range(5000):  # a fleet of producers in one process, one bridge
+        tickets.put("bridge", ticket(n))
+    tickets.put("bridge", ticket(5000, valid_for=-1.0))
+    assert len(tickets) == 100
+    taken = [tickets.take("bridge") for _ in range(101)]
+    assert [t.ticket for t in taken[:100] if t is not None] == [ticket(n).ticket for n in range(4999, 4900, -1)]
+    assert taken[100] is None and len(tickets) == 0  # the expired one was skipped, not presented
 
 
 def test_a_client_never_offers_early_data() -> None:

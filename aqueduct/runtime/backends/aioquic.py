@@ -215,9 +215,9 @@ def check_server(host: str, options: ServerOptions) -> None:
 async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> TransportDriver:
     """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends.
 
-    The connection presents the ticket the process kept from its last
-    connection to the same server (host, port, SNI), if any, and keeps the
-    one it is issued (:data:`~aqueduct.runtime.backends.session_tickets.CLIENT_TICKETS`).
+    The connection presents the newest ticket the process kept from an
+    earlier connection to the same server (host, port, SNI), if any, and
+    keeps the one it is issued (:data:`~aqueduct.runtime.backends.session_tickets.CLIENT_TICKETS`).
     ``options.keepalive`` needs nothing here: on aioquic the driver sends
     the PINGs (``QuicTransport.send_ping``).
     """

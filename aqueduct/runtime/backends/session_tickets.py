@@ -36,15 +36,15 @@ full one is. Two things are deliberately not done:
   keep connecting for the ticket's life. A server that requires client
   certificates issues no tickets (see :func:`~aqueduct.runtime.backends.aioquic.listen`).
 
-:class:`ClientTickets` keeps the newest ticket per server (host, port, SNI),
+:class:`ClientTickets` keeps the tickets per server (host, port, SNI),
 process-wide and bounded, so every ``connect`` of a process (a producer's
-reconnects included) presents it without its caller doing anything.
+reconnects included) presents one without its caller doing anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 
 from aioquic.tls import SessionTicket
@@ -53,8 +53,8 @@ MAX_SERVER_TICKETS = 65536
 """Tickets a server keeps (about 0.6 KB each, 40 MB in all); past it the oldest are forgotten
 (their clients then run a full handshake). One per connection since the last
 restart, so the bound is a fleet's size."""
-MAX_CLIENT_TICKETS = 1024
-"""Servers a process remembers a ticket for; a producer talks to a handful."""
+MAX_CLIENT_TICKETS = 16384
+"""Tickets a process keeps, over every server (about 10 MB at most)."""
 
 
 class ServerTickets:
@@ -83,28 +83,50 @@ class ServerTickets:
 
 
 class ClientTickets:
-    """The newest ticket per server, bounded (least recently stored forgotten first)."""
+    """Tickets per server, the newest first, bounded in all (the least recently stored server's forgotten first).
+
+    A server's connection presents a ticket once and is issued a new one,
+    so a process with many connections to one server (a load generator, a
+    fleet of producers in one process) keeps one ticket per connection it
+    made, up to ``capacity`` tickets in all.
+    """
 
     def __init__(self, capacity: int = MAX_CLIENT_TICKETS) -> None:
         self.capacity = capacity
-        self._tickets: OrderedDict[Hashable, SessionTicket] = OrderedDict()
+        self._tickets: OrderedDict[Hashable, deque[SessionTicket]] = OrderedDict()
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._tickets)
+        return self._count
 
     def put(self, server: Hashable, ticket: SessionTicket) -> None:
         """Keep ``ticket`` for ``server``, without early data (no 0-RTT, see the module's docstring)."""
         if ticket.max_early_data_size is not None:
             ticket = dataclasses.replace(ticket, max_early_data_size=None)
-        self._tickets.pop(server, None)
-        self._tickets[server] = ticket
-        while len(self._tickets) > self.capacity:
-            self._tickets.popitem(last=False)
+        kept = self._tickets.pop(server, None) or deque()
+        kept.append(ticket)
+        self._tickets[server] = kept
+        self._count += 1
+        while self._count > self.capacity:
+            oldest = next(iter(self._tickets.values()))
+            oldest.popleft()
+            self._count -= 1
+            if not oldest:
+                self._tickets.popitem(last=False)
 
     def take(self, server: Hashable) -> SessionTicket | None:
-        """The ticket to present to ``server``, removed (the server accepts it once), or None."""
-        ticket = self._tickets.pop(server, None)
-        return ticket if ticket is not None and ticket.is_valid else None
+        """The newest valid ticket to present to ``server``, removed (the server accepts it once), or None."""
+        kept = self._tickets.get(server)
+        while kept:
+            ticket = kept.pop()
+            self._count -= 1
+            if ticket.is_valid:
+                break
+        else:
+            ticket = None
+        if kept is not None and not kept:
+            del self._tickets[server]
+        return ticket
 
 
 CLIENT_TICKETS = ClientTickets()
