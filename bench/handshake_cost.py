@@ -92,12 +92,11 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             server.terminate()
             server.wait()
     summary: dict[str, object] = {"connects_per_round": args.connects, "rounds": args.rounds}
+    server_us = {kind: statistics.median(s for s, _ in figures) * 1e6 for kind, figures in rounds.items()}
     for kind, figures in rounds.items():
-        summary[f"{kind}_server_us"] = round(statistics.median(s for s, _ in figures) * 1e6)
+        summary[f"{kind}_server_us"] = round(server_us[kind])
         summary[f"{kind}_client_us"] = round(statistics.median(c for _, c in figures) * 1e6)
-    summary["server_full_over_resumed"] = round(
-        int(summary["full_server_us"]) / max(1, int(summary["resumed_server_us"])), 2  # type: ignore[call-overload]
-    )
+    summary["server_full_over_resumed"] = round(server_us["full"] / max(1.0, server_us["resumed"]), 2)
     summary["load"] = os.getloadavg()
     return summary
 
