@@ -191,6 +191,11 @@ class Server:
         """Handshakes that failed, by kind (``tls``: a TLS alert; ``other``); empty where not counted (picoquic)."""
         return getattr(getattr(self._listener, "server", None), "failed_handshakes", {})
 
+    @property
+    def completed_handshakes(self) -> Mapping[str, int]:
+        """Handshakes that completed, by kind (``resumed``: a TLS session ticket, ``full``); empty where not counted (picoquic)."""
+        return getattr(getattr(self._listener, "server", None), "completed_handshakes", {})
+
     def _ready(self, driver: Driver) -> None:
         conn = ServerConnection(driver)
         if self._closed:

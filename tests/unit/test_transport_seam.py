@@ -23,6 +23,7 @@ BACKENDS = {
         "runtime/backends/aioquic.py",
         "runtime/backends/aioquic_internals.py",
         "runtime/backends/quic_server.py",
+        "runtime/backends/session_tickets.py",
         "runtime/backends/tls.py",
     },
     "aiopquic": {"runtime/backends/aiopquic.py"},

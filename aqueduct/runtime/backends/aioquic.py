@@ -7,8 +7,9 @@ it turns aioquic's events into the driver's input calls and implements
 halves of :func:`~aqueduct.runtime.endpoints.serve` and
 :func:`~aqueduct.runtime.endpoints.connect`. This module and the ones it
 uses (:mod:`~aqueduct.runtime.backends.aioquic_internals`,
-:mod:`~aqueduct.runtime.backends.quic_server`, :mod:`~aqueduct.runtime.backends.tls`,
-:mod:`~aqueduct.runtime.backends.udp`) are the only ones that know aioquic.
+:mod:`~aqueduct.runtime.backends.quic_server`, :mod:`~aqueduct.runtime.backends.session_tickets`,
+:mod:`~aqueduct.runtime.backends.tls`, :mod:`~aqueduct.runtime.backends.udp`) are the only ones
+that know aioquic.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import ipaddress
 import os
 import socket
+from functools import partial
 from typing import Any
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
@@ -25,7 +27,9 @@ from aioquic.quic.connection import QuicConnection
 
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
+from aqueduct.runtime.backends.session_tickets import CLIENT_TICKETS, ServerTickets
 from aqueduct.runtime.backends.tls import (
+    ClientCertificateAuthority,
     client_configuration,
     require_client_certificate,
     server_configuration,
@@ -140,6 +144,7 @@ class AioquicTransport(QuicConnectionProtocol):
             "bytes_in_flight": in_flight,
             "congestion_window": window,
             "packets_sent": aioquic_internals.packets_sent(self._quic),
+            "session_resumed": aioquic_internals.session_resumed(self._quic),
         }
 
 
@@ -163,19 +168,24 @@ class AioquicListener:
 async def listen(host: str, port: int, options: ServerOptions, make_driver: MakeDriver) -> AioquicListener:
     """Bind ``host``:``port`` and run ``make_driver`` for every connection a client opens.
 
+    The certificate, its key and the client CA are read once, here. The
+    server issues TLS session tickets (resumption, no 0-RTT) unless it
+    requires client certificates (see
+    :mod:`~aqueduct.runtime.backends.session_tickets` for both choices).
     ``options.keepalive`` needs nothing here: on aioquic the driver sends
     the PINGs (``QuicTransport.send_ping``).
     """
     o = options
     config = server_configuration(o.certfile, o.keyfile, idle_timeout=o.idle_timeout)
     batch = ReadBatch()
-    cafile = o.cafile
+    authority = ClientCertificateAuthority(o.cafile) if o.cafile is not None else None
+    tickets = ServerTickets() if authority is None else None
     max_handshakes = DEFAULT_MAX_HANDSHAKES if o.max_handshakes is None else o.max_handshakes
 
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AioquicTransport:
         # aioquic passes its stream_handler; Aqueduct streams go through the core instead.
-        if cafile is not None:
-            require_client_certificate(quic, cafile)
+        if authority is not None:
+            require_client_certificate(quic, authority)
         return AioquicTransport(quic, make_driver, batch)
 
     loop = asyncio.get_running_loop()
@@ -184,7 +194,11 @@ async def listen(host: str, port: int, options: ServerOptions, make_driver: Make
     # aioquic's serve(), bounded, on a socket whose reader reads whole batches (runtime.udp)
     _, server = await open_udp(
         lambda: BoundedQuicServer(
-            configuration=config, create_protocol=create_protocol, max_handshakes=max_handshakes
+            configuration=config,
+            create_protocol=create_protocol,
+            max_handshakes=max_handshakes,
+            session_ticket_fetcher=tickets.take if tickets is not None else None,
+            session_ticket_handler=tickets.add if tickets is not None else None,
         ),
         addr,
         family,
@@ -201,17 +215,23 @@ def check_server(host: str, options: ServerOptions) -> None:
 async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDriver) -> TransportDriver:
     """Connect and wait for the Aqueduct handshake; the socket closes when the connection ends.
 
+    The connection presents the newest ticket the process kept from an
+    earlier connection to the same server (host, port, SNI), if any, and
+    keeps the one it is issued (:data:`~aqueduct.runtime.backends.session_tickets.CLIENT_TICKETS`).
     ``options.keepalive`` needs nothing here: on aioquic the driver sends
     the PINGs (``QuicTransport.send_ping``).
     """
     loop = asyncio.get_running_loop()
     o = options
+    server_name = o.server_name or host
+    server = (host, port, server_name)
     config = client_configuration(
-        o.server_name or host, o.cafile, o.verify, o.certfile, o.keyfile, idle_timeout=o.idle_timeout
+        server_name, o.cafile, o.verify, o.certfile, o.keyfile, o.idle_timeout, CLIENT_TICKETS.take(server)
     )
     family, addr = await _udp_address(loop, host, port)
     batch = ReadBatch()
-    protocol = AioquicTransport(QuicConnection(configuration=config), make_driver, batch)
+    quic = QuicConnection(configuration=config, session_ticket_handler=partial(CLIENT_TICKETS.put, server))
+    protocol = AioquicTransport(quic, make_driver, batch)
     driver = protocol.driver
     local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
     transport, _ = await open_udp(lambda: protocol, local, family, batch)

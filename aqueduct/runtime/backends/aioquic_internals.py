@@ -96,6 +96,12 @@ def connection_ids(quic: QuicConnection) -> set[bytes]:
     return ids
 
 
+def session_resumed(quic: QuicConnection) -> bool:
+    """Did the TLS handshake resume a session (a ticket) rather than run in full?"""
+    context = getattr(quic, "tls", None)  # set on the first Initial
+    return context is not None and context.session_resumed
+
+
 def after_tls_initialized(quic: QuicConnection, hook: Callable[[], None]) -> None:
     """Call ``hook`` right after aioquic builds ``quic.tls`` (on the first Initial packet)."""
     initialize = quic._initialize
@@ -113,8 +119,8 @@ class AlertCertificateRequired(tls.Alert):
     description = tls.AlertDescription.certificate_required
 
 
-def verify_client_certificates(context: tls.Context, cafile: str) -> None:
-    """Make a server's TLS context demand a client certificate and verify it against ``cafile``."""
+def verify_client_certificates(context: tls.Context, verify: Callable[[Any, list[Any]], None]) -> None:
+    """Make a server's TLS context demand a client certificate and check it with ``verify(certificate, chain)``."""
     context._request_client_certificate = True
     handle_certificate = context._server_handle_certificate
     handle_verify = context._server_handle_certificate_verify
@@ -127,11 +133,7 @@ def verify_client_certificates(context: tls.Context, cafile: str) -> None:
     def server_handle_certificate_verify(input_buf: Any) -> None:
         handle_verify(input_buf)  # proves the client holds the certificate's key
         assert context._peer_certificate is not None
-        tls.verify_certificate(
-            certificate=context._peer_certificate,
-            chain=context._peer_certificate_chain,
-            cafile=cafile,
-        )
+        verify(context._peer_certificate, context._peer_certificate_chain)
 
     context._server_handle_certificate = server_handle_certificate  # type: ignore[method-assign]
     context._server_handle_certificate_verify = server_handle_certificate_verify  # type: ignore[method-assign]

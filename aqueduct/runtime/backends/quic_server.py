@@ -98,6 +98,8 @@ class BoundedQuicServer(QuicServer):
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
         #: handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``
         self.failed_handshakes: Counter[str] = Counter()
+        #: handshakes that completed, ``resumed`` (a session ticket: no certificate work) or ``full``
+        self.completed_handshakes: Counter[str] = Counter()
 
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
         assert isinstance(data, bytes)
@@ -142,6 +144,8 @@ class BoundedQuicServer(QuicServer):
         error = ready.exception()
         if error is None:
             self.retry_hint.completed()
+            resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
+            self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
         code = getattr(error, "code", None)
         kind = "tls" if code is not None and 0x100 <= code <= 0x1FF else "other"  # QUIC's CRYPTO_ERROR range
