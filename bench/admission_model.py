@@ -7,8 +7,9 @@
 Why the last producer comes back minutes after a kill when a handshake
 costs milliseconds is a question about admission, not about CPU: this
 model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.RetryHint`
-and the producers' own retry rule (``Connector``'s capped full-jitter
-backoff, stretched to a random time within the window a refusal names)
+(fed each handshake's duration, as the server does) and the producers' own
+retry rule (``Connector``'s capped full-jitter backoff, stretched to a random
+time within the window a refusal names)
 against a server that completes ``--capacity`` handshakes a second, at
 most ``--slots`` at once (the aioquic server's bound), every other Initial
 refused. Nothing but the clock is simulated: no sockets, no CPU.
@@ -16,9 +17,9 @@ refused. Nothing but the clock is simulated: no sockets, no CPU.
 ``--detect`` is when the producers notice the bridge is gone (a QUIC
 producer hears nothing from a killed bridge and waits out its idle
 timeout, 10 s; a TCP producer gets a reset at once). ``--window fixed:W``
-or ``--window capacity`` replace the hint with a fixed window or with the
-one "admission that follows capacity" would name (the crowd still waiting
-divided by the capacity), to say what each would buy.
+or ``--window capacity`` replace the hint with a fixed window (retry within
+W s) or with one that cheats by knowing the crowd still waiting (retry
+within crowd / capacity), to say what each would buy.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import random
 import sys
 from typing import Any
 
-from aqueduct.runtime.retry_hint import MAX_WINDOW, RetryHint
+from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, RetryHint, RetryWindow
 
 BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
 
@@ -46,11 +47,12 @@ def simulate(
 ) -> dict[str, Any]:
     """One storm; when the producers got in, how often they were refused, the windows named."""
     rng = random.Random(seed)
-    hint = RetryHint(0.0)
+    hint = RetryHint(0.0, slots)
     events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
     for p in range(producers):
         heapq.heappush(events, (detect + backoff(1, rng), 1, p))
     failures = [1] * producers
+    began = [0.0] * producers  # when each producer's admitted handshake began
     in_progress = 0
     server_free = 0.0  # when the server finishes the handshakes it has admitted (one at a time)
     admitted: list[float] = []
@@ -59,23 +61,23 @@ def simulate(
         now, kind, p = heapq.heappop(events)
         if kind == 0:
             in_progress -= 1
-            hint.completed()
+            hint.completed(now - began[p])
             admitted.append(now)
             continue
-        hint.tick(now)
         if in_progress < slots:
             in_progress += 1
+            began[p] = now
             server_free = max(server_free, now) + 1.0 / capacity
             heapq.heappush(events, (server_free, 0, p))
             continue
         named = hint.refused(now)
         if window == "capacity":  # the crowd still out, spread over the time the server needs for it
-            named = min(MAX_WINDOW, max(0.25, (producers - len(admitted)) / capacity))
+            named = RetryWindow(0.0, min(MAX_WINDOW, max(MIN_WINDOW, (producers - len(admitted)) / capacity)))
         elif window.startswith("fixed:"):
-            named = float(window.split(":")[1])
-        windows.append(named)
+            named = RetryWindow(0.0, float(window.split(":")[1]))
+        windows.append(named.within)
         failures[p] += 1
-        delay = max(backoff(failures[p], rng), rng.uniform(0.0, named))
+        delay = max(backoff(failures[p], rng), rng.uniform(named.not_before, named.within))
         heapq.heappush(events, (now + delay, 1, p))
     admitted.sort()
     return {

@@ -43,11 +43,12 @@ class CreditTimeout(TimeoutError):
 
 
 class WorkerBusy(ConnectionError):
-    """The worker refused the connection for now and said how long to spread the retry over."""
+    """The worker refused the connection for now and named when to retry: between ``retry_not_before`` and ``retry_within`` seconds."""
 
-    def __init__(self, message: str, retry_within: float) -> None:
+    def __init__(self, message: str, retry_within: float, retry_not_before: float = 0.0) -> None:
         super().__init__(message)
         self.retry_within = retry_within
+        self.retry_not_before = retry_not_before
 
 
 class HandshakeFailed(ConnectionError):

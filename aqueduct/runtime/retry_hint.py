@@ -1,4 +1,4 @@
-"""How long a refused client should wait: a busy server's hint, like HTTP's Retry-After.
+"""When a refused client should come back: a busy server's schedule, like HTTP's Retry-After.
 
 A server at its handshake bound refuses new connections (CONNECTION_REFUSED,
 see :mod:`aqueduct.runtime.backends.quic_server`). Clients that only know their own
@@ -7,86 +7,122 @@ producers connecting at once, each was refused about nine times, and
 building those doomed attempts (keys, TLS hello, a socket) cost the
 producers more CPU than the handshakes that succeeded.
 
-So the refusal says how long to spread the retry over, in its reason
-phrase (``busy: retry within 4.2 s``): a client waits a random time up to
-that. :class:`RetryHint` aims the window at crowd / capacity, the time the
-server needs to let everyone waiting in. Neither is known directly (a
-retry comes from a new port with a new connection id), but while clients
-spread over a window ``w``, each comes back about every ``w / 2``, so the
-refusals of one second say ``crowd ~ refused * w / 2``; and while the
-server refuses, its completed handshakes per second are its capacity.
-Once a second the window is scaled by ``refused / (2 * completed)``, by at
-most a factor of two: a client that drew a long wait is committed to it,
-so the window must not overshoot, while one told too short a wait is only
-refused again with a better hint. A second without a refusal halves it.
-Clients that do not read the hint still get their own backoff.
+So the refusal names a window to come back in, in its reason phrase
+(``busy: retry within 4.20 s, not before 3.95 s``). The server cannot count
+the crowd (a retry comes from a new port with a new connection id), and an
+earlier hint that guessed the crowd from the refusals, doubling its window
+each second, sat at its 60 s cap through a whole storm: the last producer
+of 2,000 came back minutes after the queue could have cleared. What the
+server *can* know is its own capacity, and that is enough:
 
-Pure bookkeeping: the caller passes the time.
+- **Capacity by Little's law.** While every slot is taken, the handshakes
+  completed per second are ``slots / mean handshake duration``; the server
+  passes each completed handshake's duration (an exponentially weighted
+  mean), so the estimate exists from the first completions after a restart.
+  Before any, an assumed duration of :data:`PRIOR_DURATION`: a guess too
+  short only gets its clients refused again, with a better window.
+- **A virtual queue.** Each refusal is given the next free slot of a promised
+  schedule, ``T_next = max(T_next, now) + 1 / capacity``, and told a window
+  starting at that slot, :data:`MIN_WINDOW` wide (or one slot if slots are
+  longer): the refused are spread evenly over exactly the time the server
+  needs for them, not over 60 s when the queue clears in 5. Nothing is
+  promised beyond :data:`MAX_WINDOW`: a client refused when the schedule is
+  full is told the window at the cap and gets a slot when it comes back.
+
+Clients that only read ``retry within B s`` (the phrase's first part, which
+older clients search for) wait up to B and are refused again if early;
+clients that read both wait a random time between the two (jitter inside
+their slot's window). Bounded state, O(1) per event, no per-client memory:
+a refusal stays cheap however large the storm. Pure bookkeeping: the caller
+passes the time.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from aqueduct.proto.errors import ConnectionLost
 
 CONNECTION_REFUSED = 0x2  # RFC 9000 section 20.1
 MIN_WINDOW = 0.25
+"""The narrowest window named: clients' timers and the network jitter that much anyway."""
 MAX_WINDOW = 60.0
-_PERIOD = 1.0  # seconds between adjustments
-_STEP = (0.5, 2.0)  # a window changes by at most these factors per adjustment
+"""Nothing is promised further ahead: a client commits to its wait, the server's capacity may change."""
+PRIOR_DURATION = 0.25
+"""Seconds a handshake is assumed to take before one has completed."""
+_WEIGHT = 1 / 16  # of each completed handshake's duration in the running mean
 
 _REASON = "busy: retry within {:.2f} s"
-_PARSE = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")
+_LATER = ", not before {:.2f} s"
+_WITHIN = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")
+_NOT_BEFORE = re.compile(r", not before ([0-9]+(?:\.[0-9]+)?) s")
 
 
-def busy_reason(window: float) -> str:
-    """The reason phrase of a refusal that asks for a retry within ``window`` seconds."""
-    return _REASON.format(window)
+@dataclass(frozen=True)
+class RetryWindow:
+    """Come back between ``not_before`` and ``within`` seconds from the refusal."""
+
+    not_before: float
+    within: float
+
+
+def busy_reason(window: RetryWindow) -> str:
+    """The reason phrase of a refusal that names ``window`` (from now on: the older, shorter phrase)."""
+    later = _LATER.format(window.not_before)
+    return _REASON.format(window.within) + ("" if later == _LATER.format(0.0) else later)
+
+
+def retry_window(lost: ConnectionLost) -> RetryWindow | None:
+    """The window a busy server's refusal named, or None if ``lost`` is not one.
+
+    A phrase without ``not before`` (an older server) means from now on.
+    """
+    if lost.code != CONNECTION_REFUSED:
+        return None
+    within = _WITHIN.search(lost.reason)
+    if within is None:
+        return None
+    not_before = _NOT_BEFORE.search(lost.reason, within.end())
+    return RetryWindow(float(not_before.group(1)) if not_before else 0.0, float(within.group(1)))
 
 
 def retry_within(lost: ConnectionLost) -> float | None:
-    """The window a busy server's refusal asked for, or None if ``lost`` is not one."""
-    if lost.code != CONNECTION_REFUSED:
-        return None
-    match = _PARSE.search(lost.reason)
-    return float(match.group(1)) if match else None
+    """The end of the window a busy server's refusal named, or None if ``lost`` is not one."""
+    window = retry_window(lost)
+    return window.within if window else None
 
 
 class RetryHint:
-    """The retry window a server tells the clients it refuses (see the module docstring)."""
+    """The schedule a server at its bound of ``slots`` handshakes promises the clients it refuses."""
 
-    def __init__(self, now: float, window: float = MIN_WINDOW) -> None:
-        self.window = window
-        self._since = now
-        self._completed = 0  # handshakes completed this period
-        self._refused = 0
+    __slots__ = ("slots", "duration", "next_slot")
 
-    def tick(self, now: float) -> None:
-        """Time passes (a datagram arrived): adjust the window once a second."""
-        self._roll(now)
+    def __init__(self, now: float, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        self.slots = slots
+        self.duration = PRIOR_DURATION  # mean seconds a completed handshake took
+        self.next_slot = now  # when the schedule's next free slot begins
 
-    def completed(self) -> None:
-        """A handshake completed (its slot is free for the next client)."""
-        self._completed += 1
+    @property
+    def capacity(self) -> float:
+        """Handshakes a second with every slot taken (Little's law)."""
+        return self.slots / self.duration
 
-    def refused(self, now: float) -> float:
-        """A client was refused: the window to tell it."""
-        self._roll(now)
-        self._refused += 1
-        return self.window
+    def completed(self, duration: float) -> None:
+        """A handshake completed after ``duration`` seconds (its slot is free for the next client)."""
+        self.duration += _WEIGHT * (max(duration, 1e-6) - self.duration)
 
-    def _roll(self, now: float) -> None:
-        if now - self._since < _PERIOD:
-            return
-        if self._refused:
-            low, high = _STEP
-            factor = min(high, max(low, self._refused / (2 * max(1, self._completed))))
-        else:
-            factor = _STEP[0]
-        self.window = min(MAX_WINDOW, max(MIN_WINDOW, self.window * factor))
-        self._since = now
-        self._completed = self._refused = 0
+    def refused(self, now: float) -> RetryWindow:
+        """A client was refused: the window of the next free slot of the schedule."""
+        start = max(self.next_slot, now)
+        interval = 1.0 / self.capacity
+        width = max(MIN_WINDOW, interval)
+        if start + interval - now > MAX_WINDOW - width:  # beyond what may be promised
+            return RetryWindow(MAX_WINDOW - width, MAX_WINDOW)
+        self.next_slot = start + interval
+        return RetryWindow(start - now, start - now + width)
 
 
-__all__ = ["RetryHint", "busy_reason", "retry_within"]
+__all__ = ["MAX_WINDOW", "MIN_WINDOW", "RetryHint", "RetryWindow", "busy_reason", "retry_window", "retry_within"]

@@ -55,6 +55,8 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.runtime", "OneshotReceiver"),
     ("aqueduct.runtime", "PayloadError"),
     ("aqueduct.runtime.retry_hint", "retry_within"),
+    ("aqueduct.runtime.retry_hint", "retry_window"),
+    ("aqueduct.runtime.retry_hint", "RetryWindow"),
     # what `aqueduct.connector` exports: producers (docs/connector.md) and the worker side
     ("aqueduct.connector", "ConnectorStream"),
     ("aqueduct.connector", "Delivery"),

@@ -18,7 +18,7 @@ from aqueduct.connector.connector_session import RUN_ENTRY_BYTES, Outgoing
 from aqueduct.connector.errors import HandshakeFailed, WorkerBusy
 from aqueduct.connector.frames import ConnectorMessage, Notify
 from aqueduct.proto.errors import ChannelOutcome, ConnectionLost, LocalProtocolError
-from aqueduct.runtime.retry_hint import retry_within
+from aqueduct.runtime.retry_hint import retry_window
 from aqueduct.wire.modes import Mode
 
 MAX_BATCH_BYTES = RUN_ENTRY_BYTES
@@ -74,8 +74,8 @@ class AqueductLink:
                 backend=quic_backend,
             )
         except ChannelOutcome as exc:
-            if isinstance(exc, ConnectionLost) and (window := retry_within(exc)) is not None:
-                raise WorkerBusy(str(exc), window) from exc
+            if isinstance(exc, ConnectionLost) and (window := retry_window(exc)) is not None:
+                raise WorkerBusy(str(exc), window.within, window.not_before) from exc
             if isinstance(exc, ConnectionLost) and exc.code is not None and _is_tls_alert(exc.code):
                 verified = f"cafile {cafile}" if cafile else "the system's CAs, no cafile given"
                 raise HandshakeFailed(

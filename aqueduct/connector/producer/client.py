@@ -525,8 +525,8 @@ class Connector:
                     self.stats.retries += 1
                     failures += 1
                     delay = self._delay(failures)
-                    if isinstance(exc, WorkerBusy):  # the worker knows its crowd: spread over its window
-                        delay = max(delay, random.uniform(0.0, exc.retry_within))
+                    if isinstance(exc, WorkerBusy):  # the worker named a slot of its schedule: jitter inside it
+                        delay = max(delay, random.uniform(exc.retry_not_before, exc.retry_within))
                     await asyncio.sleep(delay)
                     continue
                 ended, handshaken = await self._serve(link)

@@ -11,9 +11,10 @@ progress. An Initial that would open one more is answered at once with a
 CONNECTION_CLOSE carrying ``CONNECTION_REFUSED`` (RFC 9000 section 20.1),
 built from the Initial keys alone (no TLS work, no connection state): the
 client sees a refused connection and retries, instead of waiting for an
-idle timeout. The refusal's reason phrase says how long to spread the retry
-over (:mod:`aqueduct.runtime.retry_hint`), so a crowd many times the
-server's handshake rate does not come back all at once. Handshakes that finished (or failed) free
+idle timeout. The refusal's reason phrase names a window to retry in, the
+next free slot of a schedule paced at the server's measured handshake rate
+(:mod:`aqueduct.runtime.retry_hint`), so a crowd many times that rate comes
+back spread over the time the server needs for it. Handshakes that finished (or failed) free
 their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
 closed (its client gave up or is too slow to finish). A handshake leaves
 the table when it completes or fails, and only the oldest can expire, so a
@@ -94,7 +95,7 @@ class BoundedQuicServer(QuicServer):
         #: when its Aqueduct handshake completes or its connection ends
         self._handshaking: dict[Any, float] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
-        self.retry_hint = RetryHint(self._loop.time())
+        self.retry_hint = RetryHint(self._loop.time(), max_handshakes)
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
         #: handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``
         self.failed_handshakes: Counter[str] = Counter()
@@ -111,8 +112,6 @@ class BoundedQuicServer(QuicServer):
             return
         known = header.destination_cid in self._protocols
         initial = not known and header.packet_type == QuicPacketType.INITIAL
-        if initial:
-            self.retry_hint.tick(self._loop.time())
         if initial and self._full():
             if header.version in self._configuration.supported_versions:
                 assert self._transport is not None
@@ -138,12 +137,13 @@ class BoundedQuicServer(QuicServer):
         only trace on the server of a client whose certificate check failed
         (or that presented no certificate the server's CA signed).
         """
-        self._handshaking.pop(protocol, None)
+        began = self._handshaking.pop(protocol, None)
         if ready.cancelled():
             return
         error = ready.exception()
         if error is None:
-            self.retry_hint.completed()
+            if began is not None:
+                self.retry_hint.completed(self._loop.time() - began)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
