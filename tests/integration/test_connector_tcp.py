@@ -25,6 +25,7 @@ from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.proto.errors import LocalProtocolError
+from tests.waiting import count_calls, wait_until
 
 TIMEOUT = 20.0
 
@@ -274,9 +275,11 @@ async def test_unacked_buffer_is_bounded(worker) -> None:
         stream = await conn.stream(1, "s")
         for i in range(3):
             await stream.send(b"%d" % i)
+        waits = count_calls(conn, "wait_until")
         blocked = asyncio.ensure_future(stream.send(b"3"))
         await sink.wait_for(lambda: len(sink.messages("p", "b", 1)) == 3, TIMEOUT)
-        await asyncio.sleep(0.1)
+        # The send reached the bound and chose to wait: its chance to go past it came and went.
+        await wait_until(lambda: waits() >= 1, "the fourth send waiting for room", TIMEOUT)
         assert not blocked.done() and stream.unacked == 3
         sink.peers[0].ack([(1, 2)], credits=3)
         assert await asyncio.wait_for(blocked, TIMEOUT) == 3
@@ -341,9 +344,10 @@ async def test_send_many_fills_the_unacked_buffer_and_no_further(worker) -> None
     sink, url, _ = await worker(sink=MemorySink(auto_ack=False))
     async with Connector(url, program="p", instance="b", max_buffer=5) as conn:
         stream = await conn.stream(1, "s")
+        waits = count_calls(conn, "wait_until")
         blocked = asyncio.ensure_future(stream.send_many([b"%d" % i for i in range(8)]))
         await sink.wait_for(lambda: len(sink.messages("p", "b", 1)) == 5, TIMEOUT)
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: waits() >= 1, "send_many waiting for room after 5", TIMEOUT)
         assert not blocked.done() and stream.unacked == 5
         sink.peers[0].ack([(1, 3)], credits=5)
         assert await asyncio.wait_for(blocked, TIMEOUT) == list(range(8))

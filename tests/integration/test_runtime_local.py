@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import aqueduct
 from aqueduct.runtime import Finished
+from tests.waiting import count_calls, wait_until
 
 TIMEOUT = 10
 
@@ -34,9 +35,11 @@ async def test_send_waits_when_local_buffer_is_full():
     tx, rx = aqueduct.channel(capacity=2)
     await tx.send(1)
     await tx.send(2)
+    offers = count_calls(tx._channel, "offer")  # the local pair's pipe
     third = asyncio.create_task(tx.send(3))
-    await asyncio.sleep(0.01)
-    assert not third.done()  # bounded: the third send waits for the receiver
+    # The third send offered its message to the full pipe (its one chance to pass the bound) ...
+    await wait_until(lambda: offers() >= 1, "the third send's offer", TIMEOUT)
+    assert not third.done()  # ... and waits for the receiver: bounded
     assert await rx.recv() == 1
     await asyncio.wait_for(third, TIMEOUT)
     assert [await rx.recv(), await rx.recv()] == [2, 3]
