@@ -11,7 +11,7 @@ checkout installed) and no ``AQUEDUCT_COOKIE`` from the caller. The system
 paths the deployment guide writes to (``/etc/aqueduct``, ``/secure``, ...)
 are rooted in that directory. What the block leaves running in the
 background (a bridge started with ``&``) is stopped by the test, by pid, with
-SIGTERM, and must exit 0 (a clean stop). A block starting a bridge starts
+SIGTERM, and must end within a minute. A block starting a bridge starts
 Spark: it is marked ``slow`` and ``spark`` (not for ``make test-fast``).
 """
 
@@ -108,24 +108,28 @@ def _looks_like_commands(text: str) -> bool:
     return first in {"aqueduct", "aqueduct-bridge", "aqueduct-produce", "pip", "python", "python3", "make"}
 
 
-def stop(pids: list[int]) -> dict[int, int | None]:
-    """SIGTERM each background process the block left, then wait for it: its exit status (None: killed)."""
-    statuses: dict[int, int | None] = {}
+def stop(pids: list[int]) -> list[int]:
+    """SIGTERM each background process the block left and wait for it; those that did not end in time.
+
+    They are bash's children, not ours, so their exit status is bash's to see: a stop is checked by
+    the process ending, and whatever hangs is killed with what it started (a JVM).
+    """
+    hung = []
     for pid in pids:
         try:
             proc = psutil.Process(pid)
             children = proc.children(recursive=True)
             proc.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
-            continue  # it ended on its own: bash reaped it, its status is not ours to see
+            continue  # it ended on its own
         try:
-            statuses[pid] = proc.wait(STOP_TIMEOUT)
+            proc.wait(STOP_TIMEOUT)
         except psutil.TimeoutExpired:
-            statuses[pid] = None
-        for child in [proc, *children]:  # a hung stop must not leave a JVM behind
+            hung.append(pid)
+        for child in [proc, *children]:
             if child.is_running():
                 child.kill()
-    return statuses
+    return hung
 
 
 @pytest.mark.parametrize("block", runnable())
@@ -143,16 +147,16 @@ def test_the_block_runs(block: Block, tmp_path: Path) -> None:
     out = tmp_path / ".output"
     with open(out, "wb") as sink:
         shell = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, stdout=sink, stderr=sink)
-        hung: list[int] = []
+        left: list[int] = []
         try:
             status = shell.wait(SPARK_TIMEOUT if block.starts_spark else TIMEOUT)
         except subprocess.TimeoutExpired:  # a hung block: its exit trap will not run, so list what it started
             status = None
-            hung = [child.pid for child in psutil.Process(shell.pid).children()]
+            left = [child.pid for child in psutil.Process(shell.pid).children()]
             shell.kill()
             shell.wait()
-    pids = [int(p) for p in background.read_text().split()] if background.exists() else hung
-    stopped = stop(pids)
+    pids = [int(p) for p in background.read_text().split()] if background.exists() else left
+    hung = stop(pids)
     said = out.read_text(errors="replace")[-4000:]
     assert status == 0, f"{block.id}: exit {status}\n{block.text}\n{said}"
-    assert all(code == 0 for code in stopped.values()), f"{block.id}: background stops {stopped}\n{said}"
+    assert hung == [], f"{block.id}: {hung} did not stop within {STOP_TIMEOUT} s of SIGTERM\n{said}"
