@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -84,25 +85,18 @@ def test_cli_rejects_bad_days(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+def certs_help() -> str:
+    """``python -m aqueduct.cli certs --help`` on a wide terminal (a path in it is not wrapped)."""
+    env = {**os.environ, "COLUMNS": "1000"}
+    command = [sys.executable, "-m", "aqueduct.cli", "certs", "--help"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+
+
 def test_cli_help_runs_as_a_module():
-    result = subprocess.run(
-        [sys.executable, "-m", "aqueduct.cli", "certs", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert "--hosts" in result.stdout and "--days" in result.stdout
+    out = certs_help()
+    assert "--hosts" in out and "--days" in out
 
 
 def test_cli_help_names_the_production_notes_by_a_path_that_exists():
-    result = subprocess.run(
-        [sys.executable, "-m", "aqueduct.cli", "certs", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env={"COLUMNS": "1000", "PATH": ""},  # one line: the path is not wrapped
-    )
-    guide = Path(result.stdout.split("For production see ")[1].split()[0])
+    guide = Path(certs_help().split("For production see ")[1].split()[0])
     assert guide.is_file() and "## Production" in guide.read_text()
