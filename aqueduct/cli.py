@@ -14,10 +14,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aqueduct.console import UsageError, add_version, positive_int, run
 from aqueduct.runtime.certs import DEFAULT_HOSTS, generate_certs
 from aqueduct.token_cli import add_token_parser, token_command
+
+# The production notes ship in the wheel (package data), so --help names a file every install has.
+CERTS_GUIDE = Path(__file__).resolve().parent / "guides" / "certs.md"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,9 +34,11 @@ def _parser() -> argparse.ArgumentParser:
         "certs",
         help="create a local CA and server/client certificates",
         description=(
-            "Create DIR/ca.pem, DIR/server.pem, DIR/server.key, DIR/client.pem and "
-            "DIR/client.key: a throw-away CA and certificates it signed, for "
-            "development and tests. See certs/README.md for production."
+            "Create DIR/ca.pem (producers' --cafile), DIR/client-ca.pem (the bridge's "
+            "--client-ca: the same CA, named for that role), DIR/server.pem, DIR/server.key, "
+            "DIR/client.pem and DIR/client.key: a throw-away CA and certificates it signed, "
+            f"for development and tests. For production see {CERTS_GUIDE} (certs/README.md "
+            "in a checkout)."
         ),
     )
     certs.add_argument("directory", metavar="DIR", help="where to write the files")

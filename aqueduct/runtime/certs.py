@@ -3,8 +3,12 @@
 Aqueduct always runs over TLS 1.3, so even a loopback test or a laptop demo
 needs a certificate the client can verify. This module creates a small local
 CA and signs a server certificate (for the given host names / IP addresses)
-and a client certificate (for mutual TLS) with it. The CA's private key is
-not written to disk: to rotate, generate a fresh set (see ``certs/README.md``
+and a client certificate (for mutual TLS) with it. The CA's certificate is
+written twice, named by role: ``ca.pem`` for whoever verifies the server,
+``client-ca.pem`` for the server that verifies clients (``--client-ca``), so
+the mutual TLS example in docs/deployment.md runs on these files as written
+and a production setup swaps in a CA dedicated to producers under the same
+name. The CA's private key is not written to disk: to rotate, generate a fresh set (see ``certs/README.md``
 for production use with a real CA).
 """
 
@@ -31,6 +35,7 @@ class CertPaths:
     """Where :func:`generate_certs` wrote each file."""
 
     ca: Path
+    client_ca: Path
     server_cert: Path
     server_key: Path
     client_cert: Path
@@ -40,6 +45,7 @@ class CertPaths:
         """File names keyed by role, for ``aqueduct certs --json``."""
         return {
             "ca": str(self.ca),
+            "client_ca": str(self.client_ca),
             "server_cert": str(self.server_cert),
             "server_key": str(self.server_key),
             "client_cert": str(self.client_cert),
@@ -127,6 +133,7 @@ def cert_paths(directory: str | os.PathLike[str]) -> CertPaths:
     d = Path(directory)
     return CertPaths(
         ca=d / "ca.pem",
+        client_ca=d / "client-ca.pem",
         server_cert=d / "server.pem",
         server_key=d / "server.key",
         client_cert=d / "client.pem",
@@ -140,7 +147,7 @@ def generate_certs(
     days: int = 365,
     overwrite: bool = False,
 ) -> CertPaths:
-    """Create ``ca.pem``, ``server.pem/.key`` and ``client.pem/.key`` in ``directory``.
+    """Create ``ca.pem``, ``client-ca.pem``, ``server.pem/.key`` and ``client.pem/.key`` in ``directory``.
 
     ``hosts`` are the names and IP addresses clients will dial (they go in the
     server certificate's subjectAltName). Refuses to replace existing files
@@ -187,6 +194,7 @@ def generate_certs(
         ca_key, ca_name, CLIENT_NAME, [CLIENT_NAME], ExtendedKeyUsageOID.CLIENT_AUTH, days
     )
     _write_cert(paths.ca, ca_cert)
+    _write_cert(paths.client_ca, ca_cert)  # the issuer of client.pem, for the server's --client-ca
     _write_cert(paths.server_cert, server_cert)
     _write_key(paths.server_key, server_key)
     _write_cert(paths.client_cert, client_cert)

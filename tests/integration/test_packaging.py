@@ -1,8 +1,9 @@
 """The built wheel, installed into a fresh virtualenv with its declared dependencies, gives working CLIs.
 
-The wheel is built from a copy of what it is made of (``pyproject.toml``,
-``README.md``, ``aqueduct/``), so the checkout gets no ``build/`` or
-``*.egg-info``. It is installed with the ``spark`` extra into a new
+The wheel is built, and installed with the ``spark`` extra, by README.md's
+"build a wheel" commands as written, run in a copy of what it is made of
+(``pyproject.toml``, ``README.md``, ``LICENSE``, ``aqueduct/``), so the
+checkout gets no ``build/``, ``dist/`` or ``*.egg-info``. It goes into a new
 virtualenv that sees nothing of the suite's own site-packages: pip
 resolves every declared dependency from the registry, so a bound that
 admits a release the code cannot run on fails here. pip's cache (which
@@ -44,19 +45,50 @@ TIMEOUT = 300
 DISTRIBUTION = "aqueduct-quic"
 
 
+def readme_block(after: str) -> str:
+    """The first shell block of README.md after the line holding ``after``: the commands a user copies."""
+    text = (ROOT / "README.md").read_text()
+    rest = text[text.index(after):]
+    start = rest.index("```sh\n") + len("```sh\n")
+    return rest[start:rest.index("```", start)]
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """README.md's "build a wheel" commands, run as written in a copy of the checkout: (the wheel, the virtualenv).
+
+    ``pip`` is this interpreter's pip acting on a fresh virtualenv (which needs no pip of its own);
+    ``PIP_PREFER_BINARY`` keeps pip from building an sdist where a wheel of an admitted release exists.
+    """
     src = tmp_path_factory.mktemp("src")
-    shutil.copy(ROOT / "pyproject.toml", src)
-    shutil.copy(ROOT / "README.md", src)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src)
+    # guides/certs.md is a link to certs/README.md: the copy holds its text
     shutil.copytree(ROOT / "aqueduct", src / "aqueduct", ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(src)],
-        check=True, timeout=TIMEOUT, capture_output=True,
-    )  # fmt: skip
-    (built,) = out.glob("*.whl")
-    return built
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
+    python = root / "bin" / "python"
+    script = (f'pip() {{ "{sys.executable}" -m pip --python "{python}" --disable-pip-version-check --quiet "$@"; }}\n'
+              "set -e\n" + readme_block("or build a wheel once"))  # fmt: skip
+    start = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], cwd=src, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=os.environ | {"PIP_PREFER_BINARY": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"the wheel built, and installed with its dependencies, in {time.monotonic() - start:.0f} s")
+    check = pip(python, "check")  # every installed distribution's requirements hold together
+    assert check.returncode == 0, check.stdout + check.stderr
+    (wheel,) = (src / "dist").glob("*.whl")
+    return wheel, root
+
+
+@pytest.fixture(scope="module")
+def wheel(built: tuple[Path, Path]) -> Path:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def venv(built: tuple[Path, Path]) -> Path:
+    return built[1]
 
 
 def pip(python: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -65,20 +97,6 @@ def pip(python: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", *argv],
         capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
-    python = root / "bin" / "python"
-    start = time.monotonic()
-    done = pip(python, "install", "--quiet", "--prefer-binary", f"{wheel}[spark]")
-    assert done.returncode == 0, done.stderr[-3000:]
-    print(f"the wheel with its dependencies installed in {time.monotonic() - start:.0f} s")
-    check = pip(python, "check")  # every installed distribution's requirements hold together
-    assert check.returncode == 0, check.stdout + check.stderr
-    return root
 
 
 def installed(venv: Path) -> dict[str, str]:
@@ -103,11 +121,23 @@ def run_in(venv: Path, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str
 def test_the_wheel_holds_only_the_aqueduct_package_typed(wheel: Path) -> None:
     assert wheel.name == f"aqueduct_quic-{aqueduct.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"aqueduct", f"aqueduct_quic-{aqueduct.__version__}.dist-info"}
+    info = f"aqueduct_quic-{aqueduct.__version__}.dist-info"
+    assert {n.split("/")[0] for n in names} == {"aqueduct", info}
     assert "aqueduct/py.typed" in names
-    metadata = zipfile.ZipFile(wheel).read(f"aqueduct_quic-{aqueduct.__version__}.dist-info/METADATA").decode()
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert f"Name: {DISTRIBUTION}\n" in metadata and f"Version: {aqueduct.__version__}\n" in metadata
     assert "Requires-Dist: pyspark<4.4,>=4.3; extra == \"spark\"" in metadata
+
+
+def test_the_wheel_carries_the_license_and_the_readme(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    info = f"aqueduct_quic-{aqueduct.__version__}.dist-info"
+    assert archive.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    headers, _, description = archive.read(f"{info}/METADATA").decode().partition("\n\n")
+    assert "License-Expression: Apache-2.0\n" in headers and "License-File: LICENSE\n" in headers
+    assert "Description-Content-Type: text/markdown\n" in headers
+    assert description.strip() == (ROOT / "README.md").read_text().strip()
+    assert "Project-URL" not in headers  # none until the project has a public address (pyproject.toml)
 
 
 def test_the_installed_clis_work_from_the_virtualenv(venv: Path, tmp_path: Path) -> None:
@@ -123,7 +153,13 @@ def test_the_installed_clis_work_from_the_virtualenv(venv: Path, tmp_path: Path)
 
     done = run_in(venv, "aqueduct", "certs", str(tmp_path / "certs"), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert Path(json.loads(done.stdout)["ca"]).is_file()
+    assert Path(json.loads(done.stdout)["ca"]).is_file() and Path(json.loads(done.stdout)["client_ca"]).is_file()
+
+    # The production notes `aqueduct certs --help` names are in the virtualenv, with their text.
+    done = subprocess.run([str(venv / "bin" / "aqueduct"), "certs", "--help"], capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=tmp_path, env=clean_env(venv) | {"COLUMNS": "1000"})  # fmt: skip
+    guide = Path(done.stdout.split("For production see ")[1].split()[0])
+    assert guide.is_relative_to(venv) and guide.read_text() == (ROOT / "certs" / "README.md").read_text()
 
     # The bridge's log commands (they import the Spark side) on a log the installed package writes.
     make_log = ("from pathlib import Path; from aqueduct.bridge.storage.log import DurableLog; "

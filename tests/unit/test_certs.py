@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from aioquic.tls import verify_certificate
@@ -40,6 +42,16 @@ def test_client_cert_is_signed_by_the_ca(tmp_path):
     verify_certificate(load(paths.client_cert), cafile=str(paths.ca))
 
 
+def test_the_files_the_mutual_tls_example_names_are_made(tmp_path):
+    """docs/deployment.md's mutual TLS example: the bridge's --client-ca verifies client.pem."""
+    paths = generate_certs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ca.pem", "client-ca.pem", "client.key", "client.pem", "server.key", "server.pem"
+    ]  # fmt: skip
+    assert paths.client_ca == tmp_path / "client-ca.pem"
+    verify_certificate(load(paths.client_cert), cafile=str(paths.client_ca))
+
+
 def test_private_keys_are_owner_only(tmp_path):
     paths = generate_certs(tmp_path)
     for key in (paths.server_key, paths.client_key):
@@ -62,7 +74,7 @@ def test_cli_json_output_and_days(tmp_path, capsys):
     assert out["hosts"] == ["a.test", "10.0.0.1"]
     cert = load(tmp_path / "server.pem")
     assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days == 3
-    assert set(out) >= {"ca", "server_cert", "server_key", "client_cert", "client_key"}
+    assert set(out) >= {"ca", "client_ca", "server_cert", "server_key", "client_cert", "client_key"}
 
 
 def test_cli_rejects_bad_days(tmp_path, capsys):
@@ -73,12 +85,18 @@ def test_cli_rejects_bad_days(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+def certs_help() -> str:
+    """``python -m aqueduct.cli certs --help`` on a wide terminal (a path in it is not wrapped)."""
+    env = {**os.environ, "COLUMNS": "1000"}
+    command = [sys.executable, "-m", "aqueduct.cli", "certs", "--help"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+
+
 def test_cli_help_runs_as_a_module():
-    result = subprocess.run(
-        [sys.executable, "-m", "aqueduct.cli", "certs", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert "--hosts" in result.stdout and "--days" in result.stdout
+    out = certs_help()
+    assert "--hosts" in out and "--days" in out
+
+
+def test_cli_help_names_the_production_notes_by_a_path_that_exists():
+    guide = Path(certs_help().split("For production see ")[1].split()[0])
+    assert guide.is_file() and "## Production" in guide.read_text()
