@@ -57,6 +57,20 @@ async def test_lines_from_a_file_then_resume_skips_what_the_worker_holds(tmp_pat
     assert sink.payloads("cli", "c1", 0) == [f"line {i}".encode() for i in range(60)]
 
 
+async def test_files_may_follow_the_options_as_the_docs_show(tmp_path: Path) -> None:
+    """``aqueduct-produce URL --cert c.pem --key c.key events.txt`` (deployment.md): the file after the options."""
+    sink = MemorySink()
+    async with await serve_tcp("127.0.0.1", 0, sink) as server:
+        lines = tmp_path / "events.txt"
+        lines.write_text("".join(f"event {i}\n" for i in range(5)))
+        code, summary, err = await produce(
+            f"tcp://127.0.0.1:{server.port}", "--program", "cli", "--instance", "late", "--json", str(lines)
+        )
+        assert code == 0, err
+        assert summary["sent"] == summary["acked"] == 5
+    assert sink.payloads("cli", "late", 0) == [f"event {i}".encode() for i in range(5)]
+
+
 async def test_stdin_and_generator_across_streams() -> None:
     sink = MemorySink()
     async with await serve_tcp("127.0.0.1", 0, sink) as server:

@@ -304,7 +304,8 @@ def _open_inputs(names: Sequence[str]) -> list[BinaryIO]:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    # Intermixed: files may come after options (``--cert c.pem events.txt``), as the docs show them.
+    args = _parser().parse_intermixed_args(argv)
     conn = _connector(args)
     files = _open_inputs(args.files or ["-"]) if args.count is None else []
     try:
