@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aqueduct.connector.events import SessionEnded
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
+from aqueduct.proto.errors import LocalProtocolError
 
 C = ConnectionState
 EventT = TypeVar("EventT")
@@ -172,3 +173,36 @@ class SessionMachine(Generic[EventT]):
         self._emit_gathered()
         events, self._events = self._events, []
         return events
+
+
+class WorkerMachine(SessionMachine[EventT]):
+    """The worker side both wires share: the bytes queued for the transport, and RESTART.
+
+    The connector's wire and Wallaroo's v3 wire answer with frames written
+    to one buffer the transport drains, and end a session by RESTART the
+    same way; only the RESTART frame and what it does to a stream differ
+    (:meth:`_restart`'s argument and :meth:`_terminate_streams`).
+    """
+
+    def __init__(self, splitter: Splitter, frame_name: Callable[[Any], str]) -> None:
+        super().__init__(splitter, frame_name)
+        self._out = bytearray()
+
+    def data_to_send(self) -> bytes:
+        """Bytes queued for the transport since the last call."""
+        data = bytes(self._out)
+        self._out.clear()
+        return data
+
+    def _restart(self, frame: bytes) -> list[EventT]:
+        """Send the encoded RESTART ``frame``: every stream terminates, the connector reconnects."""
+        if self.state is not C.STREAMING:
+            raise LocalProtocolError(f"RESTART not allowed in state {self.state.value}")
+        self._out += frame
+        self._terminate_streams()
+        self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
+        return [SessionEnded("restart requested", "restart")]  # type: ignore[list-item]
+
+    def _terminate_streams(self) -> None:
+        """What RESTART does to this wire's streams."""
+        raise NotImplementedError

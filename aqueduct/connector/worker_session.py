@@ -22,7 +22,6 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
-    SessionEnded,
     StreamNotified,
     WorkerEvent,
 )
@@ -43,7 +42,7 @@ from aqueduct.connector.frames import (
     frame_name,
 )
 from aqueduct.connector.inbound import DurableStream, InboundStream
-from aqueduct.connector.machine import SessionMachine
+from aqueduct.connector.machine import WorkerMachine
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.modes import Mode
@@ -67,7 +66,7 @@ class WorkerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
 
-class WorkerSession(SessionMachine[WorkerEvent]):
+class WorkerSession(WorkerMachine[WorkerEvent]):
     """One connection's worth of protocol state on the worker."""
 
     #: frame type -> (states it is legal in, handler name). Types absent here
@@ -90,7 +89,6 @@ class WorkerSession(SessionMachine[WorkerEvent]):
         self.instance_name = ""
         self.streams: dict[int, InboundStream] = {}
         self._durable = durable
-        self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         #: the accepted records gathered of one stream, until an event of another kind or stream
@@ -156,19 +154,11 @@ class WorkerSession(SessionMachine[WorkerEvent]):
 
     def restart(self) -> list[WorkerEvent]:
         """Send RESTART: every stream terminates, the connector reconnects and resumes."""
-        if self.state is not C.STREAMING:
-            raise LocalProtocolError(f"RESTART not allowed in state {self.state.value}")
-        self._out += encode(Restart())
+        return self._restart(encode(Restart()))
+
+    def _terminate_streams(self) -> None:
         for stream in self.streams.values():
             stream.terminate()
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
-        return [SessionEnded("restart requested", "restart")]
-
-    def data_to_send(self) -> bytes:
-        """Bytes queued for the transport since the last call."""
-        data = bytes(self._out)
-        self._out.clear()
-        return data
 
     # ------------------------------------------------------------ processing
 

@@ -41,7 +41,6 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
-    SessionEnded,
     StreamNotified,
     WorkerEvent,
 )
@@ -53,7 +52,7 @@ from aqueduct.connector.frames import (
     UNSTABLE_REFERENCE,
     ConnectorMessage,
 )
-from aqueduct.connector.machine import SessionMachine
+from aqueduct.connector.machine import WorkerMachine
 from aqueduct.connector.states import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -134,7 +133,7 @@ class _Stream:
     state: StreamState = StreamState.START
 
 
-class WallarooSession(SessionMachine[WorkerEvent]):
+class WallarooSession(WorkerMachine[WorkerEvent]):
     """One v3 connection's worth of protocol state on the worker."""
 
     #: frame type -> (states it is legal in, handler name). Types absent here
@@ -156,7 +155,6 @@ class WallarooSession(SessionMachine[WorkerEvent]):
         self.streams: dict[int, _Stream] = {}
         self._durable = durable
         self._durable_points: dict[int, int] = {}  # from HELLO's lookup, until NOTIFY
-        self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._owed = 0  # credits the ingest will return for EOS records, which cost none
@@ -187,19 +185,11 @@ class WallarooSession(SessionMachine[WorkerEvent]):
 
     def restart(self, address: str = "") -> list[WorkerEvent]:
         """Send RESTART: the connector reconnects (to ``address`` if given) and re-notifies."""
-        if self.state is not C.STREAMING:
-            raise LocalProtocolError(f"RESTART not allowed in state {self.state.value}")
-        self._out += encode(WallarooRestart(address))
+        return self._restart(encode(WallarooRestart(address)))
+
+    def _terminate_streams(self) -> None:
         for stream in self.streams.values():
             stream.state = step(STREAM_TRANSITIONS, stream.state, "restart")
-        self.state = step(CONNECTION_TRANSITIONS, self.state, "restart")
-        return [SessionEnded("restart requested", "restart")]
-
-    def data_to_send(self) -> bytes:
-        """Bytes queued for the transport since the last call."""
-        data = bytes(self._out)
-        self._out.clear()
-        return data
 
     # ------------------------------------------------------------ processing
 
