@@ -176,7 +176,7 @@ class SessionMachine(Generic[EventT]):
 
 
 class WorkerMachine(SessionMachine[EventT]):
-    """The worker side both wires share: the bytes queued for the transport, and RESTART.
+    """The worker side both wires share: the bytes queued for the transport, credits, and RESTART.
 
     The connector's wire and Wallaroo's v3 wire answer with frames written
     to one buffer the transport drains, and end a session by RESTART the
@@ -187,6 +187,7 @@ class WorkerMachine(SessionMachine[EventT]):
     def __init__(self, splitter: Splitter, frame_name: Callable[[Any], str]) -> None:
         super().__init__(splitter, frame_name)
         self._out = bytearray()
+        self._credits = 0  # credits the connector may still spend
 
     def data_to_send(self) -> bytes:
         """Bytes queued for the transport since the last call."""
@@ -206,3 +207,9 @@ class WorkerMachine(SessionMachine[EventT]):
     def _terminate_streams(self) -> None:
         """What RESTART does to this wire's streams."""
         raise NotImplementedError
+
+    def _spend_credit(self) -> None:
+        """A frame that costs a credit arrived: one fewer, or ERROR if none was left."""
+        if self._credits == 0:
+            raise self._fail("credit exceeded")
+        self._credits -= 1

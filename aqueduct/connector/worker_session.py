@@ -89,7 +89,6 @@ class WorkerSession(WorkerMachine[WorkerEvent]):
         self.instance_name = ""
         self.streams: dict[int, InboundStream] = {}
         self._durable = durable
-        self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         #: the accepted records gathered of one stream, until an event of another kind or stream
         self._batch: MessageBatch | None = None
@@ -217,11 +216,6 @@ class WorkerSession(WorkerMachine[WorkerEvent]):
         self._out += encode(Ok(self._credits, refs))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._emit(HelloAccepted(hello.program_name, hello.instance_name, self._credits, refs))
-
-    def _spend_credit(self) -> None:
-        if self._credits == 0:
-            raise self._fail("credit exceeded")
-        self._credits -= 1
 
     def _on_notify(self, notify: Notify) -> None:
         self._spend_credit()

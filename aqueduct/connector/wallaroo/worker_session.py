@@ -155,7 +155,6 @@ class WallarooSession(WorkerMachine[WorkerEvent]):
         self.streams: dict[int, _Stream] = {}
         self._durable = durable
         self._durable_points: dict[int, int] = {}  # from HELLO's lookup, until NOTIFY
-        self._credits = 0  # credits the connector may still spend
         self._unpersisted = 0  # credits of NOTIFY / duplicates, returned at once
         self._owed = 0  # credits the ingest will return for EOS records, which cost none
         self._run: _Run | None = None  # records of one stream received back to back
@@ -215,11 +214,6 @@ class WallarooSession(WorkerMachine[WorkerEvent]):
         self._out += encode(WallarooOk(self._credits))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")
         self._events.append(HelloAccepted(hello.program_name, hello.instance_name, self._credits, ()))
-
-    def _spend_credit(self) -> None:
-        if self._credits == 0:
-            raise self._fail("credit exceeded")
-        self._credits -= 1
 
     def _on_notify(self, notify: WallarooNotify) -> None:
         self._spend_credit()
