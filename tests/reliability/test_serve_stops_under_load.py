@@ -1,28 +1,31 @@
-"""``aqueduct-bridge serve`` ended under load: by SIGINT (Ctrl-C), and by its Spark JVM SIGKILLed.
+"""``aqueduct-bridge serve`` ended under load: by SIGINT (Ctrl-C), by its Spark JVM SIGKILLed, by its JVM's own exit.
 
-One bridge process (its own Spark JVM, Parquet sink, checkpoint) on one
-log, started three times: a Spark start costs tens of seconds on two
-cores, so both ends share it. Producers send at a steady pace the whole
-time, so each end lands while records flow and micro-batches run, and
-they record every ACK they get. Each end must stop the bridge by itself
-with one line saying why and no traceback (exit 0 for SIGINT, 1 for the
-JVM, so a supervisor restarts it), leaving no process behind; the
-restarted bridge acks the same producers again, and in the end every
-record sent, the acked ones first of all, is in the sink once with its
-payload.
+A real bridge process (its own Spark JVM, Parquet, checkpoint) on one
+log, restarted after each end on the same log and checkpoint; a Spark
+start costs tens of seconds on two cores, so SIGINT and the JVM's SIGKILL
+share one bridge (the default ``serve``). Producers send at a steady pace
+the whole time, so each end lands while records flow and micro-batches
+run, and they record every ACK they get. Each end must stop the bridge by
+itself with one line saying why and no Python or Java stack trace (exit 0
+for SIGINT; 1 for a JVM that ended under it, so a supervisor restarts it),
+leaving no process behind; the restarted bridge acks the same producers
+again, and in the end every record sent, each acked once, is in the sink
+once with its payload.
 
-A previous version of this test waited, after the SIGINT restart, for a
-micro-batch that never came: its producers (a fixed workload) had sent
-and been acked for everything before the SIGINT, so the restarted query
-had no data to run a batch on. Paced senders that run until told to stop
-keep the load on across every end.
+A previous version of the first test waited, after the SIGINT restart,
+for a micro-batch that never came: its producers (a fixed workload) had
+been acked for everything before the SIGINT, so the restarted query had
+no data to run a batch on. Paced senders that run until told to stop keep
+the load on across every end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -30,6 +33,7 @@ import pytest
 
 from aqueduct.connector.producer.client import Connector, Delivery
 from demo.verify import verify_output
+from tests.reliability import exiting_pipeline
 from tests.reliability.faults import Figures
 from tests.reliability.test_bridge_faults import (
     DRAIN_TIMEOUT,
@@ -42,7 +46,11 @@ from tests.reliability.test_bridge_faults import (
 from tests.spark.test_bridge_stops import _jvms
 from tests.waiting import after
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM for Spark: run `make java`"),
+]
 
 RATE = 100.0  # messages/s per stream: load throughout, light enough for two cores beside Spark
 STOP_TIMEOUT = 60.0  # seconds a bridge gets to end by itself; only there to catch hangs
@@ -81,17 +89,74 @@ class PacedProducer:
             await conn.wait_all_acked(DRAIN_TIMEOUT)
 
 
-def traces(text: str) -> list[str]:
-    """Lines of Python tracebacks and Java stack traces in ``text``: what an operator must not be shown."""
-    return [line for line in text.splitlines() if line.startswith(("Traceback", "\tat "))]
+def traces(text: str, java: bool = True) -> list[str]:
+    """Lines of Python tracebacks (and Java stack traces, unless ``java`` is false) in ``text``."""
+    starts = ("Traceback", "\tat ") if java else ("Traceback",)
+    return [line for line in text.splitlines() if line.startswith(starts)]
 
 
-async def ended_by_itself(bridge: BridgeProcess, since: int, family: list[psutil.Process]) -> tuple[int, str]:
-    """The bridge's exit status and what it logged since byte ``since``, once it and ``family`` ended."""
-    status = await bridge.child.wait(STOP_TIMEOUT)
-    _, alive = await asyncio.to_thread(psutil.wait_procs, family, timeout=30)
-    assert not alive, f"processes outlived the bridge: {alive}"
-    return status, bridge.child.log.read_bytes()[since:].decode(errors="replace")
+class Loaded:
+    """A bridge process with paced producers sending to it, across its ends and restarts."""
+
+    def __init__(self, bridge: BridgeProcess) -> None:
+        self.bridge = bridge
+        self.producers = [PacedProducer(f"tcp://127.0.0.1:{bridge.tcp_port}", i) for i in range(2)]
+        self.running = asyncio.gather(*(p.run() for p in self.producers))
+
+    def acked(self) -> int:
+        """Records acked so far, all producers together."""
+        return sum(len(p.acked) for p in self.producers)
+
+    async def under_load(self) -> None:
+        """Until this incarnation committed a micro-batch and acked producers (who resumed, after a restart)."""
+        bridge = self.bridge
+        await bridge.alive_while(bridge.wait_for_commit(beyond=bridge.committed_batches()), DRAIN_TIMEOUT)
+        await bridge.alive_while(after(self.acked, "records acked by this bridge", DRAIN_TIMEOUT), DRAIN_TIMEOUT)
+
+    async def end(self, fault: Callable[[list[psutil.Process]], None]) -> tuple[int, str]:
+        """Under load, do ``fault`` to the bridge's process tree; its exit status and lines once it and the tree ended."""
+        await self.under_load()
+        child = self.bridge.child
+        since, family = child.log.stat().st_size, psutil.Process(child.pid).children(recursive=True)
+        fault(family)
+        status = await child.wait(STOP_TIMEOUT)
+        _, alive = await asyncio.to_thread(psutil.wait_procs, family, timeout=30)
+        assert not alive, f"processes outlived the bridge: {alive}"
+        return status, child.log.read_bytes()[since:].decode(errors="replace")
+
+    async def finish(self) -> dict[int, dict[int, bytes]]:
+        """Stop the producers once the running bridge acks them; return what they sent, once it is in the sink."""
+        await self.under_load()
+        for p in self.producers:
+            p.stop.set()
+        await self.bridge.alive_while(self.running, DRAIN_TIMEOUT)  # everything sent is acked
+        expected = {sid: ids for p in self.producers for sid, ids in p.sent.items()}
+        await drain(self.bridge, expected)
+        await self.bridge.stop()
+        return expected
+
+    async def close(self) -> None:
+        self.running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.running
+
+    def assert_every_ack_delivered_once(self, expected: dict[int, dict[int, bytes]], figures: Figures) -> None:
+        """The sink holds every record sent once with its payload; every one was acked, once."""
+        result = verify_output(self.bridge.output, expected)
+        record(figures, result)
+        figures.extra.update(bridge_starts=self.bridge.starts)
+        assert_exactly_once(result, self.bridge)
+        acks = [ack for p in self.producers for ack in p.acked]
+        assert sorted(acks) == sorted((sid, mid, data) for sid, ids in expected.items() for mid, data in ids.items())
+
+
+def kill_the_jvm(family: list[psutil.Process]) -> None:
+    (jvm,) = _jvms(family)
+    jvm.kill()
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("aqueduct-bridge: error:")]
 
 
 async def test_sigint_and_a_killed_jvm_under_load_end_serve_with_one_line_and_it_resumes_exactly_once(
@@ -99,58 +164,51 @@ async def test_sigint_and_a_killed_jvm_under_load_end_serve_with_one_line_and_it
 ) -> None:
     async with bridge_process(tmp_path, certs, tcp=True) as bridge:
         await bridge.start()
-        producers = [PacedProducer(f"tcp://127.0.0.1:{bridge.tcp_port}", i) for i in range(2)]
-        running = asyncio.gather(*(p.run() for p in producers))
-
-        def acked() -> int:
-            return sum(len(p.acked) for p in producers)
-
-        async def under_load() -> tuple[int, list[psutil.Process]]:
-            """Once this incarnation committed a micro-batch and acked producers: where its log goes on, its tree."""
-            await bridge.alive_while(bridge.wait_for_commit(beyond=bridge.committed_batches()), DRAIN_TIMEOUT)
-            await bridge.alive_while(after(acked, "records acked by this bridge", DRAIN_TIMEOUT), DRAIN_TIMEOUT)
-            return bridge.child.log.stat().st_size, psutil.Process(bridge.child.pid).children(recursive=True)
-
+        loaded = Loaded(bridge)
         try:
-            since, family = await under_load()
             assert bridge.child.proc is not None
-            bridge.child.proc.send_signal(signal.SIGINT)  # Ctrl-C
-            status, text = await ended_by_itself(bridge, since, family)
-            acked_at_sigint = acked()
+            status, text = await loaded.end(lambda _: bridge.child.proc.send_signal(signal.SIGINT))  # Ctrl-C
+            figures.extra["acked_at_sigint"] = loaded.acked()
             assert status == 0 and not traces(text), text[-3000:]
             assert text.count("aqueduct-bridge: SIGINT: stopped in ") == 1, text[-3000:]
 
             await bridge.start()
-            since, family = await under_load()  # the producers resumed: acks from the new bridge
-            (jvm,) = _jvms(family)
-            jvm.kill()
-            status, text = await ended_by_itself(bridge, since, family)
-            acked_at_jvm_kill = acked()
-            failed = [line for line in text.splitlines() if line.startswith("aqueduct-bridge: error:")]
+            status, text = await loaded.end(kill_the_jvm)
+            figures.extra["acked_at_jvm_kill"] = loaded.acked()
             assert status == 1 and not traces(text), text[-3000:]
-            assert failed == ["aqueduct-bridge: error: Spark's JVM killed by SIGKILL under the running bridge"], (
-                text[-3000:]
-            )
+            assert error_lines(text) == ["aqueduct-bridge: error: Spark's JVM killed by SIGKILL under the running bridge"]
 
             await bridge.start()
-            await under_load()
-            for p in producers:
-                p.stop.set()
-            await bridge.alive_while(running, DRAIN_TIMEOUT)  # everything sent is acked
-            expected = {sid: ids for p in producers for sid, ids in p.sent.items()}
-            drained_s = await drain(bridge, expected)
+            expected = await loaded.finish()
         finally:
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
-        await bridge.stop()
-    result = verify_output(bridge.output, expected)
-    record(figures, result)
+            await loaded.close()
     figures.faults = {"sigint": 1, "jvm_sigkill": 1}
-    figures.extra.update(
-        bridge_starts=bridge.starts, acked_at_sigint=acked_at_sigint, acked_at_jvm_kill=acked_at_jvm_kill,
-        drain_after_producers_s=round(drained_s, 1),
-    )  # fmt: skip
-    assert_exactly_once(result, bridge)
-    acks = [ack for p in producers for ack in p.acked]
-    assert sorted(acks) == sorted((sid, mid, payload) for sid, ids in expected.items() for mid, payload in ids.items())
+    loaded.assert_every_ack_delivered_once(expected, figures)
+
+
+async def test_the_jvm_exiting_by_itself_under_load_ends_serve_with_one_line_and_it_resumes_exactly_once(
+    figures: Figures, tmp_path: Path, certs
+) -> None:
+    """User code in the bridge's pipeline calls ``System.exit(3)``: no signal, the JVM's own exit."""
+    exit_file = tmp_path / "exit-now"
+    env = {exiting_pipeline.OUTPUT_ENV: str(tmp_path / "out"), exiting_pipeline.EXIT_ENV: str(exit_file)}
+    pipeline = f"{exiting_pipeline.__name__}:{exiting_pipeline.raw_rows_until_told_to_exit.__name__}"
+    async with bridge_process(tmp_path, certs, tcp=True, args=("--pipeline", pipeline), env=env) as bridge:
+        await bridge.start()
+        loaded = Loaded(bridge)
+        try:
+            status, text = await loaded.end(lambda _: exit_file.touch())
+            figures.extra["acked_at_jvm_exit"] = loaded.acked()
+            # The JVM's own last words (Spark's errors as its shutdown stops the query under a
+            # running batch) are its log, for the operator to read; the bridge adds one line.
+            assert status == 1 and not traces(text, java=False), text[-3000:]
+            assert error_lines(text) == [
+                f"aqueduct-bridge: error: Spark's JVM exit status {exiting_pipeline.EXIT_STATUS} under the running bridge"
+            ], text[-3000:]
+
+            await bridge.start()
+            expected = await loaded.finish()
+        finally:
+            await loaded.close()
+    figures.faults = {"jvm_exit": exiting_pipeline.EXIT_STATUS}
+    loaded.assert_every_ack_delivered_once(expected, figures)
