@@ -63,7 +63,9 @@ def parse_bridge_list(text: str, where: str) -> tuple[BridgeEntry, ...]:
         name, address, *rest = line.split()
         fields = dict(part.split("=", 1) for part in rest)
         if any(e.name == name for e in entries):
-            raise BridgeListError(f"bridge list {where} line {number}: bridge {name!r} is listed twice")
+            raise BridgeListError(
+                f"bridge list {where} line {number}: bridge {name!r} is listed twice"
+            )
         entries.append(BridgeEntry(name, address, fields.get("token"), fields.get("ca")))
     return tuple(entries)
 

@@ -36,7 +36,12 @@ from aqueduct.bridge.source.failover_read import (
     complete_point,
     read_piece,
 )
-from aqueduct.bridge.source.flight_client import BridgeCredentialError, RemoteLog, RemoteSnapshots, open_bridges
+from aqueduct.bridge.source.flight_client import (
+    BridgeCredentialError,
+    RemoteLog,
+    RemoteSnapshots,
+    open_bridges,
+)
 from aqueduct.bridge.source.id_space import BEFORE_ALL, Copy, Gap, commit_offset, cut, reach
 from aqueduct.bridge.source.log_access import LocalLog, LogAccess, Snapshots
 from aqueduct.bridge.source.options import EARLIEST, LATEST, AqueductOptionError, SourceOptions
@@ -55,7 +60,9 @@ class FailoverPartition(InputPartition):
     """Pieces of streams (:class:`~aqueduct.bridge.source.failover_read.PlannedPiece`), read in order."""
 
     def __init__(self, pieces: tuple[PlannedPiece, ...]) -> None:
-        super().__init__(tuple((p.piece.stream, p.piece.lo, p.piece.hi, p.piece.candidates) for p in pieces))
+        super().__init__(
+            tuple((p.piece.stream, p.piece.lo, p.piece.hi, p.piece.candidates) for p in pieces)
+        )
         self.pieces = pieces
 
 
@@ -101,14 +108,21 @@ class FailoverStreamReader(DataSourceStreamReader):
         self._membership = Membership(self.options.bridge_timeout)
         self._registered: set[str] = set()
         self._sent: dict[str, dict[int, int]] = {}  # each bridge's last commit
-        self._complete: dict[tuple[str, int], tuple[int, object, int]] = {}  # (bridge, sid) -> (offset, entry, point)
+        self._complete: dict[
+            tuple[str, int], tuple[int, object, int]
+        ] = {}  # (bridge, sid) -> (offset, entry, point)
         self._committed: dict[int, int] | None = None
         self._start: dict[int, int] | None = None
         self._start_ran = False
         self._skipped = 0  # points skipped as lost (failOnDataLoss=false)
 
     def __getstate__(self) -> dict:
-        return {"options": self.options, "clock": self.clock, "fixed": self.fixed, "bridges": self.bridges}
+        return {
+            "options": self.options,
+            "clock": self.clock,
+            "fixed": self.fixed,
+            "bridges": self.bridges,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -137,9 +151,13 @@ class FailoverStreamReader(DataSourceStreamReader):
             if e.name in self.bridges:
                 continue
             if e.name in self.fixed:
-                raise AqueductOptionError(f"aqueduct source: bridge list names {e.name!r}, also named by an option")
+                raise AqueductOptionError(
+                    f"aqueduct source: bridge list names {e.name!r}, also named by an option"
+                )
             try:
-                (remote,) = _open(self.options, ((e.name, e.address),), e.token_file, e.ca_file).values()
+                (remote,) = _open(
+                    self.options, ((e.name, e.address),), e.token_file, e.ca_file
+                ).values()
             except AqueductOptionError as err:
                 logger.error("%s; bridge %s is not read until its list line is fixed", err, e.name)
                 continue
@@ -217,7 +235,12 @@ class FailoverStreamReader(DataSourceStreamReader):
             self.bridges[name].register(self.options.consumer, positions, self.options.reads)
             self._registered.add(name)
         except (*GONE, ConsumerError) as e:
-            logger.warning("aqueduct source: cannot register %r on bridge %s (%s); next trigger", self.options.consumer, name, e)
+            logger.warning(
+                "aqueduct source: cannot register %r on bridge %s (%s); next trigger",
+                self.options.consumer,
+                name,
+                e,
+            )
 
     def _positions(self, name: str, points: Mapping[int, int]) -> dict[int, int]:
         """``points`` as ``name``'s log offsets, for the streams it holds (see :func:`commit_offset`)."""
@@ -272,7 +295,9 @@ class FailoverStreamReader(DataSourceStreamReader):
         ends = dict(start)
         for sid, planned in usable.items():
             copies = [c.copy for c in planned]
-            lo = start.get(sid, BEFORE_ALL if self._start is not None else min(c.start for c in copies))
+            lo = start.get(
+                sid, BEFORE_ALL if self._start is not None else min(c.start for c in copies)
+            )
             end, gaps = reach(copies, lo, held.get(sid, ()))
             for a, b in gaps:
                 self._lost(sid, a, b)
@@ -303,7 +328,9 @@ class FailoverStreamReader(DataSourceStreamReader):
             for name in self._answered:
                 for sid, s in self._streams.get(name, {}).items():
                     if sid in ends and s.entries:
-                        c = PlannedCopy.of(name, self.bridges[name], s, self._complete_point(name, s))
+                        c = PlannedCopy.of(
+                            name, self.bridges[name], s, self._complete_point(name, s)
+                        )
                         copies.setdefault(sid, []).append(c)
         order = list(self.bridges)
         pieces: list[PlannedPiece] = []
@@ -343,10 +370,14 @@ class FailoverStreamReader(DataSourceStreamReader):
         for planned in partition.pieces:
             try:
                 with _corruption_is_data_loss():
-                    yield from read_piece(planned, skip, wait=max(60.0, 3 * self.options.bridge_timeout))
+                    yield from read_piece(
+                        planned, skip, wait=max(60.0, 3 * self.options.bridge_timeout)
+                    )
             except PieceLost as e:
                 if not skip:
-                    raise AqueductDataLoss(f"{e} (failOnDataLoss=false skips them instead)") from None
+                    raise AqueductDataLoss(
+                        f"{e} (failOnDataLoss=false skips them instead)"
+                    ) from None
                 logger.warning("%s; skipped (failOnDataLoss=false)", e)
 
     def commit(self, end: dict) -> None:
@@ -365,5 +396,8 @@ class FailoverStreamReader(DataSourceStreamReader):
                 self.bridges[name].commit(self.options.consumer, positions, 0)
                 self._sent[name] = positions
             except (*GONE, ConsumerError) as e:
-                logger.warning("aqueduct source: commit to bridge %s failed (%s); the next one covers it", name, e)
-
+                logger.warning(
+                    "aqueduct source: commit to bridge %s failed (%s); the next one covers it",
+                    name,
+                    e,
+                )

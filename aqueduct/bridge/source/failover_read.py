@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aqueduct.bridge.source.flight_client import UNREACHABLE
-from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, read_span, reach
+from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span
 from aqueduct.bridge.source.log_access import LogAccess
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.index import IndexEntry
@@ -61,7 +61,13 @@ class PlannedCopy:
     @classmethod
     def of(cls, name: str, access: LogAccess, s: StreamIndex, complete: int) -> PlannedCopy:
         """``s`` (a snapshot from ``access``), whose closed epochs end at point ``complete``."""
-        return cls(Copy(name, copy_start(s.entries), complete), access, str(s.directory), tuple(s.entries), s.complete)
+        return cls(
+            Copy(name, copy_start(s.entries), complete),
+            access,
+            str(s.directory),
+            tuple(s.entries),
+            s.complete,
+        )
 
 
 @dataclass(frozen=True)
@@ -96,11 +102,15 @@ def rows_in(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     import pyarrow.compute as pc
 
     ref = batch.column("reference")
-    keep = pc.and_(pc.invert(batch.column("boundary")), pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi)))
+    keep = pc.and_(
+        pc.invert(batch.column("boundary")), pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi))
+    )
     return batch.filter(keep).select(list(SPARK_COLUMNS))
 
 
-def _read_copy(c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool) -> Iterator[tuple[pa.RecordBatch, int]]:
+def _read_copy(
+    c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool
+) -> Iterator[tuple[pa.RecordBatch, int]]:
     """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read."""
     start, end = read_span(c.entries, lo, hi, c.complete_offset)
     if start >= end:
@@ -111,7 +121,9 @@ def _read_copy(c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool
             yield rows_in(batch, lo, hi), batch.column("reference")[-1].as_py()
 
 
-def _fresh(stream: int, bridges: list[tuple[str, LogAccess]], skip_corrupt: bool) -> list[PlannedCopy]:
+def _fresh(
+    stream: int, bridges: list[tuple[str, LogAccess]], skip_corrupt: bool
+) -> list[PlannedCopy]:
     """Every bridge's copy of ``stream`` as of now (bridges that cannot be reached left out)."""
     found = []
     for name, access in bridges:
@@ -120,11 +132,15 @@ def _fresh(stream: int, bridges: list[tuple[str, LogAccess]], skip_corrupt: bool
             if s is not None and s.entries:
                 found.append(PlannedCopy.of(name, access, s, complete_point(s)))
         except GONE as e:
-            logger.warning("aqueduct source: bridge %s cannot serve stream %d now (%s)", name, stream, e)
+            logger.warning(
+                "aqueduct source: bridge %s cannot serve stream %d now (%s)", name, stream, e
+            )
     return found
 
 
-def read_piece(planned: PlannedPiece, skip_corrupt: bool = False, wait: float = READ_WAIT) -> Iterator[pa.RecordBatch]:
+def read_piece(
+    planned: PlannedPiece, skip_corrupt: bool = False, wait: float = READ_WAIT
+) -> Iterator[pa.RecordBatch]:
     """The Spark rows of ``planned``'s records, in id order, each stable one once, from whichever copy serves.
 
     A copy that fails mid-read is left for the next from the last point it

@@ -84,7 +84,9 @@ def copy_start(entries: Sequence[IndexEntry]) -> int:
     return first.reference_before
 
 
-def reach(copies: Iterable[Copy], lo: int, held: Iterable[Copy] = ()) -> tuple[int, list[tuple[int, int]]]:
+def reach(
+    copies: Iterable[Copy], lo: int, held: Iterable[Copy] = ()
+) -> tuple[int, list[tuple[int, int]]]:
     """How far a stream reads from ``lo`` over ``copies``: the end point and the gaps passed.
 
     From each point the copy covering it that goes furthest is followed. A
@@ -110,7 +112,9 @@ def reach(copies: Iterable[Copy], lo: int, held: Iterable[Copy] = ()) -> tuple[i
         point = min(later)
 
 
-def cut(stream: int, lo: int, hi: int, copies: Iterable[Copy], preference: Sequence[str]) -> list[Piece | Gap]:
+def cut(
+    stream: int, lo: int, hi: int, copies: Iterable[Copy], preference: Sequence[str]
+) -> list[Piece | Gap]:
     """``(lo, hi]`` of ``stream`` as pieces, each readable whole from one copy, and gaps.
 
     Each piece runs from its start to the furthest end of a copy covering
@@ -137,13 +141,17 @@ def cut(stream: int, lo: int, hi: int, copies: Iterable[Copy], preference: Seque
             point = min(later)
             continue
         end = min(hi, max(covering))
-        names = tuple(dict.fromkeys(c.bridge for c in order if c.start <= point and c.complete >= end))
+        names = tuple(
+            dict.fromkeys(c.bridge for c in order if c.start <= point and c.complete >= end)
+        )
         out.append(Piece(stream, point, end, names))
         point = end
     return out
 
 
-def commit_offset(entries: Sequence[IndexEntry], point: int, reference_at: Callable[[int], int]) -> int | None:
+def commit_offset(
+    entries: Sequence[IndexEntry], point: int, reference_at: Callable[[int], int]
+) -> int | None:
     """The log offset of a copy that says "committed up to ``point``": an epoch's end, never past ``point``.
 
     The largest end of a closed epoch whose point of reference is at most
@@ -167,7 +175,9 @@ def commit_offset(entries: Sequence[IndexEntry], point: int, reference_at: Calla
     return found
 
 
-def read_span(entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int) -> tuple[int, int]:
+def read_span(
+    entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int
+) -> tuple[int, int]:
     """Log offsets ``[start, end)`` of a copy that hold every record of ``(lo, hi]`` in closed epochs.
 
     Whole index entries (a superset: the reader keeps only the rows that

@@ -39,10 +39,14 @@ def parse_points(offset: Mapping[str, object]) -> dict[int, int]:
     if set(offset) != {BY_ID} or not isinstance(offset[BY_ID], Mapping):
         if offset and BY_ID not in offset:
             raise OffsetError(PER_LOG_MET)
-        raise OffsetError(f'aqueduct offset: expected {{"{BY_ID}": {{"<stream id>": <point>, ...}}}}, got {offset!r}')
+        raise OffsetError(
+            f'aqueduct offset: expected {{"{BY_ID}": {{"<stream id>": <point>, ...}}}}, got {offset!r}'
+        )
     points: dict[int, int] = {}
     for k, v in offset[BY_ID].items():  # type: ignore[union-attr]
         if not (isinstance(k, str) and k.isdigit()) or type(v) is not int or v < BEFORE_ALL:
-            raise OffsetError(f'aqueduct offset: expected "<stream id>": <point> (an integer >= -1), got {k!r}: {v!r}')
+            raise OffsetError(
+                f'aqueduct offset: expected "<stream id>": <point> (an integer >= -1), got {k!r}: {v!r}'
+            )
         points[int(k)] = v
     return points
