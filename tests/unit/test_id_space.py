@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.source.bridge_list import BridgeEntry, BridgeListError, Membership, parse_bridge_list
+from aqueduct.bridge.source.bridge_list import (
+    BridgeEntry,
+    BridgeListError,
+    Membership,
+    parse_bridge_list,
+)
 from aqueduct.bridge.source.datasource import AqueductDataSource
 from aqueduct.bridge.source.id_space import (
     BEFORE_ALL,

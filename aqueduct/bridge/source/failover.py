@@ -108,6 +108,8 @@ class FailoverStreamReader(DataSourceStreamReader):
         self._membership = Membership(self.options.bridge_timeout)
         self._registered: set[str] = set()
         self._sent: dict[str, dict[int, int]] = {}  # each bridge's last commit
+        #: the snapshot and the points each bridge's commit was last worked out from (compared by identity)
+        self._told: dict[str, tuple[object, object]] = {}
         self._complete: dict[
             tuple[str, int], tuple[int, object, int]
         ] = {}  # (bridge, sid) -> (offset, entry, point)
@@ -142,7 +144,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         listed = {e.name for e in entries}
         for name in [n for n in self.bridges if n not in self.fixed and n not in listed]:
             logger.info("aqueduct source: bridge %s left the bridge list; forgotten", name)
-            for table in (self.bridges, self._snapshots, self._streams, self._sent):
+            for table in (self.bridges, self._snapshots, self._streams, self._sent, self._told):
                 table.pop(name, None)
             self._answered.discard(name)
             self._registered.discard(name)
@@ -193,6 +195,7 @@ class FailoverStreamReader(DataSourceStreamReader):
             if streams is None:
                 self._membership.failed(name, now)
                 self._sent.pop(name, None)  # a commit it missed is sent again when it answers
+                self._told.pop(name, None)
                 if self._membership.left_out(name, now):
                     self._streams.pop(name, None)
             else:
@@ -288,9 +291,11 @@ class FailoverStreamReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         """Every stream as far as its copies reach from where the next batch starts (all complete epochs)."""
+        usable, held = self._refresh()
         if self._start is not None and self._start_ran and self._start != self._committed:
             self._commit(self._start)
-        usable, held = self._refresh()
+        elif self._committed is not None:  # copies that changed since (a producer resent to a bridge) are told too
+            self._commit(self._committed)
         start = self._start or {}
         ends = dict(start)
         for sid, planned in usable.items():
@@ -318,21 +323,25 @@ class FailoverStreamReader(DataSourceStreamReader):
         self._skipped += 1
 
     def partitions(self, start: dict, end: dict) -> list[FailoverPartition]:
-        """Each stream's ``(start, end]`` cut into pieces from the copies as they are now, packed by volume."""
+        """Each stream's ``(start, end]`` cut into pieces from the copies as they are now, packed by volume.
+
+        A bridge that is held (failing, not yet left out) is a candidate only
+        where no answering bridge's copy is: a batch planned before it failed
+        waits for it (or for the producer's resend elsewhere) rather than
+        being called lost.
+        """
         self._start, self._start_ran = self._parse(end), end != start
         starts, ends = self._parse(start), self._parse(end)
         if not self._streams:
             self._refresh()
         copies: dict[int, list[PlannedCopy]] = {}
         with _corruption_is_data_loss():
-            for name in self._answered:
-                for sid, s in self._streams.get(name, {}).items():
+            for name, streams in self._streams.items():  # bridges answering, and held ones (not left out)
+                for sid, s in streams.items():
                     if sid in ends and s.entries:
-                        c = PlannedCopy.of(
-                            name, self.bridges[name], s, self._complete_point(name, s)
-                        )
+                        c = PlannedCopy.of(name, self.bridges[name], s, self._complete_point(name, s))
                         copies.setdefault(sid, []).append(c)
-        order = list(self.bridges)
+        order = sorted(self.bridges, key=lambda n: n not in self._answered)  # a held bridge only if no other
         pieces: list[PlannedPiece] = []
         for sid in sorted(ends):
             lo, hi = starts.get(sid, BEFORE_ALL), ends[sid]
@@ -387,8 +396,13 @@ class FailoverStreamReader(DataSourceStreamReader):
     def _commit(self, points: dict[int, int]) -> None:
         if not self._streams:  # a restarted query's first call: nothing loaded yet
             self._refresh()
-        self._committed = dict(points)
+        if points != self._committed:
+            self._committed = dict(points)
         for name in sorted(self._answered):
+            known, told = self._told.get(name), (self._streams[name], self._committed)
+            if known is not None and known[0] is told[0] and known[1] is told[1]:
+                continue  # the same snapshot and points as last time: nothing new to say
+            self._told[name] = told
             positions = self._positions(name, points)
             if not positions or positions == self._sent.get(name):
                 continue
