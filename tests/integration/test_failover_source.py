@@ -246,3 +246,29 @@ def test_a_bridge_that_stops_answering_holds_its_streams_then_is_left_out(tmp_pa
         assert sorted(rows) == sorted((s, i) for s, i, _ in expected(range(0, 4)))
     finally:
         flight.close()
+
+
+def test_records_without_a_stable_id_go_with_the_stable_record_before_them_once(tmp_path: Path) -> None:
+    """An EPHEMERAL record opening an epoch is read with that epoch; one after a stream's last stable record waits for the next."""
+    log = DurableLog(tmp_path / "a")
+    log.open_stream(BOUNDED, "bounded", "c/1", boundaries=True).result()
+    log.open_stream(PER_RECORD, "per-record", "c/1").result()
+
+    def append(sid: int, *records: tuple[bytes | None, int | None]) -> None:
+        for payload, mid in records:
+            if payload is None:
+                log.append(ConnectorMessage.build(sid, message_id=mid, boundary=True))
+            else:
+                log.append(ConnectorMessage.build(sid, payload, message_id=mid))
+        log.commit()  # one group commit: the ranges' edges fall inside index entries
+
+    append(BOUNDED, (b"0", 0), (b"1", 1), (None, 2), (b"e-opens-2", None), (b"3", 3), (None, 4), (b"e-opens-3", None))
+    append(PER_RECORD, (b"0", 0), (b"e-after-0", None), (b"1", 1), (b"e-after-1", None))
+    r = reader(log=str(tmp_path / "a"))
+    end, rows = batch(r, r.initialOffset())
+    assert sorted(p for _, _, p in rows) == sorted([b"0", b"1", b"e-opens-2", b"3", b"0", b"e-after-0", b"1"])
+    append(BOUNDED, (b"5", 5), (None, 6))
+    append(PER_RECORD, (b"2", 2))
+    _, rows = batch(r, end)
+    assert sorted(p for _, _, p in rows) == sorted([b"e-opens-3", b"5", b"e-after-1", b"2"])
+    log.close()

@@ -37,8 +37,10 @@ def entry(first: int, count: int, before: int, after: int, complete: int) -> Ind
 
 
 def test_a_record_belongs_to_the_range_its_reference_closes() -> None:
-    assert [r for r in range(0, 8) if belongs(r, 2, 5)] == [3, 4, 5]
-    assert belongs(0, BEFORE_ALL, 0)  # a record without a stable id opening the stream
+    assert [r for r in range(0, 8) if belongs(r, True, 2, 5)] == [3, 4, 5]
+    # one without a stable id goes with the stable record before it (whose point it carries)
+    assert [r for r in range(0, 8) if belongs(r, False, 2, 5)] == [2, 3, 4]
+    assert belongs(0, False, BEFORE_ALL, 4)  # opening the stream
 
 
 def test_a_copy_from_the_stream_start_takes_in_everything() -> None:
@@ -94,9 +96,10 @@ def test_commit_offset_is_the_last_epoch_end_not_past_the_point() -> None:
 
 
 def test_read_span_holds_the_range_in_whole_entries_and_closed_epochs() -> None:
-    assert read_span(ENTRIES, 3, 7, 9) == (3, 9)  # the entry starting at point 7 may hold a record of it
+    assert read_span(ENTRIES, 3, 7, 9) == (0, 9)  # entries reaching point 3 or starting at 7 may hold its records
     assert read_span(ENTRIES, 2, 3, 9) == (0, 7)  # ref 3 may be in either entry: both
-    assert read_span(ENTRIES, 7, 12, 9) == (7, 9)  # never past the closed epochs
+    assert read_span(ENTRIES, 3, 3, 9)[0] == 0  # a record without a stable id at point 3 may end the first
+    assert read_span(ENTRIES, 8, 12, 9) == (7, 9)  # never past the closed epochs
 
 
 def test_points_offsets_and_per_log_offsets_cannot_be_taken_for_each_other() -> None:

@@ -175,7 +175,7 @@ class FailoverModel(RuleBasedStateMachine):
             start, end = read_span(stored.entries, item.lo, item.hi, stored.complete)
             for offset in range(start, end):
                 mid, boundary = stored.records[offset - stored.base]
-                if not boundary and belongs(mid + 1, item.lo, item.hi):
+                if not boundary and belongs(mid + 1, True, item.lo, item.hi):
                     ids.append(mid)
         return ids
 

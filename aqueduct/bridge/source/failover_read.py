@@ -5,7 +5,7 @@ reference (:mod:`aqueduct.bridge.source.id_space`), with the planner's
 snapshot of each copy that held them all (:class:`PlannedCopy`, preferred
 first) and every other bridge of the query. :func:`read_piece` reads the
 piece from the first copy that covers it, keeps the rows whose stored
-``reference`` lies in the range, and when a bridge cannot be reached (or
+``reference`` puts them in the range, and when a bridge cannot be reached (or
 its log is gone) goes on from the last point it yielded with the next
 copy; when none of the planned copies is left, it looks at every bridge
 afresh (a producer that moved has resent the records to another one),
@@ -98,13 +98,16 @@ def complete_point(s: StreamIndex) -> int:
 
 
 def rows_in(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
-    """The Spark rows of ``batch`` that belong to ``(lo, hi]``: ``lo < reference <= hi``, BOUNDARY markers left out."""
+    """The Spark rows of ``batch`` that belong to ``(lo, hi]`` (:func:`~.id_space.belongs`), BOUNDARY markers left out.
+
+    Stable records: ``lo < reference <= hi``; the others: ``lo <= reference < hi``.
+    """
     import pyarrow.compute as pc
 
-    ref = batch.column("reference")
-    keep = pc.and_(
-        pc.invert(batch.column("boundary")), pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi))
-    )
+    ref, stable = batch.column("reference"), batch.column("stable")
+    by_stable = pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi))
+    by_unstable = pc.and_(pc.greater_equal(ref, lo), pc.less(ref, hi))
+    keep = pc.and_(pc.invert(batch.column("boundary")), pc.if_else(stable, by_stable, by_unstable))
     return batch.filter(keep).select(list(SPARK_COLUMNS))
 
 
