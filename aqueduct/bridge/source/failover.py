@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
 from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
-from aqueduct.bridge.source.datasource import AqueductDataLoss, _corruption_is_data_loss
+from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.failover_read import (
     GONE,
     PieceLost,
@@ -205,7 +205,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         usable: dict[int, list[PlannedCopy]] = {}
         held: dict[int, list[Copy]] = {}
         reads = self.options.reads
-        with _corruption_is_data_loss():
+        with corruption_is_data_loss():
             for name, streams in self._streams.items():
                 for sid, s in streams.items():
                     if not s.entries or not reads.selects(sid, s.meta.stream_name):
@@ -249,7 +249,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         """``points`` as ``name``'s log offsets, for the streams it holds (see :func:`commit_offset`)."""
         out = {}
         streams = self._streams.get(name, {})
-        with _corruption_is_data_loss():
+        with corruption_is_data_loss():
             for sid, point in points.items():
                 s = streams.get(sid)
                 if s is None or not s.entries:
@@ -335,7 +335,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         if not self._streams:
             self._refresh()
         copies: dict[int, list[PlannedCopy]] = {}
-        with _corruption_is_data_loss():
+        with corruption_is_data_loss():
             for name, streams in self._streams.items():  # bridges answering, and held ones (not left out)
                 for sid, s in streams.items():
                     if sid in ends and s.entries:
@@ -378,7 +378,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         skip = not self.options.fail_on_data_loss
         for planned in partition.pieces:
             try:
-                with _corruption_is_data_loss():
+                with corruption_is_data_loss():
                     yield from read_piece(
                         planned, skip, wait=max(60.0, 3 * self.options.bridge_timeout)
                     )
