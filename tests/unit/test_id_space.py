@@ -174,6 +174,8 @@ def test_failover_options(tmp_path: Path) -> None:
         with pytest.raises(AqueductOptionError) as e:
             SourceOptions.parse(dict(given))
         assert str(e.value) == wanted
+    with pytest.raises(AqueductOptionError, match="names x, also named by option log or bridge"):
+        SourceOptions.parse({"bridgeList": str(listed), "bridge": "x=h:1,y=h:2"})
     listed.write_text("x h:3 oops\n")
     with pytest.raises(AqueductOptionError, match=r"line 1: unknown field 'oops'"):
         SourceOptions.parse({"bridgeList": str(listed)})

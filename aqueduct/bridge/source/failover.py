@@ -153,9 +153,8 @@ class FailoverStreamReader(DataSourceStreamReader):
             if e.name in self.bridges:
                 continue
             if e.name in self.fixed:
-                raise AqueductOptionError(
-                    f"aqueduct source: bridge list names {e.name!r}, also named by an option"
-                )
+                logger.error("aqueduct source: the bridge list names %s, also named by an option; left out", e.name)
+                continue
             try:
                 (remote,) = _open(
                     self.options, ((e.name, e.address),), e.token_file, e.ca_file

@@ -207,6 +207,8 @@ class SourceOptions:
             )
         failover = _failover(opts, bridge_list)
         sources = _sources(log, bridge)
+        if bridge_list is not None:
+            _check_list_names(bridge_list, sources)
         for _, kind, where in sources:
             try:
                 check_log_dir(Path(where)) if kind == "log" else split_address(where)
@@ -269,6 +271,16 @@ def _failover(opts: Mapping[str, str], bridge_list: str | None) -> bool:
         except BridgeListError as e:
             raise AqueductOptionError(f"aqueduct source: {e}") from None
     return failover
+
+
+def _check_list_names(bridge_list: str, sources: tuple[tuple[str | None, str, str], ...]) -> None:
+    """A bridge list names no log the ``log``/``bridge`` options name too (they are the query's fixed ones)."""
+    fixed = {name or where for name, _, where in sources}
+    both = sorted(e.name for e in read_bridge_list(bridge_list) if e.name in fixed)
+    if both:
+        raise AqueductOptionError(
+            f"aqueduct source: bridge list {bridge_list!r} names {', '.join(both)}, also named by option log or bridge"
+        )
 
 
 def _bridge_timeout(opts: Mapping[str, str], failover: bool) -> float:
