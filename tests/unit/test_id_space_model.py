@@ -22,18 +22,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from aqueduct.bridge.source.id_space import (
-    BEFORE_ALL,
-    Copy,
-    Gap,
-    Piece,
-    belongs,
-    commit_offset,
-    copy_start,
-    cut,
-    reach,
-    read_span,
-)
+from aqueduct.bridge.source import id_space as rules
 from aqueduct.bridge.storage.index import IndexEntry
 
 BRIDGES = ("a", "b", "c")
@@ -78,9 +67,9 @@ class Stored:
         self.records += records
         self.entries.append(entry(first, len(records), before, self.point, self.complete))
 
-    def copy(self, name: str) -> Copy:
-        start = copy_start(self.entries)
-        return Copy(name, start, self.reference_at(self.complete) if self.complete > self.base else start)
+    def copy(self, name: str) -> rules.Copy:
+        start = rules.copy_start(self.entries)
+        return rules.Copy(name, start, self.reference_at(self.complete) if self.complete > self.base else start)
 
     def truncate(self) -> None:
         """Drop whole group commits below what the query committed here."""
@@ -98,7 +87,7 @@ class FailoverModel(RuleBasedStateMachine):
         self.ack = 0  # the producer's point: every id below is acked, it keeps the rest
         self.current: str | None = None  # the bridge the producer is on
         self.bridges: dict[str, Stored] = {}
-        self.point = BEFORE_ALL  # the query's committed point
+        self.point = rules.BEFORE_ALL  # the query's committed point
         self.planned: tuple[int, int] | None = None  # (lo, hi] of the batch planned, not yet committed
         self.sink: list[list[int]] = []  # the ids of each committed batch
         self.boundaries = True
@@ -152,13 +141,13 @@ class FailoverModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ query
 
-    def _copies(self) -> list[Copy]:
+    def _copies(self) -> list[rules.Copy]:
         return [s.copy(n) for n, s in sorted(self.bridges.items()) if s.entries]
 
     @precondition(lambda self: self.planned is None)
     @rule()
     def plan(self) -> None:
-        end, gaps = reach(self._copies(), self.point)
+        end, gaps = rules.reach(self._copies(), self.point)
         assert gaps == [], f"records lost: {gaps}"
         if end > self.point:
             self.planned = (self.point, end)
@@ -166,16 +155,16 @@ class FailoverModel(RuleBasedStateMachine):
     def _read(self, lo: int, hi: int) -> list[int] | None:
         """The batch's ids as executors read them from the copies now (None: not readable now)."""
         ids: list[int] = []
-        for item in cut(0, lo, hi, self._copies(), BRIDGES):
-            assert not isinstance(item, Gap), f"records lost: {item}"
-            assert isinstance(item, Piece)
+        for item in rules.cut(0, lo, hi, self._copies(), BRIDGES):
+            assert not isinstance(item, rules.Gap), f"records lost: {item}"
+            assert isinstance(item, rules.Piece)
             if not item.candidates:
                 return None
             stored = self.bridges[item.candidates[-1]]  # any candidate serves: take the least preferred
-            start, end = read_span(stored.entries, item.lo, item.hi, stored.complete)
+            start, end = rules.read_span(stored.entries, item.lo, item.hi, stored.complete)
             for offset in range(start, end):
                 mid, boundary = stored.records[offset - stored.base]
-                if not boundary and belongs(mid + 1, True, item.lo, item.hi):
+                if not boundary and rules.belongs(mid + 1, True, item.lo, item.hi):
                     ids.append(mid)
         return ids
 
@@ -191,7 +180,7 @@ class FailoverModel(RuleBasedStateMachine):
         self.point = self.planned[1]
         self.planned = None
         for stored in self.bridges.values():
-            offset = commit_offset(stored.entries, self.point, stored.reference_at)
+            offset = rules.commit_offset(stored.entries, self.point, stored.reference_at)
             if offset is not None:
                 assert stored.reference_at(offset) <= self.point
                 stored.committed = offset
@@ -229,7 +218,7 @@ class FailoverModel(RuleBasedStateMachine):
             if self.planned is None:
                 break
             self.run(True)
-        complete = max((s.copy("x").complete for s in self.bridges.values() if s.entries), default=BEFORE_ALL)
+        complete = max((s.copy("x").complete for s in self.bridges.values() if s.entries), default=rules.BEFORE_ALL)
         assert self.point >= complete
         current = self.bridges[self.current]
         if current.entries and current.copy("x").complete == self.point and self.point > max(current.before, 0):
