@@ -110,9 +110,8 @@ class FailoverStreamReader(DataSourceStreamReader):
         self._sent: dict[str, dict[int, int]] = {}  # each bridge's last commit
         #: the snapshot and the points each bridge's commit was last worked out from (compared by identity)
         self._told: dict[str, tuple[object, object]] = {}
-        self._complete: dict[
-            tuple[str, int], tuple[int, object, int]
-        ] = {}  # (bridge, sid) -> (offset, entry, point)
+        #: (bridge, stream id) -> (closed epochs' end offset, last index entry, their point): see _complete_point
+        self._complete: dict[tuple[str, int], tuple[int, object, int]] = {}
         self._committed: dict[int, int] | None = None
         self._start: dict[int, int] | None = None
         self._start_ran = False
