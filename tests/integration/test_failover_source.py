@@ -272,3 +272,15 @@ def test_records_without_a_stable_id_go_with_the_stable_record_before_them_once(
     _, rows = batch(r, end)
     assert sorted(p for _, _, p in rows) == sorted([b"e-opens-3", b"5", b"e-after-1", b"2"])
     log.close()
+
+
+def test_a_batch_read_with_failover_reads_each_record_once_and_registers_nowhere(logs: tuple[Path, Path]) -> None:
+    a, b = logs
+    source = AqueductDataSource({"failover": "true", "log": f"a={a},b={b}", "endingOffsets": '{"7": 12}'})
+    r = through_spark(source.reader(SPARK_STRUCT))
+    parts = through_spark(r.partitions())
+    rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+    assert sorted(rows) == sorted(
+        [row for row in expected(range(0, 12)) if row[0] == BOUNDED] + [row for row in expected(range(0, 20)) if row[0] == PER_RECORD]
+    )
+    assert load_consumers(a) == load_consumers(b) == {}

@@ -12,7 +12,6 @@ from aqueduct.bridge.source.bridge_list import (
     Membership,
     parse_bridge_list,
 )
-from aqueduct.bridge.source.datasource import AqueductDataSource
 from aqueduct.bridge.source.id_space import (
     BEFORE_ALL,
     Copy,
@@ -179,9 +178,3 @@ def test_failover_options(tmp_path: Path) -> None:
     listed.write_text("x h:3 oops\n")
     with pytest.raises(AqueductOptionError, match=r"line 1: unknown field 'oops'"):
         SourceOptions.parse({"bridgeList": str(listed)})
-
-
-def test_a_batch_read_with_failover_says_it_is_for_streaming(tmp_path: Path) -> None:
-    source = AqueductDataSource({"log": a_log(tmp_path / "a"), "failover": "true"})
-    with pytest.raises(AqueductOptionError, match="failover is for streaming queries"):
-        source.reader(None)  # type: ignore[arg-type]

@@ -185,17 +185,16 @@ class AqueductDataSource(DataSource):
         return stream_reader(self.parsed)
 
     def reader(self, schema: StructType) -> AqueductBatchReader:
-        if self.parsed.failover:
-            raise AqueductOptionError(
-                "aqueduct source: failover is for streaming queries (spark.readStream); a batch read "
-                "(spark.read) reads each log as it is: set failover=false"
-            )
         given = sorted(name for name in STREAMING_ONLY if name.lower() in self.parsed.given)
         if given:
             raise AqueductOptionError(
                 f"aqueduct source: {', '.join(given)} only apply to streaming queries "
                 "(spark.readStream); a batch read is no consumer and has no triggers"
             )
+        if self.parsed.failover:
+            from aqueduct.bridge.source.failover import FailoverBatchReader
+
+            return FailoverBatchReader(self.parsed)  # type: ignore[return-value]
         return AqueductBatchReader(self.parsed)
 
 

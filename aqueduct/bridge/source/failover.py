@@ -23,7 +23,7 @@ import logging
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
 from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
@@ -51,7 +51,7 @@ from aqueduct.bridge.storage.consumers import ConsumerError
 from aqueduct.bridge.storage.offset import OffsetError
 from aqueduct.bridge.storage.view import FORMAT_FILE, StreamIndex
 
-__all__ = ["FailoverPartition", "FailoverStreamReader"]
+__all__ = ["FailoverBatchReader", "FailoverPartition", "FailoverStreamReader"]
 
 logger = logging.getLogger(__name__)
 
@@ -265,9 +265,8 @@ class FailoverStreamReader(DataSourceStreamReader):
         except OffsetError as e:
             raise AqueductOptionError(str(e)) from None
 
-    def initialOffset(self) -> dict:
-        """Where ``startingOffsets`` says, in points; the consumer is registered on every bridge."""
-        usable, _ = self._refresh()
+    def starting_points(self, usable: Mapping[int, list[PlannedCopy]]) -> dict[int, int]:
+        """``startingOffsets`` as points: ``earliest`` the first point any copy holds, ``latest`` the furthest end."""
         wanted = self.options.starting_offsets
         per_stream = wanted if isinstance(wanted, Mapping) else {}
         default = LATEST if wanted == "latest" else EARLIEST
@@ -281,8 +280,14 @@ class FailoverStreamReader(DataSourceStreamReader):
                 points[sid] = max((c.complete for c in copies), default=BEFORE_ALL)
             else:
                 points[sid] = want
+        return points
+
+    def initialOffset(self) -> dict:
+        """Where ``startingOffsets`` says, in points; the consumer is registered on every bridge."""
+        usable, _ = self._refresh()
+        points = self.starting_points(usable)
         for name in self._answered:
-            self._register(name, None if wanted == "earliest" else points)
+            self._register(name, None if self.options.starting_offsets == "earliest" else points)
         self._committed = dict(points)
         self._start = dict(points)
         return spark_points(points)
@@ -413,3 +418,34 @@ class FailoverStreamReader(DataSourceStreamReader):
                     name,
                     e,
                 )
+
+
+class FailoverBatchReader(DataSourceReader):
+    """``spark.read`` with failover: every stream's records between ``startingOffsets`` and ``endingOffsets`` (points), once.
+
+    A batch read is no consumer: it registers nowhere and commits nothing.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.stream = FailoverStreamReader(options)
+
+    def partitions(self) -> list[FailoverPartition]:  # type: ignore[override]
+        usable, held = self.stream._refresh()
+        starts = self.stream.starting_points(usable)
+        wanted = self.stream.options.ending_offsets
+        per_stream = wanted if isinstance(wanted, Mapping) else {}
+        ends = {}
+        for sid, lo in starts.items():
+            end = per_stream.get(sid, LATEST)
+            if end == LATEST:
+                end = reach([c.copy for c in usable.get(sid, [])], lo, held.get(sid, ()))[0]
+            if end < lo:
+                raise AqueductOptionError(
+                    f"aqueduct source: endingOffsets {end} of stream {sid} is before its startingOffsets {lo}"
+                )
+            ends[sid] = end
+        return self.stream.partitions(spark_points(starts), spark_points(ends))
+
+    def read(self, partition: FailoverPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return self.stream.read(partition)
+
