@@ -42,7 +42,15 @@ from aqueduct.bridge.source.flight_client import (
     RemoteSnapshots,
     open_bridges,
 )
-from aqueduct.bridge.source.id_space import BEFORE_ALL, Copy, Gap, commit_offset, cut, reach
+from aqueduct.bridge.source.id_space import (
+    BEFORE_ALL,
+    Copy,
+    Gap,
+    commit_offset,
+    copy_start,
+    cut,
+    reach,
+)
 from aqueduct.bridge.source.log_access import LocalLog, LogAccess, Snapshots
 from aqueduct.bridge.source.options import EARLIEST, LATEST, AqueductOptionError, SourceOptions
 from aqueduct.bridge.source.planning import PARTITION_RECORDS
@@ -183,7 +191,7 @@ class FailoverStreamReader(DataSourceStreamReader):
             self._snapshots.pop(name, None)
             return None
 
-    def _refresh(self) -> tuple[dict[int, list[PlannedCopy]], dict[int, list[Copy]]]:
+    def _refresh(self) -> tuple[dict[int, list[Copy]], dict[int, list[Copy]]]:
         """Every stream's copies on the bridges planning reads, and those on bridges held (not read, waited for)."""
         self._update_list()
         now = self.clock.monotonic()
@@ -200,7 +208,7 @@ class FailoverStreamReader(DataSourceStreamReader):
                 self._membership.answered(name)
                 self._streams[name] = streams
                 self._answered.add(name)
-        usable: dict[int, list[PlannedCopy]] = {}
+        usable: dict[int, list[Copy]] = {}
         held: dict[int, list[Copy]] = {}
         reads = self.options.reads
         with corruption_is_data_loss():
@@ -208,11 +216,8 @@ class FailoverStreamReader(DataSourceStreamReader):
                 for sid, s in streams.items():
                     if not s.entries or not reads.selects(sid, s.meta.stream_name):
                         continue
-                    c = PlannedCopy.of(name, self.bridges[name], s, self._complete_point(name, s))
-                    if name in self._answered:
-                        usable.setdefault(sid, []).append(c)
-                    else:
-                        held.setdefault(sid, []).append(c.copy)
+                    c = Copy(name, copy_start(s.entries), self._complete_point(name, s))
+                    (usable if name in self._answered else held).setdefault(sid, []).append(c)
         for name in self._answered - self._registered:
             if self._committed is not None:
                 self._register(name, self._committed)
@@ -265,14 +270,14 @@ class FailoverStreamReader(DataSourceStreamReader):
         except OffsetError as e:
             raise AqueductOptionError(str(e)) from None
 
-    def starting_points(self, usable: Mapping[int, list[PlannedCopy]]) -> dict[int, int]:
+    def starting_points(self, usable: Mapping[int, list[Copy]]) -> dict[int, int]:
         """``startingOffsets`` as points: ``earliest`` the first point any copy holds, ``latest`` the furthest end."""
         wanted = self.options.starting_offsets
         per_stream = wanted if isinstance(wanted, Mapping) else {}
         default = LATEST if wanted == "latest" else EARLIEST
         points: dict[int, int] = {}
         for sid in sorted(set(usable) | {int(k) for k in per_stream}):  # type: ignore[arg-type]
-            copies = [c.copy for c in usable.get(sid, [])]
+            copies = usable.get(sid, [])
             want = per_stream.get(sid, default)
             if want == EARLIEST:
                 points[sid] = min((c.start for c in copies), default=BEFORE_ALL)
@@ -301,8 +306,7 @@ class FailoverStreamReader(DataSourceStreamReader):
             self._commit(self._committed)
         start = self._start or {}
         ends = dict(start)
-        for sid, planned in usable.items():
-            copies = [c.copy for c in planned]
+        for sid, copies in usable.items():
             lo = start.get(
                 sid, BEFORE_ALL if self._start is not None else min(c.start for c in copies)
             )
@@ -341,7 +345,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         with corruption_is_data_loss():
             for name, streams in self._streams.items():  # bridges answering, and held ones (not left out)
                 for sid, s in streams.items():
-                    if sid in ends and s.entries:
+                    if ends.get(sid, BEFORE_ALL) > starts.get(sid, BEFORE_ALL) and s.entries:
                         c = PlannedCopy.of(name, self.bridges[name], s, self._complete_point(name, s))
                         copies.setdefault(sid, []).append(c)
         order = sorted(self.bridges, key=lambda n: n not in self._answered)  # a held bridge only if no other
@@ -353,7 +357,7 @@ class FailoverStreamReader(DataSourceStreamReader):
                 if isinstance(item, Gap):
                     self._lost(sid, item.lo, item.hi)
                     continue
-                planned = tuple(by_name[n] for n in item.candidates)
+                planned = tuple(by_name[n].for_range(item.lo, item.hi) for n in item.candidates)
                 others = tuple((n, a) for n, a in self.bridges.items() if n not in item.candidates)
                 pieces.append(PlannedPiece(item, planned, others))
         return self._pack(pieces)
@@ -438,7 +442,7 @@ class FailoverBatchReader(DataSourceReader):
         for sid, lo in starts.items():
             end = per_stream.get(sid, LATEST)
             if end == LATEST:
-                end = reach([c.copy for c in usable.get(sid, [])], lo, held.get(sid, ()))[0]
+                end = reach(usable.get(sid, []), lo, held.get(sid, ()))[0]
             if end < lo:
                 raise AqueductOptionError(
                     f"aqueduct source: endingOffsets {end} of stream {sid} is before its startingOffsets {lo}"

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from aqueduct.bridge.source.flight_client import UNREACHABLE
-from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span
+from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span, span_entries
 from aqueduct.bridge.source.log_access import LogAccess
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.index import IndexEntry
@@ -55,19 +55,18 @@ class PlannedCopy:
     copy: Copy
     access: LogAccess
     directory: str
-    entries: tuple[IndexEntry, ...]
+    entries: Sequence[IndexEntry]
     complete_offset: int
 
     @classmethod
     def of(cls, name: str, access: LogAccess, s: StreamIndex, complete: int) -> PlannedCopy:
         """``s`` (a snapshot from ``access``), whose closed epochs end at point ``complete``."""
-        return cls(
-            Copy(name, copy_start(s.entries), complete),
-            access,
-            str(s.directory),
-            tuple(s.entries),
-            s.complete,
-        )
+        return cls(Copy(name, copy_start(s.entries), complete), access, str(s.directory), s.entries, s.complete)
+
+    def for_range(self, lo: int, hi: int) -> PlannedCopy:
+        """The same copy with only the index entries that may hold ``(lo, hi]``: what a partition carries."""
+        first, last = span_entries(self.entries, lo, hi)
+        return PlannedCopy(self.copy, self.access, self.directory, self.entries[first:last], self.complete_offset)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from aqueduct.bridge.storage.index import IndexEntry
 
 __all__ = [
-    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span",
+    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span", "span_entries",
 ]  # fmt: skip
 
 #: The point before a stream's first record: records with no stable id that
@@ -183,17 +183,22 @@ def commit_offset(
     return found
 
 
-def read_span(
-    entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int
-) -> tuple[int, int]:
+def span_entries(entries: Sequence[IndexEntry], lo: int, hi: int) -> tuple[int, int]:
+    """Indexes ``[first, last)`` of the entries that may hold records of ``(lo, hi]`` (see :func:`read_span`)."""
+    first = bisect.bisect_left(entries, lo, key=lambda e: e.reference_after)
+    last = bisect.bisect_right(entries, hi, key=lambda e: e.reference_before)
+    return first, max(first, last)
+
+
+def read_span(entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int) -> tuple[int, int]:
     """Log offsets ``[start, end)`` of a copy that hold every record of ``(lo, hi]`` in closed epochs.
 
     Whole index entries (a superset: the reader keeps only the rows that
     :func:`belongs`), from the first entry reaching ``lo`` to the last one
     starting at or below ``hi``, never past the closed epochs.
     """
-    first = bisect.bisect_left(entries, lo, key=lambda e: e.reference_after)
-    last = bisect.bisect_right(entries, hi, key=lambda e: e.reference_before)
-    end = min(entries[last - 1].end_offset if last else 0, complete_offset)
-    start = entries[first].first_offset if first < len(entries) else end
-    return min(start, end), end
+    first, last = span_entries(entries, lo, hi)
+    if first == last:
+        return 0, 0
+    end = min(entries[last - 1].end_offset, complete_offset)
+    return min(entries[first].first_offset, end), end
