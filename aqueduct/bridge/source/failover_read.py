@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 from aqueduct.bridge.source.flight_client import UNREACHABLE
 from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span, span_entries
@@ -38,6 +39,15 @@ READ_WAIT = 60.0
 
 #: What "this bridge cannot serve now" looks like: Flight unreachable, a log directory gone.
 GONE = (*UNREACHABLE, OSError, NotALog)
+
+
+class StaleCopy(RuntimeError):
+    """A copy's records are not those its planned index entries describe (its log was replaced since)."""
+
+
+#: What makes a reader try the next copy: the bridge gone, its log replaced, or an error it answers
+#: a read with (a range no longer stored); a batch failing its checksum is data loss, not this.
+CANNOT_SERVE = (*GONE, StaleCopy, flight.FlightServerError)
 
 
 class PieceUnavailable(RuntimeError):
@@ -113,14 +123,29 @@ def rows_in(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
 def _read_copy(
     c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read."""
+    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read.
+
+    The records read must be the ones the planner's index entries describe:
+    the first starts at the first entry's point, and the last stable one
+    reaches ``hi``. A log replaced since planning (a bridge restarted on an
+    empty directory, refilled by resends at other offsets) fails this, and
+    raises :class:`StaleCopy` rather than yielding a range with holes.
+    """
     start, end = read_span(c.entries, lo, hi, c.complete_offset)
     if start >= end:
         return
     entries = tuple(e for e in c.entries if e.end_offset > start and e.first_offset < end)
+    seen: int | None = None
     for batch in c.access.read(Slice(c.directory, stream, start, end, entries, 0), skip_corrupt):
-        if batch.num_rows:
-            yield rows_in(batch, lo, hi), batch.column("reference")[-1].as_py()
+        if not batch.num_rows:
+            continue
+        refs = batch.column("reference")
+        if seen is None and not entries[0].reference_before <= refs[0].as_py() <= entries[0].reference_after:
+            raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} is not the one planned on")
+        seen = refs[-1].as_py()
+        yield rows_in(batch, lo, hi), seen
+    if not skip_corrupt and hi > max(lo, c.copy.start) and (seen is None or seen < hi):
+        raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} ends before point {hi}, which it held")
 
 
 def _fresh(
@@ -181,7 +206,7 @@ def read_piece(
                 if rows.num_rows:
                     yield rows
             point = end
-        except GONE as e:
+        except CANNOT_SERVE as e:
             logger.warning(
                 "aqueduct source: bridge %s failed reading stream %d at point %d (%s); trying another",
                 c.copy.bridge, piece.stream, point, e,
