@@ -216,7 +216,7 @@ def test_bridges_join_and_leave_through_the_bridge_list(tmp_path: Path) -> None:
         assert sorted(rows) == sorted(expected(range(8, 12)))
         listed.write_text(f"b {flight.address(b)} {creds}\n")
         r.latestOffset()
-        assert list(r.bridges) == ["b"]
+        assert list(r.bridges.logs) == ["b"]
     finally:
         flight.close()
 
@@ -239,7 +239,7 @@ def test_a_bridge_that_stops_answering_holds_its_streams_then_is_left_out(tmp_pa
         assert held == {"by_id": {str(BOUNDED): 4, str(PER_RECORD): 4}}  # b's part only: a is not read while held
         clock.now += 11
         r.latestOffset()
-        assert r._membership.left_out("a", clock.now)
+        assert r.bridges.membership.left_out("a", clock.now)
         end = json.loads(json.dumps(held))
         parts = r.partitions(start, end)
         rows = [(x["stream_id"], x["message_id"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
