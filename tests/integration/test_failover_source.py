@@ -284,3 +284,22 @@ def test_a_batch_read_with_failover_reads_each_record_once_and_registers_nowhere
         [row for row in expected(range(0, 12)) if row[0] == BOUNDED] + [row for row in expected(range(0, 20)) if row[0] == PER_RECORD]
     )
     assert load_consumers(a) == load_consumers(b) == {}
+
+
+def test_a_task_whose_bridge_stops_answering_reads_the_piece_from_another_over_flight(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 12))
+    write(b, range(0, 8))  # b lags behind a
+    flight = FlightLogs(tmp_path / "flight")
+    try:
+        r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout="1s", **flight.credentials())
+        start = r.initialOffset()
+        end = json.loads(json.dumps(r.latestOffset()))
+        parts = through_spark(r.partitions(start, end))
+        assert {c for p in parts for piece in p.pieces for c in piece.piece.candidates} == {"a"}
+        flight.servers[a].shutdown()  # a stops answering after planning
+        write(b, range(8, 12))  # the producer moved to b and resent what a held
+        rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+        assert sorted(rows) == sorted(expected(range(0, 12)))
+    finally:
+        flight.close()
