@@ -6,7 +6,10 @@ module gives it the operator's files and the clock. Each file is a
 HELLO) when it changes, so a new public key (rotation), an ACL line or a
 revocation applies from the next HELLO without a restart, and a bad edit
 keeps the last good version in force. :meth:`ProducerAuth.check` is the
-worker sessions' :data:`~aqueduct.connector.credentials.CredentialCheck`.
+worker sessions' :data:`~aqueduct.connector.credentials.CredentialCheck`;
+a token it verified once skips the signature check when its producer
+reconnects (:mod:`aqueduct.auth.verified`; expiry and revocation are
+checked every time).
 
 A file that cannot be used at start raises :class:`ProducerAuthError`
 (one line naming the file), before the bridge creates anything.
@@ -27,6 +30,7 @@ from aqueduct.auth.keys import KeyRing
 from aqueduct.auth.permissions import Denied
 from aqueduct.auth.revocation import parse_revocations
 from aqueduct.auth.textfile import AuthFileError
+from aqueduct.auth.verified import VerifiedTokens
 from aqueduct.auth.watched import WatchedFile
 
 __all__ = ["ProducerAuth", "ProducerAuthError"]
@@ -69,6 +73,7 @@ class ProducerAuth:
             keys=None if self._keys is None else self._keys.current(),
             acl=None if self._acl is None else self._acl.current,
             **({} if self._revoked is None else {"revoked": self._revoked.current}),
+            verified=VerifiedTokens(),
         )
 
     @classmethod
