@@ -1,17 +1,17 @@
 """A producer's real session that notes what its bridge told it, across all its connections.
 
 ``monkeypatch.setattr(client, "ConnectorSession", RecordingSession)`` makes
-every ``Connector`` of the test use it (reset :attr:`RecordingSession.acks`
-and :attr:`RecordingSession.endings` with ``monkeypatch`` too): verdicts on
-the ACK points a producer was told (never lower than before, in the end
-everything) and on how its sessions ended (a RESTART, a refusal's exact
-reason).
+every ``Connector`` of the test use it (reset :attr:`RecordingSession.acks`,
+:attr:`RecordingSession.endings` and :attr:`RecordingSession.accepted` with
+``monkeypatch`` too): verdicts on the ACK points a producer was told (never
+lower than before, in the end everything), on which connections got OK, and
+on how its sessions ended (a RESTART, a refusal's exact reason).
 """
 
 from __future__ import annotations
 
 from aqueduct.connector.connector_session import ConnectorSession
-from aqueduct.connector.events import Acked, ConnectorEvent, SessionEnded
+from aqueduct.connector.events import Acked, ConnectorEvent, SessionAccepted, SessionEnded
 
 
 class RecordingSession(ConnectorSession):
@@ -20,6 +20,8 @@ class RecordingSession(ConnectorSession):
     acks: list[tuple[int, int, int]] = []
     #: (connection, origin, reason) of every session that ended by a frame of the bridge (ERROR, RESTART)
     endings: list[tuple[int, str, str]] = []
+    #: connections that got OK
+    accepted: list[int] = []
     connections = 0
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -32,6 +34,8 @@ class RecordingSession(ConnectorSession):
         for event in events:
             if isinstance(event, Acked):
                 self.acks.extend((self.connection, sid, point) for sid, point in event.refs)
+            elif isinstance(event, SessionAccepted):
+                self.accepted.append(self.connection)
             elif isinstance(event, SessionEnded):
                 self.endings.append((self.connection, event.origin, event.reason))
         return events

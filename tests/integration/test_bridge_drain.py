@@ -92,6 +92,7 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
 ) -> None:
     monkeypatch.setattr(RecordingSession, "acks", [])
     monkeypatch.setattr(RecordingSession, "endings", [])
+    monkeypatch.setattr(RecordingSession, "accepted", [])
     monkeypatch.setattr(client, "ConnectorSession", RecordingSession)
     log_dir, port, out = tmp_path / "log", free_port(), tmp_path / "bridge.log"
     bridge = await start_bridge(log_dir, port, out)
@@ -119,6 +120,7 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
         restarted = {c for c, origin, _ in RecordingSession.endings if origin == "restart"}
         refused = {c for c, origin, reason in RecordingSession.endings if (origin, reason) == ("peer", REFUSAL)}
         assert len(restarted) == len(STREAMS) and min(refused) > max(restarted)
+        assert not refused & set(RecordingSession.accepted)  # ERROR instead of OK: nothing resumed there
         assert REFUSAL == "busy: retry within 10.00 s, not before 2.00 s; this bridge is draining"
 
         # It waits for the records the query has not committed, and says so; it does not exit meanwhile.
