@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import urllib.request
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -46,18 +47,24 @@ def payload(stream_id: int, message_id: int) -> bytes:
     return b"stream %d message %d" % (stream_id, message_id)
 
 
-async def start_bridge(log_dir: Path, port: int, out: Path) -> asyncio.subprocess.Process:
+async def start_bridge(log_dir: Path, port: int, out: Path, *more: str) -> asyncio.subprocess.Process:
     """An ingest-only bridge on ``port`` (TCP), its lines appended to ``out``; returns once it listens."""
     started = out.read_text().count("log served over Flight") if out.exists() else 0  # by an earlier run
     with out.open("ab") as sink:
         proc = await asyncio.create_subprocess_exec(
             *command("aqueduct-bridge"), "serve", "--ingest-only", "--tcp", f"127.0.0.1:{port}", "--log", str(log_dir),
-            "--status-interval", "0.5", stdout=sink, stderr=sink,
+            "--status-interval", "0.5", *more, stdout=sink, stderr=sink,
         )  # fmt: skip
     await wait_until(lambda: out.read_text().count("log served over Flight") > started or proc.returncode is not None,
                      "the bridge to listen", TIMEOUT)  # fmt: skip
     assert proc.returncode is None, out.read_text()
     return proc
+
+
+def metrics(port: int) -> list[str]:
+    """The bridge's /metrics, a sample a line."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT) as response:
+        return response.read().decode().splitlines()
 
 
 async def ended(*procs: asyncio.subprocess.Process | None) -> None:
@@ -94,8 +101,9 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
     monkeypatch.setattr(RecordingSession, "endings", [])
     monkeypatch.setattr(RecordingSession, "accepted", [])
     monkeypatch.setattr(client, "ConnectorSession", RecordingSession)
-    log_dir, port, out = tmp_path / "log", free_port(), tmp_path / "bridge.log"
-    bridge = await start_bridge(log_dir, port, out)
+    log_dir, port, out, metrics_port = tmp_path / "log", free_port(), tmp_path / "bridge.log", free_port()
+    bridge = await start_bridge(log_dir, port, out, "--metrics", f"127.0.0.1:{metrics_port}")
+    assert "aqueduct_draining 0.0" in await asyncio.to_thread(metrics, metrics_port)
     stand_in = SparkStandIn(log_dir, DEFAULT_CONSUMER)
     conns = [
         Connector(f"tcp://127.0.0.1:{port}", program="drain", instance=f"p{sid}", backoff=(0.05, 0.5),
@@ -135,6 +143,10 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
         assert state["sessions_ended"] == len(STREAMS)
         assert bridge.returncode is None and drainer.returncode is None
         await wait_until(lambda: "DRAINING, waiting for 80 records" in out.read_text(), "the status line", TIMEOUT)
+        samples = await asyncio.to_thread(metrics, metrics_port)
+        assert "aqueduct_draining 1.0" in samples and "aqueduct_drain_waiting_records 80.0" in samples
+        busy = next(s for s in samples if s.startswith('aqueduct_refusals_total{reason="busy"} '))
+        assert float(busy.split()[-1]) >= len(STREAMS)  # the producers come back, and are refused again
 
         stand_in.commit(complete_epochs(log_dir))  # the query commits the rest: the bridge may go
         assert await asyncio.wait_for(bridge.wait(), TIMEOUT) == 0, out.read_text()[-3000:]
