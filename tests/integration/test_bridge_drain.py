@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import urllib.request
 from collections.abc import Sequence
 from itertools import pairwise
@@ -47,13 +48,13 @@ def payload(stream_id: int, message_id: int) -> bytes:
     return b"stream %d message %d" % (stream_id, message_id)
 
 
-async def start_bridge(log_dir: Path, port: int, out: Path, *more: str) -> asyncio.subprocess.Process:
-    """An ingest-only bridge on ``port`` (TCP), its lines appended to ``out``; returns once it listens."""
+async def start_bridge(log_dir: Path, out: Path, *options: str) -> asyncio.subprocess.Process:
+    """An ingest-only bridge with ``options`` (its listeners ...), its lines appended to ``out``; returns once it listens."""
     started = out.read_text().count("log served over Flight") if out.exists() else 0  # by an earlier run
     with out.open("ab") as sink:
         proc = await asyncio.create_subprocess_exec(
-            *command("aqueduct-bridge"), "serve", "--ingest-only", "--tcp", f"127.0.0.1:{port}", "--log", str(log_dir),
-            "--status-interval", "0.5", *more, stdout=sink, stderr=sink,
+            *command("aqueduct-bridge"), "serve", "--ingest-only", "--log", str(log_dir), "--status-interval", "0.5",
+            *options, stdout=sink, stderr=sink,
         )  # fmt: skip
     await wait_until(lambda: out.read_text().count("log served over Flight") > started or proc.returncode is not None,
                      "the bridge to listen", TIMEOUT)  # fmt: skip
@@ -94,19 +95,26 @@ async def send(streams: Sequence[object], first: int, count: int) -> None:
             await stream.send(payload(stream.stream_id, i))  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("transport", ["tcp", "quic"])
 async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_consumer_committed_all_it_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(RecordingSession, "acks", [])
     monkeypatch.setattr(RecordingSession, "endings", [])
     monkeypatch.setattr(RecordingSession, "accepted", [])
     monkeypatch.setattr(client, "ConnectorSession", RecordingSession)
-    log_dir, port, out, metrics_port = tmp_path / "log", free_port(), tmp_path / "bridge.log", free_port()
-    bridge = await start_bridge(log_dir, port, out, "--metrics", f"127.0.0.1:{metrics_port}")
+    log_dir, out, metrics_port = tmp_path / "log", tmp_path / "bridge.log", free_port()
+    port = free_port(socket.SOCK_DGRAM if transport == "quic" else socket.SOCK_STREAM)
+    listen = (f"--{transport}", f"127.0.0.1:{port}")  # the same address after the restart
+    url, cafile = (
+        (f"aqueduct://127.0.0.1:{port}", str(log_dir / "tls" / "ca.pem")) if transport == "quic"
+        else (f"tcp://127.0.0.1:{port}", None)
+    )  # fmt: skip
+    bridge = await start_bridge(log_dir, out, *listen, "--metrics", f"127.0.0.1:{metrics_port}")
     assert "aqueduct_draining 0.0" in await asyncio.to_thread(metrics, metrics_port)
     stand_in = SparkStandIn(log_dir, DEFAULT_CONSUMER)
     conns = [
-        Connector(f"tcp://127.0.0.1:{port}", program="drain", instance=f"p{sid}", backoff=(0.05, 0.5),
+        Connector(url, program="drain", instance=f"p{sid}", cafile=cafile, backoff=(0.05, 0.5),
                   retry_permanent_errors=True)
         for sid in STREAMS
     ]  # fmt: skip
@@ -159,7 +167,7 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
 
         # Every record acked exactly once: the producers, retrying, find the bridge restarted on its log
         # (a rolling restart) and are told what was committed while they were away.
-        bridge = await start_bridge(log_dir, port, out)
+        bridge = await start_bridge(log_dir, out, *listen)
         assert not (log_dir / STATE_FILE).exists()  # the last run's drain is not this one's
         for conn in conns:
             await conn.wait_all_acked(TIMEOUT)
@@ -182,7 +190,7 @@ async def test_sigterm_during_a_drain_stops_the_bridge_as_before_and_drain_says_
     tmp_path: Path,
 ) -> None:
     log_dir, port, out = tmp_path / "log", free_port(), tmp_path / "bridge.log"
-    bridge = await start_bridge(log_dir, port, out)
+    bridge = await start_bridge(log_dir, out, "--tcp", f"127.0.0.1:{port}")
     drainer = None
     try:
         async with Connector(f"tcp://127.0.0.1:{port}", program="drain", instance="p") as conn:
