@@ -18,6 +18,7 @@ import asyncio
 import json
 import signal
 import socket
+import sys
 import urllib.request
 from collections.abc import Sequence
 from itertools import pairwise
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from aqueduct.bridge.app.drain import REFUSAL
-from aqueduct.bridge.app.drain_files import STATE_FILE, read_state
+from aqueduct.bridge.app.drain_files import REQUEST_FILE, STATE_FILE, TAKE_TIMEOUT, read_state
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer import client
@@ -232,3 +233,28 @@ def test_drain_help_says_what_a_drain_does() -> None:
     assert "refuses new producers as busy" in text and "exits 0 once they committed every record it holds" in text
     for option in ("--log DIR", "--json", "--no-wait", "--timeout SECONDS"):
         assert option in text
+
+
+async def test_a_writer_that_does_not_follow_drain_requests_is_named_and_the_request_taken_back(tmp_path: Path) -> None:
+    """A log held by a process that is no ``serve`` (a ``SparkBridge``, an older bridge): the command says so."""
+    make_log(tmp_path / "log")
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys, time; from aqueduct.bridge.storage.log import DurableLog; "
+        "log = DurableLog(sys.argv[1]); print('open', flush=True); time.sleep(120)", str(tmp_path / "log"),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert await asyncio.wait_for(holder.stdout.readline(), TIMEOUT) == b"open\n"
+        asked = await asyncio.to_thread(run, "aqueduct-bridge", "drain", "--log", str(tmp_path / "log"), "--no-wait")
+        assert (asked.returncode, asked.stdout) == (0, f"drain requested: the bridge on {tmp_path / 'log'} exits "
+                                                        "once its consumers committed all it holds\n")  # fmt: skip
+        waited = await asyncio.to_thread(run, "aqueduct-bridge", "drain", "--log", str(tmp_path / "log"))
+    finally:
+        await ended(holder)
+    assert waited.returncode == 1 and not waited.stdout
+    assert waited.stderr.splitlines() == [
+        f"aqueduct-bridge drain: the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge run "
+        "by SparkBridge, or older than this command, does not drain)"
+    ]
+    assert not (tmp_path / "log" / REQUEST_FILE).exists()  # no request left for the next bridge to find
