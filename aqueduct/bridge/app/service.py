@@ -295,9 +295,16 @@ class Bridge:
 
     async def _follow_drain(self) -> None:
         last: Waiting | None = None
+        unreadable: str | None = None  # why the request file could not be taken, said once
         while not self.drained.is_set():
             await asyncio.sleep(POLL)
-            request = take_request(self.config.log_dir)
+            try:
+                request = take_request(self.config.log_dir)
+            except OSError as exc:  # a request file this process may not read or remove: say so, serve on
+                request = None
+                if str(exc) != unreadable:
+                    logger.warning("cannot take the drain request: %s", exc, extra=fields(event="drain_request_unreadable"))
+                    unreadable = str(exc)
             if request is not None:
                 await self.start_draining(request)
                 last = None  # answer the request, even if nothing changed since
