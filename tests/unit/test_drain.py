@@ -8,6 +8,9 @@ them; their producer resends them), so only complete offsets come in here.
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from aqueduct.bridge.app.drain import (
     DRAIN_WINDOW,
     REFUSAL,
@@ -17,10 +20,16 @@ from aqueduct.bridge.app.drain import (
     NothingLeft,
     waiting,
 )
+from aqueduct.bridge.ingest.config import IngestConfig
+from aqueduct.bridge.ingest.counters import IngestCounters
+from aqueduct.bridge.ingest.group_commit import GroupCommitWriter
+from aqueduct.bridge.storage.log import DurableLog
+from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import SessionEnded
 from aqueduct.connector.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
+    ConnectorMessage,
     Error,
     FrameSplitter,
     Hello,
@@ -50,6 +59,7 @@ def test_what_is_left_names_the_streams_most_first_and_the_consumers_behind() ->
         settled=True,
     )  # fmt: skip
     assert (left.records, left.streams, left.consumers) == (36, ((2, 30), (1, 6)), ("audit", "default"))
+    assert not left.nothing  # the bridge may not exit
     assert left.line() == "waiting for 36 records of 2 streams (2: 30, 1: 6) to be committed by audit, default"
 
 
@@ -96,3 +106,20 @@ def test_a_refused_hello_is_answered_with_error_instead_of_ok_on_both_worker_wir
     answer.push(wallaroo.data_to_send())
     assert answer.drain() == ([WallarooError(REFUSAL)], None)
     assert events == [SessionEnded(REFUSAL, "local")] and wallaroo.ended
+
+
+async def test_records_received_are_unsettled_until_their_group_commit_is_durable(tmp_path: Path) -> None:
+    """A drain must not end while the last records of the sessions it ended are still on their way to disk."""
+    with DurableLog(tmp_path / "log") as log:
+        log.open_stream(1, "s", "p/i").result()
+        writer = GroupCommitWriter(log, IngestConfig(), IngestCounters())
+        assert writer.settled
+        writer.append("a session", MessageBatch.of([ConnectorMessage.build(1, b"x", message_id=m) for m in range(3)]))
+        writer.forget("a session")  # the session ended (RESTART): its records still wait for the group commit
+        assert not writer.settled and writer.buffered == 0
+        await writer.next_group()
+        commit = asyncio.ensure_future(writer.commit())
+        await asyncio.sleep(0)  # the group is on the log's I/O thread now
+        assert not writer.settled
+        await commit
+        assert writer.settled and log.complete_offset(1) == 3
