@@ -152,6 +152,8 @@ async def test_a_drained_bridge_sends_its_producers_away_and_exits_once_its_cons
         assert state["sessions_ended"] == len(STREAMS)
         assert bridge.returncode is None and drainer.returncode is None
         await wait_until(lambda: "DRAINING, waiting for 80 records" in out.read_text(), "the status line", TIMEOUT)
+        shown = await asyncio.to_thread(run, "aqueduct-bridge", "status", "--log", str(log_dir))
+        assert f"bridge draining: {state['waiting']['line']}" in shown.stdout.splitlines(), shown.stdout
         samples = await asyncio.to_thread(metrics, metrics_port)
         assert "aqueduct_draining 1.0" in samples and "aqueduct_drain_waiting_records 80.0" in samples
         busy = next(s for s in samples if s.startswith('aqueduct_refusals_total{reason="busy"} '))
