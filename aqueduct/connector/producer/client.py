@@ -11,7 +11,10 @@
 One background task owns the connection. It handshakes, re-notifies every
 stream from the OK's points of reference and re-sends what they do not cover
 (the sans-IO :class:`~aqueduct.connector.outbound.Outbox` plans that), and
-after RESTART or a lost connection reconnects with exponential backoff. The
+after RESTART or a lost connection reconnects with exponential backoff
+(given several bridges, it moves to the next instead once its own was not
+served for ``move_after`` seconds or refused it as busy: a move is a
+reconnect elsewhere, planned the same way). The
 first connection retries with the same backoff: a fleet of producers
 started before its bridge (or restarted together after an outage) connects
 as soon as the bridge answers, and the jitter spreads their attempts so
