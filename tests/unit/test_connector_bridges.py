@@ -1,4 +1,4 @@
-"""A connector's bridge list: every URL checked when the Connector is built, a bad one named with its place."""
+"""A connector's bridge list: every URL checked when the Connector is built, a bad one named with its place; when it moves."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from aqueduct.connector.producer.bridges import BridgeAddress, bridge_list
 from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.producer.rotation import BridgeRotation, Moved
+from aqueduct.runtime.retry_hint import RetryWindow
 
 HINT = "(tcp://HOST:PORT or aqueduct://HOST:PORT)"
 
@@ -99,3 +101,50 @@ def test_any_bad_entry_is_named_with_its_place(addresses: list[tuple[str, str, i
     with pytest.raises(ValueError) as refused:
         bridge_list(",".join(urls))
     assert str(refused.value).startswith(f"bridge URL {place + 1} of {len(urls)} {bad!r}: ")
+
+
+# ---------------------------------------------------------------- when to move (the time is passed in)
+
+ONE, TWO, THREE = bridge_list("tcp://a:1,tcp://b:2,aqueduct://c:3")
+BUSY = RetryWindow(4.0, 5.0)
+
+
+def test_with_one_bridge_the_connector_never_moves() -> None:
+    rotation = BridgeRotation((ONE,), 3.0, now=0.0)
+    assert rotation.failed(100.0, None, "refused") is None
+    assert rotation.failed(100.0, BUSY, "busy") is None
+    assert rotation.current == ONE and rotation.time_left(100.0) == float("inf")
+
+
+def test_a_bridge_unserved_for_move_after_is_left_for_the_next_round_robin() -> None:
+    rotation = BridgeRotation((ONE, TWO, THREE), 3.0, now=0.0)
+    assert rotation.failed(2.9, None, "refused") is None and rotation.time_left(2.9) == pytest.approx(0.1)
+    assert rotation.failed(3.0, None, "refused") == Moved(
+        ONE, TWO, "not served for 3.0 s (move_after 3 s; last: refused)"
+    )
+    assert rotation.failed(5.9, None, "refused") is None  # the new bridge gets its move_after from the move
+    assert rotation.failed(6.0, None, "refused").after == THREE  # type: ignore[union-attr]
+    assert rotation.failed(9.0, None, "refused").after == ONE  # type: ignore[union-attr]
+
+
+def test_a_session_resets_the_time_unserved() -> None:
+    rotation = BridgeRotation((ONE, TWO), 3.0, now=0.0)
+    rotation.served(10.0)  # a session there ended at 10 s
+    assert rotation.failed(12.9, None, "lost") is None
+    assert rotation.failed(13.0, None, "lost") is not None
+
+
+def test_a_busy_refusal_moves_at_once_and_a_round_of_them_waits_in_the_window() -> None:
+    rotation = BridgeRotation((ONE, TWO), 3.0, now=0.0)
+    first = rotation.failed(0.1, BUSY, "busy: retry within 5.00 s, not before 4.00 s")
+    assert first == Moved(ONE, TWO, "refused as busy (busy: retry within 5.00 s, not before 4.00 s)")
+    second = rotation.failed(0.2, BUSY, "busy")  # every bridge refused: wait inside the window
+    assert second is not None and second.after == ONE and 4.0 <= second.wait <= 5.0
+    assert rotation.failed(0.2 + second.wait + 2.9, None, "refused") is None  # unserved counts after the wait
+
+
+def test_a_session_between_refusals_starts_the_round_again() -> None:
+    rotation = BridgeRotation((ONE, TWO), 3.0, now=0.0)
+    assert rotation.failed(0.1, BUSY, "busy").wait == 0.0  # type: ignore[union-attr]
+    rotation.served(1.0)
+    assert rotation.failed(1.1, BUSY, "busy").wait == 0.0  # type: ignore[union-attr]

@@ -56,8 +56,9 @@ from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.producer.bridges import BridgeAddress, bridge_list
+from aqueduct.connector.producer.rotation import BridgeRotation
 from aqueduct.connector.states import ConnectionState
-from aqueduct.runtime.retry_hint import window_named
+from aqueduct.runtime.retry_hint import RetryWindow, window_named
 
 __all__ = [
     "ORDERED",
@@ -331,8 +332,6 @@ class Connector:
         TLS handshake that failed); for a bridge whose cookie or certificate is
         about to be fixed.
         """
-        if not move_after > 0:
-            raise ValueError(f"move_after must be above 0 seconds, got {move_after}")
         self.bridges = bridge_list(url)
         #: every bridge's URL, separated by commas (one URL: as given)
         self.url = ",".join(b.url for b in self.bridges)
@@ -365,12 +364,13 @@ class Connector:
             _link_opener(b, cafile, self._mode_of, self._silence, quic_backend, certfile, keyfile, len(self.bridges) > 1)
             for b in self.bridges
         ]
-        self._at = 0
+        #: the bridge served now, and when to leave it (a new one per connection task)
+        self._rotation = BridgeRotation(self.bridges, move_after, 0.0)
 
     @property
     def bridge(self) -> str:
         """The URL of the bridge the connector serves (or tries) now."""
-        return self.bridges[self._at].url
+        return self._rotation.current.url
 
     # ------------------------------------------------------------ lifecycle
 
@@ -544,14 +544,14 @@ class Connector:
     async def _run(self) -> None:
         """Connect, serve, reconnect with backoff (or move to the next bridge); ends on fatal errors or close()."""
         loop = asyncio.get_running_loop()
+        rotation = BridgeRotation(self.bridges, self.move_after, loop.time())
+        self._rotation = rotation
         failures = 0
-        lost_since = loop.time()  # since when the current bridge has not been served
-        refused_in_a_row = 0  # bridges that refused as busy since the last session: a whole round waits
         try:
             while not self._closing:
                 busy: WorkerBusy | None = None
                 try:
-                    link = await self._openers[self._at]()
+                    link = await self._openers[rotation.at]()
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
                         self._give_up(TlsRefused(str(exc)))
@@ -568,57 +568,28 @@ class Connector:
                         return
                     self.stats.errors.append(ended.reason)
                     if handshaken:
-                        lost_since = loop.time()
-                        refused_in_a_row = 0
+                        rotation.served(loop.time())
                     else:
                         self.stats.retries += 1
                     if ended.origin == "restart":
                         failures = 0
                         continue
                     failures = 1 if handshaken else failures + 1
-                if self._closing:
-                    return
-                why = self._reason_to_move(busy, loop.time() - lost_since)
-                if why is not None:
-                    self._move(why)
-                    lost_since = loop.time()
+                window = None if busy is None else RetryWindow(busy.retry_not_before, busy.retry_within)
+                moved = rotation.failed(loop.time(), window, self.stats.errors[-1])
+                if moved is not None:
+                    self.stats.moves += 1
+                    logger.warning("moved from %s to %s: %s", moved.before.url, moved.after.url, moved.why)
                     failures = 0
-                    refused_in_a_row = refused_in_a_row + 1 if busy is not None else 0
-                    if busy is not None and refused_in_a_row % len(self.bridges) == 0:  # every one is busy
-                        await asyncio.sleep(random.uniform(busy.retry_not_before, busy.retry_within))
+                    await asyncio.sleep(moved.wait)
                     continue
                 delay = self._delay(failures)
-                if busy is not None:  # the worker named a slot of its schedule: jitter inside it
-                    delay = max(delay, random.uniform(busy.retry_not_before, busy.retry_within))
-                elif len(self.bridges) > 1:  # not past the moment to move on
-                    delay = min(delay, max(0.0, lost_since + self.move_after - loop.time()))
-                await asyncio.sleep(delay)
+                if window is not None:  # the worker named a slot of its schedule: jitter inside it
+                    delay = max(delay, random.uniform(window.not_before, window.within))
+                await asyncio.sleep(min(delay, rotation.time_left(loop.time())))
         finally:
             self._session = None
             self._changed()
-
-    def _reason_to_move(self, busy: WorkerBusy | None, unserved: float) -> str | None:
-        """Why the connector leaves its bridge now (None: it retries it).
-
-        Only with other bridges listed: a busy refusal (the bridge drains, or
-        is at its handshake bound: another bridge can take the session at
-        once), or ``move_after`` seconds without a session there.
-        """
-        if len(self.bridges) == 1:
-            return None
-        last = self.stats.errors[-1] if self.stats.errors else "no answer"
-        if busy is not None:
-            return f"refused as busy ({busy})"
-        if unserved >= self.move_after:
-            return f"not served for {unserved:.1f} s (move_after {self.move_after} s; last: {last})"
-        return None
-
-    def _move(self, why: str) -> None:
-        """Serve the next bridge of the list from now on (what a reconnect does follows: OK, NOTIFYs, resends)."""
-        before = self.bridge
-        self._at = (self._at + 1) % len(self.bridges)
-        self.stats.moves += 1
-        logger.warning("moved from %s to %s: %s", before, self.bridge, why)
 
     def _give_up(self, error: ConnectorRefused) -> None:
         """A permanent error: every waiting call raises it, every unacked record is reported with it."""
