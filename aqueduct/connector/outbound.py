@@ -148,6 +148,11 @@ class OutboundStream:
         re-sent, but they stay buffered: only an ACK says they are committed.
         Returns None when there is nothing to do (stream finished with EOS
         and everything up to it durable).
+
+        A worker whose point is below what is already acked (another bridge
+        committed those records, or this one lost them) is notified from the
+        oldest record still unacked: the ids between will never come, and a
+        worker expecting them would hold its point there for good.
         """
         if point is not None:
             self.resume_from = point
@@ -157,7 +162,7 @@ class OutboundStream:
         resend = [m for m in self.unacked if point is None or m.message_id >= point]  # type: ignore[operator]
         if self.closed and not resend:
             return None
-        notify_at = point if point is not None else self.notify_point()
+        notify_at = self.notify_point() if point is None else max(point, self.notify_point())
         return Notify(self.stream_id, self.stream_name, notify_at), resend
 
     def _drop_below(self, point: int) -> None:
