@@ -132,3 +132,28 @@ async def test_moves_go_round_the_list_and_each_record_is_reported_once(caplog: 
     finally:
         for server in servers:
             await server.close()
+
+
+async def test_a_bridge_that_accepts_but_never_answers_is_left_after_move_after() -> None:
+    """A listener that takes the connection and says nothing (a partition, a hung bridge): no OK within move_after."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    sink, good = await worker()
+    urls = [f"tcp://127.0.0.1:{silent.sockets[0].getsockname()[1]}", url(good)]
+    try:
+        async with Connector(urls, program="p", instance="i", move_after=0.5, connect_timeout=TIMEOUT) as conn:
+            assert conn.bridge == urls[1] and conn.stats.moves == 1
+            assert conn.stats.errors[0] == "no OK within 0.5 s" and held  # it connected, and heard nothing
+            stream = await conn.stream(1, "s")
+            await stream.send(b"x")
+            await conn.wait_all_acked(TIMEOUT)
+        assert stored_ids(sink, 1) == [0]
+    finally:
+        for writer in held:
+            writer.close()
+        silent.close()
+        await good.close()
