@@ -142,11 +142,11 @@ def ca_bundle(tmp_path: Path, bridges: list[IngestOnlyBridge]) -> str:
 class Producer:
     """A library producer: its streams, what it sent, and its delivery reports."""
 
-    def __init__(self, number: int, urls: list[str], cafile: str) -> None:
+    def __init__(self, number: int, urls: list[str], cafile: str, **options: float) -> None:
         self.stream_ids = [100 * number + s for s in range(STREAMS)]
         self.reports: list[tuple[Exception | None, Delivery]] = []
         self.conn = Connector(urls, program="failover", instance=f"p{number}", cafile=cafile,
-                              move_after=MOVE_AFTER, on_delivery=lambda e, d: self.reports.append((e, d)))  # fmt: skip
+                              on_delivery=lambda e, d: self.reports.append((e, d)), **{"move_after": MOVE_AFTER, **options})  # fmt: skip
 
     async def run(self, gates: list[asyncio.Event]) -> None:
         """Send a part of every stream's records as each gate opens, a few at a time; then wait for every ACK."""
@@ -163,6 +163,12 @@ class Producer:
 
     def acked(self) -> int:
         return sum(1 for e, _ in self.reports if e is None)
+
+    def reported_once_each(self) -> bool:
+        """Every record of its streams got one delivery report, a success."""
+        reports = Counter((d.stream_id, d.message_id) for _, d in self.reports)
+        expected = {(sid, m) for sid in self.stream_ids for m in range(RECORDS)}
+        return set(reports) == expected and set(reports.values()) == {1} and all(e is None for e, _ in self.reports)
 
 
 @pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
@@ -195,10 +201,7 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_ever
 
     for p in producers:
         assert p.conn.stats.moves >= 1 and p.conn.bridge == second.url(scheme)
-        reports = Counter((d.stream_id, d.message_id) for _, d in p.reports)
-        expected = {(sid, m) for sid in p.stream_ids for m in range(RECORDS)}
-        assert set(reports) == expected and set(reports.values()) == {1}  # once per record
-        assert all(e is None for e, _ in p.reports)
+        assert p.reported_once_each()
     moved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("moved from ")]
     assert moved and all(m.startswith(f"moved from {urls[0]} to {urls[1]}: ") for m in moved)
 
@@ -244,3 +247,37 @@ async def test_aqueduct_produce_moves_and_says_so_in_its_summary(tmp_path: Path,
     assert summary["moves"] >= 1 and summary["bridge"] == second.url("tcp")
     assert summary["acked"] == summary["sent"] == 800 and not summary["errors"]
     assert f"moved from {first.url('tcp')} to {second.url('tcp')}" in err
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
+async def test_with_two_replicas_a_killed_bridge_costs_nothing_the_other_acks_everything(
+    tmp_path: Path, bridges: list[IngestOnlyBridge], scheme: str
+) -> None:
+    first, second = bridges
+    urls = [first.url(scheme), second.url(scheme)]
+    # move_after far away: no move, no silence noticed in time, can explain the progress after the kill
+    producers = [Producer(n, urls, ca_bundle(tmp_path, bridges), replicas=2, move_after=60.0) for n in range(PRODUCERS)]
+    gates = [asyncio.Event() for _ in range(2)]
+    runs = asyncio.gather(*(p.run(gates) for p in producers))
+    try:
+        gates[0].set()
+        await wait_until(lambda: all(p.acked() > 0 for p in producers), "the first acks", TIMEOUT)
+        gates[1].set()  # the rest is sent while bridge 1 dies
+        await first.kill()
+        await asyncio.wait_for(runs, TIMEOUT)
+        every = {(sid, m) for p in producers for sid in p.stream_ids for m in range(RECORDS)}
+        await wait_until(lambda: len(second.rows) >= len(every), "bridge 2's query reading everything", TIMEOUT)
+        await second.stop_query()
+    finally:
+        runs.cancel()
+        with contextlib.suppress(BaseException):
+            await runs
+
+    for p in producers:
+        assert p.conn.stats.moves == 0 and p.conn.serving == tuple(urls)
+        assert p.reported_once_each()
+    on_second = Counter((r["stream_id"], r["message_id"]) for r in second.rows)
+    assert set(on_second) == every and set(on_second.values()) == {1}  # bridge 2 holds everything, once
+    assert first.rows  # bridge 1 served its copy until it died
+    for r in (*first.rows, *second.rows):
+        assert r["payload"] == payload(r["stream_id"], r["message_id"])

@@ -148,3 +148,11 @@ def test_a_session_between_refusals_starts_the_round_again() -> None:
     assert rotation.failed(0.1, BUSY, "busy").wait == 0.0  # type: ignore[union-attr]
     rotation.served(1.0)
     assert rotation.failed(1.1, BUSY, "busy").wait == 0.0  # type: ignore[union-attr]
+
+
+def test_a_connection_moves_only_to_bridges_no_other_connection_serves() -> None:
+    rotation = BridgeRotation((ONE, TWO, THREE), 3.0, now=0.0, at=0)
+    moved = rotation.failed(3.0, None, "lost", taken=frozenset({1}))  # the other replica is on TWO
+    assert moved is not None and moved.after == THREE
+    assert rotation.failed(6.0, None, "lost", taken=frozenset({0, 1})) is None  # none free: stay, retry
+    assert rotation.time_left(6.0, taken=frozenset({0, 1})) == float("inf")  # and no deadline to wake for
