@@ -512,10 +512,11 @@ class Connector:
         still unacked, rather than queue without bound).
         """
         for lane in self._lanes:
-            if lane.streaming:
+            session = lane.session
+            if session is not None and session.state is ConnectionState.STREAMING:
                 lane.outbox.push(messages)
                 lane.kick.set()
-                if len(self._lanes) > 1 and len(lane.outbox) > self.max_buffer + lane.session.credits:  # type: ignore[union-attr]
+                if len(self._lanes) > 1 and len(lane.outbox) > self.max_buffer + session.credits:
                     lane.resync(f"more than max_buffer ({self.max_buffer}) frames behind")
         return self._fatal is None and self._has_credit_for_queue()
 
@@ -556,7 +557,12 @@ class Connector:
         return stream.mode if stream is not None else ORDERED
 
     def _has_credit_for_queue(self) -> bool:
-        return any(lane.streaming and len(lane.outbox) <= lane.session.credits for lane in self._lanes)  # type: ignore[union-attr]
+        # Once per record sent one by one: a plain loop, no generator.
+        for lane in self._lanes:
+            session = lane.session
+            if session is not None and session.state is ConnectionState.STREAMING and len(lane.outbox) <= session.credits:
+                return True
+        return False
 
     def _raise_if_fatal(self) -> None:
         if self._fatal is not None:
