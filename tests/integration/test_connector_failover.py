@@ -10,7 +10,8 @@ record; the records bridge 1's query had not committed are in bridge 2's
 log once each with their payload, and the two queries' rows together hold
 every record (what both committed: the ids bridge 1's query committed and
 bridge 1 had not acked yet may be in both, the source's failover reads one
-stream across bridges in id space).
+stream across bridges in id space). With ``replicas=2`` the producers send
+to both bridges all along and never move: bridge 2 holds every record.
 """
 
 from __future__ import annotations
