@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,6 +173,18 @@ class Producer:
         return set(reports) == expected and set(reports.values()) == {1} and all(e is None for e, _ in self.reports)
 
 
+@contextlib.asynccontextmanager
+async def producing(producers: list[Producer], gates: list[asyncio.Event]) -> AsyncIterator[asyncio.Future]:
+    """The producers' runs, gathered; cancelled if the test leaves before they end."""
+    runs = asyncio.gather(*(p.run(gates) for p in producers))
+    try:
+        yield runs
+    finally:
+        runs.cancel()
+        with contextlib.suppress(BaseException):
+            await runs
+
+
 @pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
 async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_every_record_is_acked_once(
     tmp_path: Path, bridges: list[IngestOnlyBridge], scheme: str, caplog: pytest.LogCaptureFixture
@@ -181,8 +194,7 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_ever
     urls = [first.url(scheme), second.url(scheme)]
     producers = [Producer(n, urls, ca_bundle(tmp_path, bridges)) for n in range(PRODUCERS)]
     gates = [asyncio.Event() for _ in range(3)]
-    runs = asyncio.gather(*(p.run(gates) for p in producers))
-    try:
+    async with producing(producers, gates) as runs:
         gates[0].set()  # records bridge 1's query commits: acked there, never resent
         await wait_until(lambda: all(p.acked() > 0 for p in producers), "acks from bridge 1", TIMEOUT)
         await first.stop_query()
@@ -195,10 +207,6 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_ever
         await wait_until(lambda: len(second.rows) >= PRODUCERS * STREAMS * RECORDS - len(first.rows),
                          "bridge 2's query reading what bridge 1's did not", TIMEOUT)  # fmt: skip
         await second.stop_query()
-    finally:
-        runs.cancel()
-        with contextlib.suppress(BaseException):
-            await runs
 
     for p in producers:
         assert p.conn.stats.moves >= 1 and p.conn.bridge == second.url(scheme)
@@ -259,8 +267,7 @@ async def test_with_two_replicas_a_killed_bridge_costs_nothing_the_other_acks_ev
     # move_after far away: no move, no silence noticed in time, can explain the progress after the kill
     producers = [Producer(n, urls, ca_bundle(tmp_path, bridges), replicas=2, move_after=60.0) for n in range(PRODUCERS)]
     gates = [asyncio.Event() for _ in range(2)]
-    runs = asyncio.gather(*(p.run(gates) for p in producers))
-    try:
+    async with producing(producers, gates) as runs:
         gates[0].set()
         await wait_until(lambda: all(p.acked() > 0 for p in producers), "the first acks", TIMEOUT)
         gates[1].set()  # the rest is sent while bridge 1 dies
@@ -269,10 +276,6 @@ async def test_with_two_replicas_a_killed_bridge_costs_nothing_the_other_acks_ev
         every = {(sid, m) for p in producers for sid in p.stream_ids for m in range(RECORDS)}
         await wait_until(lambda: len(second.rows) >= len(every), "bridge 2's query reading everything", TIMEOUT)
         await second.stop_query()
-    finally:
-        runs.cancel()
-        with contextlib.suppress(BaseException):
-            await runs
 
     for p in producers:
         assert p.conn.stats.moves == 0 and p.conn.serving == tuple(urls)
