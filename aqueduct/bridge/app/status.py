@@ -6,7 +6,8 @@ the reader's commit file (:func:`~aqueduct.bridge.storage.commits.read_committed
 written a trigger after each micro-batch) and ``acked.json``, which the bridge rewrites
 each time its listener reports a committed micro-batch. A stream's
 committed offset is the larger of the two; the acked point of reference is
-the one the bridge sends for that offset.
+the one the bridge sends for that offset. A bridge that drains (or drained)
+says so, and what it waits for, from its drain state file (:mod:`.drain_files`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqueduct.bridge.app.drain_files import read_state
 from aqueduct.bridge.source.lag import consumer_lag
 from aqueduct.bridge.storage.acked import read_acked_at
 from aqueduct.bridge.storage.commits import read_committed
@@ -77,6 +79,7 @@ def read_status(log_dir: Path, consumer: str = "default") -> dict:
         "consumers": consumer_rows(log_dir, snapshot=snapshot),
         "corrupt": [{"stream_id": sid, "records": [a, b]} for sid, a, b in corrupt_ranges(log_dir)],
         "disk": disk_space(log_dir),
+        "drain": read_state(log_dir),
     }
 
 
@@ -127,6 +130,10 @@ def format_table(report: dict) -> str:
             f"log disk (nearly) full: {disk['free_bytes']:,} of {disk['total_bytes']:,} bytes free; the bridge "
             "holds producers' credits while a commit finds no room, and goes on once space returns"
         )
+    drain = report.get("drain")
+    if drain:
+        left = (drain.get("waiting") or {}).get("line")
+        lines.append(f"bridge {drain['state']}" + (f": {left}" if drain["state"] == "draining" and left else ""))
     for c in report.get("corrupt", ()):
         a, b = c["records"]
         lines.append(f"stream {c['stream_id']} records [{a}, {b}): corrupt (failed their checksum when read)")

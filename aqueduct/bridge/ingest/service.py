@@ -57,6 +57,7 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
+from aqueduct.connector.worker_session import HelloRefused
 from aqueduct.logs import fields
 
 __all__ = ["REFUSAL_KINDS", "Ingest", "IngestConfig", "IngestCounters", "connector_name", "refusal_kind"]
@@ -69,7 +70,7 @@ def connector_name(program_name: str, instance_name: str) -> str:
     return f"{program_name}/{instance_name}"
 
 
-REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error")
+REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error", "busy")
 
 
 def refusal_kind(ended: SessionEnded) -> str:
@@ -77,12 +78,15 @@ def refusal_kind(ended: SessionEnded) -> str:
 
     ``connector_error``: the connector sent ERROR itself; the others are the
     bridge's refusals, told apart by their reasons' fixed beginnings
-    (docs/connector.md lists them); ``protocol_violation`` is every frame
-    error and rule broken.
+    (docs/connector.md lists them); ``busy`` is a HELLO turned away while
+    the bridge drains (:meth:`Ingest.turn_away`); ``protocol_violation`` is
+    every frame error and rule broken.
     """
     reason = ended.reason
     if ended.origin == "peer":
         return "connector_error"
+    if reason.startswith("busy: "):
+        return "busy"
     if reason.startswith("bad cookie"):
         return "bad_cookie"
     if reason.startswith("unsupported protocol version"):
@@ -110,11 +114,15 @@ class Ingest:
         self.writer = GroupCommitWriter(durable_log, self.config, self.counters)
         self.credits = Credits(self.config, self.backlog, self.counters)
         self.acks = Acks(durable_log, self.backlog, self.credits, self._sessions, self.counters)
+        #: the ERROR every HELLO gets once the bridge takes no new sessions (:meth:`turn_away`)
+        self.turning_away: str | None = None
 
     # ------------------------------------------------------------ session side
 
     def durable_streams(self, program_name: str, instance_name: str) -> list[DurableStream]:
-        """Streams this connector used before, at their durable points (for OK)."""
+        """Streams this connector used before, at their durable points (for OK); refused while turning away."""
+        if self.turning_away is not None:
+            raise HelloRefused(self.turning_away)
         return [
             DurableStream(sid, name, point)
             for sid, name, point in self.log.references_of(
@@ -145,6 +153,22 @@ class Ingest:
             extra=fields(event="session_started", connector=name, remote=peer.remote),
         )  # fmt: skip
         self.acks.joined(peer, name, self.credits.joined(peer, event.credits))
+
+    async def turn_away(self, reason: str) -> int:
+        """Take no new sessions and send the open ones elsewhere; return how many were ended.
+
+        From now on every HELLO is answered with ERROR ``reason`` instead of
+        OK (a busy refusal naming when to come back, see
+        :mod:`aqueduct.runtime.retry_hint`);
+        every open session ends with RESTART, so its connector reconnects
+        at once, is refused, and moves to another bridge or waits. What the
+        sessions sent before stays in the group commit and the log.
+        """
+        self.turning_away = reason
+        peers = list(self._sessions)
+        for peer in peers:
+            await peer.restart()
+        return len(peers)
 
     def _log_end(self, peer: WorkerPeer, ended: SessionEnded) -> None:
         """One line per session end; a refusal (ERROR either way) as a warning, counted by kind."""
