@@ -29,6 +29,7 @@ _CREDENTIAL_KINDS = tuple(r.value for r in Refusal)
 
 REFUSAL_KINDS = (
     "bad_cookie", "protocol_version", "stream_owner", *_CREDENTIAL_KINDS, "protocol_violation", "connector_error",
+    "busy",
 )  # fmt: skip
 
 LOG_INTERVAL = 60.0
@@ -44,12 +45,16 @@ def refusal_kind(ended: SessionEnded) -> str:
     ``connector_error``: the connector sent ERROR itself; the others are the
     bridge's refusals, told apart by their reasons' fixed beginnings
     (docs/connector.md lists them): a credential or permission refusal
-    starts with its reason word (``expired: ...``); ``protocol_violation``
-    is every frame error and rule broken.
+    starts with its reason word (``expired: ...``); ``busy`` is a HELLO
+    turned away while the bridge drains
+    (:meth:`~aqueduct.bridge.ingest.service.Ingest.turn_away`);
+    ``protocol_violation`` is every frame error and rule broken.
     """
     reason = ended.reason
     if ended.origin == "peer":
         return "connector_error"
+    if reason.startswith("busy: "):
+        return "busy"
     if reason.startswith("bad cookie"):
         return "bad_cookie"
     if reason.startswith("unsupported protocol version"):
