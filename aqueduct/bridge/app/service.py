@@ -62,6 +62,7 @@ from aqueduct.bridge.app.spark_query import SparkQuery, SparkStartTimeout
 from aqueduct.bridge.app.tls import BridgeCertificate, bridge_certificate
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.positions import ConsumerPositions
+from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.network.flight_server import LogFlightServer
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, position
@@ -89,6 +90,8 @@ class Bridge:
         self.spark_query = SparkQuery(config, spark)
         self.signals = CommitSignals()
         self.connectors = ConnectorListeners()
+        #: who HELLO admits when not the cookie; its files are read here, so a bad one fails at once
+        self.producer_auth = ProducerAuth.from_options(config.token_key, config.acl, config.token_revoked)
         self.log: DurableLog | None = None
         self.ingest: Ingest | None = None
         self.positions: ConsumerPositions | None = None
@@ -210,8 +213,9 @@ class Bridge:
 
     async def _start_listeners(self) -> None:
         assert self.ingest is not None
-        certificate = self._certificate() if self.config.quic is not None else None
-        await self.connectors.start(self.config, self.ingest, certificate)
+        c = self.config
+        certificate = self._certificate() if c.quic is not None or c.tcp_tls else None
+        await self.connectors.start(c, self.ingest, certificate, self.producer_auth)
 
     @property
     def listeners(self) -> list[WorkerServer]:
