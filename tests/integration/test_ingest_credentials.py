@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aqueduct.auth import decode_token, issue_token, key_id
+from aqueduct.auth import decode_token, issue_token, key_id, looks_like_token
 from aqueduct.auth.keys import public_key_pem
 from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.bridge.ingest.service import Ingest
@@ -71,6 +71,11 @@ def forged(subject: str) -> str:
     return f"{head}.{_b64(ATTACKER_KEY.sign(head.encode()))}"
 
 
+def _credential(credential: str | bytes) -> dict[str, str | bytes]:
+    """``Connector`` keywords sending ``credential``: as a token if it is one, else as the cookie."""
+    return {"token": credential} if looks_like_token(credential) else {"cookie": credential}
+
+
 @dataclass
 class Bridge:
     log: DurableLog
@@ -80,7 +85,7 @@ class Bridge:
     cafile: str | None
 
     def connector(self, credential: str | bytes, program: str, instance: str = "p0") -> Connector:
-        return Connector(self.url, program=program, instance=instance, cookie=credential, cafile=self.cafile)
+        return Connector(self.url, program=program, instance=instance, cafile=self.cafile, **_credential(credential))
 
     def commit_all(self) -> None:
         """What the commit listener does once Spark committed every complete epoch."""
