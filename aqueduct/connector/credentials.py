@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from aqueduct.auth.identity import ANONYMOUS, Identity
 from aqueduct.auth.permissions import Denied
+from aqueduct.auth.refusals import Refusal
 
 __all__ = ["CredentialCheck", "admit_hello"]
 
@@ -33,6 +34,7 @@ def admit_hello(
     certificate_subject: str | None,
     program: str,
     instance: str,
+    certificate_required: bool = False,
 ) -> Identity | str:
     """The identity HELLO establishes, or the ERROR reason refusing it.
 
@@ -40,7 +42,11 @@ def admit_hello(
     accepted), used only without ``check``. A refusal's reason starts with
     its :class:`~aqueduct.auth.refusals.Refusal` value (``expired: ...``)
     or ``bad cookie``: the bridge counts refusals by that first word.
+    ``certificate_required``: the listener admits only producers whose
+    client certificate TLS verified (mutual TLS), whatever else they bring.
     """
+    if certificate_required and certificate_subject is None:
+        return f"{Refusal.CREDENTIAL_REQUIRED.value}: this listener admits only producers presenting a client certificate"
     if check is None:
         if not cookie and secret:
             return "bad cookie: this worker expects no cookie"

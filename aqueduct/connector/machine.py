@@ -193,14 +193,17 @@ class WorkerMachine(SessionMachine[EventT]):
         self._credits = 0  # credits the connector may still spend
         #: the subject of the client certificate TLS verified (set by the transport), if any
         self.certificate_subject: str | None = None
+        #: the transport admits only producers with a verified client certificate (set by it)
+        self.certificate_required = False
         #: who HELLO admitted (None before): what the sink checks each NOTIFY against
         self.identity: Identity | None = None
 
     def _admit_hello(self, cookie: bytes, check: CredentialCheck | None, hello: Any) -> None:
         """Admit HELLO's credential (:func:`~aqueduct.connector.credentials.admit_hello`) or end with its ERROR."""
         admitted = admit_hello(
-            cookie, check, hello.cookie, self.certificate_subject, hello.program_name, hello.instance_name
-        )
+            cookie, check, hello.cookie, self.certificate_subject, hello.program_name, hello.instance_name,
+            self.certificate_required,
+        )  # fmt: skip
         if isinstance(admitted, str):
             raise self._fail(admitted)
         self.identity = admitted

@@ -18,20 +18,33 @@ from cryptography import x509
 
 from aqueduct.auth.identity import certificate_subject
 
-__all__ = ["client_context", "peer_certificate_subject", "server_context"]
+__all__ = ["certificate_required", "client_context", "peer_certificate_subject", "server_context"]
 
 _Path = str | PathLike[str]
 
 
 def server_context(certfile: _Path, keyfile: _Path, client_cafile: _Path | None = None) -> ssl.SSLContext:
-    """The listener's context: TLS 1.2 or later; with ``client_cafile``, a client certificate it signed is required."""
+    """The listener's context: TLS 1.2 or later; with ``client_cafile``, client certificates it signed.
+
+    The certificate is asked for and verified, but its absence does not fail
+    the handshake (``CERT_OPTIONAL``): the session refuses the HELLO
+    instead (:func:`certificate_required`), with an ERROR the producer
+    reads and gives up on. A failed server-side handshake under asyncio
+    reaches the client as a closed connection, which it would retry for
+    ever. A certificate the CA did not sign still fails the handshake.
+    """
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile, keyfile)
     if client_cafile is not None:
         context.load_verify_locations(client_cafile)
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def certificate_required(context: ssl.SSLContext | None) -> bool:
+    """Does a listener with this context admit only producers presenting a verified client certificate?"""
+    return context is not None and context.verify_mode != ssl.CERT_NONE
 
 
 def client_context(

@@ -331,8 +331,10 @@ def _check_serve(args: argparse.Namespace) -> None:
                                      ("--wallaroo-tcp", args.wallaroo_tcp is not None)) if on]  # fmt: skip
         if plaintext:
             raise UsageError(
-                f"--client-ca admits only connectors with a certificate, but {'/'.join(plaintext)} "
-                "have no TLS and would admit anyone: add --tcp-tls, or run them on another bridge"
+                f"--client-ca admits only connectors with a certificate, but {' and '.join(plaintext)} "
+                f"{'has' if len(plaintext) == 1 else 'have'} no TLS and would admit anyone: "
+                f"{'add --tcp-tls, or ' if args.tcp is not None else ''}run {'it' if len(plaintext) == 1 else 'them'} "
+                "on another bridge"
             )
         if args.quic is not None and args.quic_backend == "picoquic":
             raise UsageError("--client-ca: the picoquic backend cannot verify client certificates")

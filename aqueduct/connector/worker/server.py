@@ -60,11 +60,13 @@ class WorkerPeer:
         abort: Callable[[], None],
         session_factory: SessionFactory = WorkerSession,
         certificate_subject: str | None = None,
+        certificate_required: bool = False,
     ) -> None:
         self.sink = sink
         self.session = session_factory(config, sink.durable_streams)
         #: the client certificate TLS verified, if any: part of the credential HELLO is admitted by
         self.session.certificate_subject = certificate_subject
+        self.session.certificate_required = certificate_required
         self._send = send
         self.abort = abort  # close the transport now (the reader then reports the loss)
         #: why the session ended (the SessionEnded reason), for the transport's close

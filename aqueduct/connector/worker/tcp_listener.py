@@ -13,7 +13,7 @@ import asyncio
 import ssl
 
 from aqueduct.connector.carrying import READ_SIZE
-from aqueduct.connector.tls import peer_certificate_subject
+from aqueduct.connector.tls import certificate_required, peer_certificate_subject
 from aqueduct.connector.worker.server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
@@ -41,6 +41,7 @@ async def serve_tcp(
     ``tls``: the listener's TLS context (None: plaintext).
     """
     worker_config = config or WorkerConfig()
+    required = certificate_required(tls)  # mutual TLS: HELLO without a verified certificate is refused
     server: WorkerServer
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -49,7 +50,7 @@ async def serve_tcp(
             await writer.drain()
 
         subject = peer_certificate_subject(writer.get_extra_info("ssl_object"))
-        peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory, subject)
+        peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory, subject, required)
         address = writer.get_extra_info("peername")
         scheme = "tls" if tls is not None else "tcp"
         peer.remote = f"{scheme} {address[0]}:{address[1]}" if address else scheme
