@@ -85,15 +85,25 @@ async def refusals(b: Bridge) -> dict[str, float]:
 
 
 async def written(b: Bridge, conn: Connector, stream_id: int, name: str) -> None:
-    """Send one record on ``stream_id`` and see it durable in the bridge's log."""
+    """Send one record on ``stream_id``, see it durable in the bridge's log, commit it as Spark would: acked."""
     stream = await conn.stream(stream_id, name)
     await stream.send(b"x")
-    await conn.flush(TIMEOUT)
     for _ in range(int(TIMEOUT / 0.02)):  # bounded: the record reaches the log
         if b.log is not None and stream_id in b.log.stream_ids() and b.log.durable_end(stream_id) == 1:
-            return
+            break
         await asyncio.sleep(0.02)
-    raise AssertionError(f"stream {stream_id} never became durable")
+    assert b.ingest is not None
+    b.ingest.on_committed({stream_id: 1})
+    await conn.wait_all_acked(TIMEOUT)
+
+
+async def refused(conn: Connector, stream_id: int, name: str) -> str:
+    """The ERROR ``conn`` gets for opening stream ``stream_id`` and sending on it."""
+    with pytest.raises(ConnectorRefused) as raised:
+        async with conn:
+            await (await conn.stream(stream_id, name)).send(b"x")
+            await conn.wait_all_acked(TIMEOUT)
+    return raised.value.reason
 
 
 async def test_certificates_map_through_the_acl_in_force_and_tokens_carry_their_own_grant(
@@ -105,10 +115,7 @@ async def test_certificates_map_through_the_acl_in_force_and_tokens_carry_their_
     assert bridge.log is not None and bridge.log.owner_of(1) == CLIENT
 
     rewrite(tmp_path / "acl", f'allow "{CLIENT}" programs=billing/* streams=audit-*\n')  # no restart
-    with pytest.raises(ConnectorRefused) as refused:
-        async with Connector(url(bridge), program="billing", instance="p0", **tls) as conn:
-            await written(bridge, conn, 2, "billing-2")
-    assert refused.value.reason == (
+    assert await refused(Connector(url(bridge), program="billing", instance="p0", **tls), 2, "billing-2") == (
         f"stream_not_allowed: stream 'billing-2' (id 2) is not in streams audit-* of {tmp_path / 'acl'}:1"
     )
 
