@@ -62,9 +62,9 @@ def test_every_command_says_its_version(name: str) -> None:
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
-        (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
-        (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
         (["tcp://127.0.0.1:70000"], "bridge URL 'tcp://127.0.0.1:70000': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000,tcp://127.0.0.1:x"], "bridge URL 2 of 2 'tcp://127.0.0.1:x': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000", "--replicas", "2"], "replicas must be 1 to the number of bridges (1 bridge given), got 2"),
@@ -84,7 +84,7 @@ def test_produce_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], 
 def test_produce_refuses_a_client_certificate_over_tcp(tmp_path: Path, certs) -> None:
     done = run("aqueduct-produce", "tcp://127.0.0.1:7000", "--cert", str(certs.client_cert), "--key",
                str(certs.client_key))  # fmt: skip
-    one_line_error(done, "aqueduct-produce: a client certificate needs aqueduct:// (tcp:// has no TLS): "
+    one_line_error(done, "aqueduct-produce: a client certificate needs aqueduct:// or tcps:// (tcp:// has no TLS): "
                          "'tcp://127.0.0.1:7000'")  # fmt: skip
 
 

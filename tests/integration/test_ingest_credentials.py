@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aqueduct.auth import decode_token, issue_token, key_id
+from aqueduct.auth import decode_token, issue_token, key_id, looks_like_token
 from aqueduct.auth.keys import public_key_pem
 from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.bridge.ingest.service import Ingest
@@ -32,6 +32,8 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.errors import ConnectorRefused
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.tls import server_context
+from aqueduct.connector.wallaroo import frames as v3
+from aqueduct.connector.wallaroo.worker_session import WallarooSession
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
@@ -71,6 +73,11 @@ def forged(subject: str) -> str:
     return f"{head}.{_b64(ATTACKER_KEY.sign(head.encode()))}"
 
 
+def _credential(credential: str | bytes) -> dict[str, str | bytes]:
+    """``Connector`` keywords sending ``credential``: as a token if it is one, else as the cookie."""
+    return {"token": credential} if looks_like_token(credential) else {"cookie": credential}
+
+
 @dataclass
 class Bridge:
     log: DurableLog
@@ -80,7 +87,7 @@ class Bridge:
     cafile: str | None
 
     def connector(self, credential: str | bytes, program: str, instance: str = "p0") -> Connector:
-        return Connector(self.url, program=program, instance=instance, cookie=credential, cafile=self.cafile)
+        return Connector(self.url, program=program, instance=instance, cafile=self.cafile, **_credential(credential))
 
     def commit_all(self) -> None:
         """What the commit listener does once Spark committed every complete epoch."""
@@ -207,3 +214,34 @@ async def test_another_identity_under_a_shared_grant_cannot_write_a_stream_it_di
         assert reason == "stream 3 belongs to identity 'host-a', not 'host-b'"
         assert bridge.ingest.counters.refusals["stream_owner"] == 1
         assert stored(bridge.log, 3) == [(0, b"a0")]
+
+
+async def test_a_wallaroo_v3_connector_is_refused_the_stream_outside_its_grant_and_goes_on(tmp_path: Path) -> None:
+    """v3 answers each NOTIFY (NOTIFY_ACK): the refused stream alone, the connection keeps its others."""
+    (tmp_path / "token.pub").write_bytes(public_key_pem(KEY.public_key()))
+    config = WorkerConfig(credentials=ProducerAuth(tmp_path / "token.pub").check)
+    log = DurableLog(tmp_path / "log")
+    ingest = Ingest(log)
+    commits = asyncio.create_task(ingest.run())
+    server = await serve_tcp("127.0.0.1", 0, ingest, config, WallarooSession)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(
+            v3.encode(v3.WallarooHello("0.0.1", token("orders").encode(), "orders", "p0"))
+            + v3.encode(v3.WallarooNotify(1, "orders-1", v3.NO_POINT))
+            + v3.encode(v3.WallarooNotify(2, "billing-1", v3.NO_POINT))
+            + v3.encode(v3.WallarooMessage(1, 0, payload=b"kept"))
+        )
+        splitter, frames = v3.WallarooFrameSplitter(), []
+        while sum(isinstance(f, v3.NotifyAck) for f in frames) < 2:
+            chunk = await asyncio.wait_for(reader.read(65536), TIMEOUT)
+            assert chunk, f"the bridge closed after {frames}"
+            frames += splitter.feed(chunk)
+        acks = {f.stream_id: f.success for f in frames if isinstance(f, v3.NotifyAck)}
+        assert acks == {1: True, 2: False}
+        await eventually(lambda: 1 in log.stream_ids() and log.durable_end(1) == 1, "the allowed stream's record")
+        assert ingest.counters.sessions == 1 and ingest.counters.refusals["stream_not_allowed"] == 1
+        assert 2 not in log.stream_ids()
+    finally:
+        writer.close()
+        await stop_ingest(server, commits, log)
