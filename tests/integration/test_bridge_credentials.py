@@ -19,9 +19,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client.parser import text_string_to_metric_families
 
-from aqueduct.auth import issue_token
+from aqueduct.auth import ANONYMOUS, CLOCK_SKEW, Denied, Identity, decode_token, issue_token
 from aqueduct.auth.keys import public_key_pem
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
+from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.connector.errors import ConnectorRefused, TlsRefused
 from aqueduct.connector.producer.client import Connector
 from aqueduct.runtime.certs import CertPaths
@@ -169,3 +170,38 @@ async def test_a_plaintext_listener_beyond_loopback_is_a_warning(tmp_path: Path,
         ]  # the Wallaroo listener on loopback: no warning
     finally:
         await b.stop()
+
+
+async def test_a_token_revoked_while_its_producer_is_connected_ends_that_session_only(
+    bridge: Bridge, certs: CertPaths, tmp_path: Path
+) -> None:
+    tls = {"cafile": str(certs.ca), "certfile": str(certs.client_cert), "keyfile": str(certs.client_key)}
+    revoked = token("orders", "orders-*")
+    async with Connector(url(bridge), program="billing", instance="p0", **tls) as other:
+        await written(bridge, other, 1, "billing-1")
+        victim = Connector(url(bridge), program="orders", instance="p0", token=revoked, **tls)
+        try:
+            await victim.connect()
+            await written(bridge, victim, 3, "orders-1")
+            rewrite(tmp_path / "revoked", f"token {decode_token(revoked).token_id}\n")  # no restart
+            stream = await victim.stream(4, "orders-2")
+            with pytest.raises(ConnectorRefused, match=r"^revoked: token:orders: token id revoked while connected$"):
+                await stream.send(b"after the revocation")
+                await victim.wait_all_acked(TIMEOUT)
+        finally:
+            await victim.close()
+        await written(bridge, other, 2, "billing-2")  # the other session never noticed
+    assert (await refusals(bridge))["revoked"] == 1
+
+
+def test_a_session_check_refuses_tokens_expired_or_revoked_since_hello(tmp_path: Path) -> None:
+    (tmp_path / "token.pub").write_bytes(public_key_pem(KEY.public_key()))
+    (tmp_path / "revoked").write_text("subject gone\n")
+    auth = ProducerAuth(tmp_path / "token.pub", None, tmp_path / "revoked")
+    identity = auth.check(token("orders", "orders-*").encode(), None)
+    assert isinstance(identity, Identity) and identity.expires_at is not None
+    check = auth.sessions_check(identity.expires_at - 1)
+    assert check(identity) is None and check(ANONYMOUS) is None
+    assert str(auth.sessions_check(identity.expires_at + CLOCK_SKEW)(identity)).startswith("expired: token ")
+    gone = auth.check(token("gone", "gone-*").encode(), None)
+    assert isinstance(gone, Denied)  # revoked at HELLO already

@@ -70,6 +70,9 @@ from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.connector.worker.server import WorkerServer
 from aqueduct.logs import fields
 
+#: seconds between two checks of the open sessions' credentials (a revocation or expiry since HELLO ends them)
+CREDENTIAL_SWEEP = 2.0
+
 __all__ = ["Bridge", "BridgeConfig", "BridgeProgress", "SparkStartTimeout", "run_forever", "serve"]
 
 logger = logging.getLogger(__name__)
@@ -152,6 +155,8 @@ class Bridge:
             if self.spark_query.commit_log is not None:
                 self._spawn(self.signals.follow_commit_log(self.spark_query.commit_log), "commit-log")
         self._spawn(self.signals.safety_net(), "commit-file")
+        if self.producer_auth is not None:
+            self._spawn(self._end_revoked_sessions(self.producer_auth), "credentials")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -202,6 +207,13 @@ class Bridge:
         if failed is not None:
             self.failed = failed
         self.stopped.set()
+
+    async def _end_revoked_sessions(self, auth: ProducerAuth) -> None:
+        """Every :data:`CREDENTIAL_SWEEP` seconds, end the sessions whose token expired or was revoked since HELLO."""
+        assert self.ingest is not None
+        while True:
+            await asyncio.sleep(CREDENTIAL_SWEEP)
+            await self.ingest.end_sessions(auth.sessions_check())
 
     # ------------------------------------------------------------ connectors and readers
 

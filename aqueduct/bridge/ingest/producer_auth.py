@@ -25,9 +25,10 @@ from typing import TypeVar
 
 from aqueduct.auth.acl import parse_acl
 from aqueduct.auth.admission import Admission
-from aqueduct.auth.identity import Identity
+from aqueduct.auth.identity import Identity, Method
 from aqueduct.auth.keys import KeyRing
 from aqueduct.auth.permissions import Denied
+from aqueduct.auth.refusals import Refusal
 from aqueduct.auth.revocation import parse_revocations
 from aqueduct.auth.textfile import AuthFileError
 from aqueduct.auth.verified import VerifiedTokens
@@ -92,6 +93,30 @@ class ProducerAuth:
             if keys is not self._admission.keys:  # the key file changed: rotation
                 self._admission = replace(self._admission, keys=keys)
         return self._admission.admit(secret, certificate_subject, time.time())
+
+    def sessions_check(self, now: float | None = None) -> Callable[[Identity], Denied | None]:
+        """Why a session admitted earlier under an identity no longer would be (revoked, expired), or None.
+
+        For the live sessions (:meth:`~aqueduct.bridge.ingest.service.Ingest.end_sessions`):
+        a HELLO is checked once, and a producer may stay connected for days.
+        The revocation file is read once for all of them.
+        """
+        now = time.time() if now is None else now
+        revocations, skew = self._admission.revoked(), self._admission.skew
+
+        def check(identity: Identity) -> Denied | None:
+            if identity.method is Method.ANONYMOUS:
+                return None
+            revoked = revocations.revokes(identity.token_id, identity.subject)
+            if revoked is not None:
+                return Denied(Refusal.REVOKED, f"{identity}: {revoked} while connected")
+            if identity.expires_at is not None and now - skew >= identity.expires_at:
+                return Denied(
+                    Refusal.EXPIRED, f"token {identity.token_id} of {identity.subject!r} expired while connected"
+                )
+            return None
+
+        return check
 
     def problems(self) -> list[str]:
         """What is wrong with the files on disk now (their last good versions stay in force)."""

@@ -39,9 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from aqueduct.auth.identity import Method
+from aqueduct.auth.identity import Identity, Method
+from aqueduct.auth.permissions import Denied
 from aqueduct.bridge.ingest.acks import Acks
 from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.config import IngestConfig
@@ -148,6 +149,21 @@ class Ingest:
         for peer in peers:
             await peer.restart()
         return len(peers)
+
+    async def end_sessions(self, still_admitted: Callable[[Identity], Denied | None]) -> int:
+        """End with ERROR every open session whose identity ``still_admitted`` refuses now; return how many.
+
+        A credential is checked at HELLO; a token revoked or expired since
+        must not keep a connected producer writing. Each ending is a
+        refusal like a HELLO's (counted, logged).
+        """
+        ended = 0
+        for peer in list(self._sessions):
+            denied = None if peer.identity is None else still_admitted(peer.identity)
+            if denied is not None:
+                await peer.fail(str(denied))
+                ended += 1
+        return ended
 
     def _log_end(self, peer: WorkerPeer, ended: SessionEnded) -> None:
         """One line per session end; a refusal (ERROR either way) as a warning, counted by kind."""
