@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from aqueduct.auth import Identity, Method, decode_token, issue_token
+from aqueduct.auth import Identity, Method, Refusal, decode_token, issue_token
 from aqueduct.auth.keys import public_key_pem
 from aqueduct.bridge.ingest.producer_auth import ProducerAuth, ProducerAuthError
 from aqueduct.bridge.ingest.refusals import LOG_INTERVAL, RefusalLog, refusal_kind
@@ -40,6 +42,13 @@ def rewrite(path: Path, text: str | bytes) -> None:
     new = path.with_suffix(".new")
     new.write_bytes(text.encode() if isinstance(text, str) else text)
     os.replace(new, path)
+
+
+@pytest.fixture(scope="module")
+def pub_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "token.pub"
+    path.write_bytes(public_key_pem(KEY.public_key()))
+    return path
 
 
 @pytest.fixture
@@ -165,3 +174,15 @@ def test_refusals_are_all_counted_and_logged_once_a_minute_per_host_and_kind(cap
         "refused x", "refused y", "refused z",
         "refused x (and 99 more expired refusal(s) from there in the last 60 s)",
     ]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(tail=st.binary(max_size=400), cut=st.integers(0, 400))
+def test_fuzzed_tokens_end_the_session_with_a_refusal_never_a_crash(pub_key_file: Path, tail: bytes, cut: int) -> None:
+    """Whatever follows ``aqt1.`` (a mangled real token, or any bytes), HELLO gets one refusal's ERROR."""
+    real = token()
+    secret = (real[:cut] + tail)[: 60000] if tail and tail[0] % 2 else b"aqt1." + tail
+    session = WorkerSession(WorkerConfig(credentials=ProducerAuth(pub_key_file).check), lambda p, i: ())
+    reason = _hello_error(session, secret, "orders")
+    if reason is not None:
+        assert reason.partition(":")[0] in {r.value for r in Refusal}, reason
