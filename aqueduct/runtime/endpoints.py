@@ -83,6 +83,11 @@ class Connection:
         return self._driver.link.peer_headers
 
     @property
+    def peer_address(self) -> tuple[str, int] | None:
+        """The peer's (host, port) as the QUIC stack sees it (for log lines); None if unknown."""
+        return self._driver.transport.peer_address()
+
+    @property
     def is_closed(self) -> bool:
         return self._driver.terminated is not None
 
@@ -188,13 +193,13 @@ class Server:
 
     @property
     def failed_handshakes(self) -> Mapping[str, int]:
-        """Handshakes that failed, by kind (``tls``: a TLS alert; ``other``); empty where not counted (picoquic)."""
-        return getattr(getattr(self._listener, "server", None), "failed_handshakes", {})
+        """Handshakes that failed, by kind (``tls``: a TLS alert, a certificate refused either way; ``other``)."""
+        return self._listener.failed_handshakes
 
     @property
     def completed_handshakes(self) -> Mapping[str, int]:
         """Handshakes that completed, by kind (``resumed``: a TLS session ticket, ``full``); empty where not counted (picoquic)."""
-        return getattr(getattr(self._listener, "server", None), "completed_handshakes", {})
+        return self._listener.completed_handshakes
 
     def _ready(self, driver: Driver) -> None:
         conn = ServerConnection(driver)
