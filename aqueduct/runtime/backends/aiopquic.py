@@ -319,6 +319,7 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     protocol = AiopquicTransport(quic, make_driver)
     driver = protocol.driver
     protocol._start(loop)
+    started = loop.time()
     protocol.connect((address, port))
 
     def abort() -> None:
@@ -329,25 +330,34 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     try:
         await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
     except ConnectionLost as lost:
-        raise await _why_refused(lost, protocol, address, port, config.server_name or host, o) from None
+        answered = loop.time() - started < o.idle_timeout / 2  # not picoquic giving up on a silent server
+        raise await _why_refused(lost, protocol, answered, address, port, config.server_name or host, o) from None
     protocol.socket_release = loop.create_task(protocol.wait_closed())  # stops picoquic's thread
     return driver
 
 
 async def _why_refused(
-    lost: ConnectionLost, protocol: AiopquicTransport, address: str, port: int, server_name: str, o: ClientOptions
+    lost: ConnectionLost,
+    protocol: AiopquicTransport,
+    quick: bool,
+    address: str,
+    port: int,
+    server_name: str,
+    o: ClientOptions,
 ) -> ConnectionLost:
     """What a failed handshake raises: whose certificate failed and why, where it was one.
 
     aiopquic reports only the peer's close code: picoquic's own refusal of
     the server's certificate ends the connection with code 0, no reason,
-    before QUIC's handshake completed, like nothing else that ends fast.
-    The server's certificate, fetched and checked again
+    before QUIC's handshake completed. Only a ``quick`` end (well within
+    the idle timeout: picoquic gives up on a server that never answers
+    with the same bare close, after it) can be one; the server's
+    certificate, fetched and checked again
     (:func:`~aqueduct.runtime.backends.aioquic.server_certificate`), tells
     it apart, so the client fails at once saying why instead of retrying.
     """
     fetched = None
-    if lost.code == 0 and not protocol.handshake_completed and o.verify:
+    if lost.code == 0 and quick and not protocol.handshake_completed and o.verify:
         from aqueduct.runtime.backends.aioquic import server_certificate
 
         fetched = await server_certificate(address, port, server_name, min(o.timeout, PROBE_TIMEOUT))
