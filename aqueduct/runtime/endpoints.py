@@ -25,6 +25,9 @@ from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.backends import aioquic
+from aqueduct.runtime.backends.tls_failures import (
+    CertificateRefused as CertificateRefused,  # aqueduct.CertificateRefused
+)
 from aqueduct.runtime.driver.core_driver import Driver
 from aqueduct.runtime.driver.framelog import open_frame_log
 from aqueduct.runtime.handles.headers import Headers, HeadersLike, Middleware, normalize_headers
@@ -323,7 +326,10 @@ async def connect(
     timeout: an idle connection stays up, and a dead server is noticed
     within ``idle_timeout`` seconds (ConnectionLost on every handle).
     Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
-    peer without datagram support) or takes longer than ``timeout``.
+    peer without datagram support) or takes longer than ``timeout``; a
+    certificate that failed raises its subclass :class:`CertificateRefused`,
+    saying in one line whose (``whose``: ``server`` or ``client``), which
+    and why, on either backend.
     ``backend`` picks the QUIC stack (:data:`BACKENDS`): ``"picoquic"``
     needs the ``picoquic`` extra and cannot present a client certificate
     (refused with a ``ValueError``).

@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import aqueduct
+from aqueduct import CertificateRefused
 from aqueduct.connector.errors import TlsRefused
 from aqueduct.connector.producer.client import Connector
-from aqueduct.runtime.backends.tls_failures import CertificateRefused
 from aqueduct.runtime.certs import CertPaths, cert_paths, generate_certs
 from tests.waiting import wait_until
 
