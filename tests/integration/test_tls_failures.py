@@ -12,6 +12,7 @@ A picoquic server runs only in a loopback-only network namespace
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import logging
@@ -258,3 +259,24 @@ async def test_both_ends_know_their_peers_address(linked) -> None:
     assert client_side is not None and client_side[0] == "127.0.0.1"
     assert server_side is not None and server_side[0] == "127.0.0.1"
     assert client_side[1] != server_side[1]  # the server's port, the client's
+
+
+async def test_picoquic_giving_up_on_a_silent_server_is_no_certificate_failure() -> None:
+    """picoquic ends both with the same bare close; only a quick one has the server's certificate checked."""
+    pytest.importorskip("aiopquic")
+    loop = asyncio.get_running_loop()
+    senders: set[tuple[str, int]] = set()
+
+    class Silent(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            senders.add(addr)
+
+    silent, _ = await loop.create_datagram_endpoint(Silent, local_addr=("127.0.0.1", 0))
+    try:
+        port = silent.get_extra_info("sockname")[1]
+        with pytest.raises(aqueduct.ConnectionLost) as caught:
+            await aqueduct.connect("127.0.0.1", port, timeout=TIMEOUT, idle_timeout=1.0, backend="picoquic")
+        assert not isinstance(caught.value, CertificateRefused)
+        assert len(senders) == 1  # the client alone: no second connection went to fetch a certificate
+    finally:
+        silent.close()
