@@ -275,6 +275,10 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     return driver
 
 
+PROBE_CLOSE = "fetched the certificate only, to say why the client refused it"
+"""The reason phrase :func:`server_certificate` closes with: the server's log of that connection says so."""
+
+
 class _CertificateProbe(QuicConnectionProtocol):
     """A client connection that only waits for the server's certificate, then closes."""
 
@@ -313,7 +317,8 @@ async def server_certificate(
     except TimeoutError:
         return None
     finally:
-        probe.close()
+        aioquic_internals.protocol_connection(probe).close(reason_phrase=PROBE_CLOSE)  # the server logs why
+        probe.transmit()
         transport.close()
 
 
