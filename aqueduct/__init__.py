@@ -27,6 +27,7 @@ _RUNTIME_NAMES = {
     "OneshotSender",
     "OneshotReceiver",
     "Connection",
+    "CertificateRefused",
     "PayloadError",
 }
 _ERROR_NAMES = {

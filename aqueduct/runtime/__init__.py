@@ -31,9 +31,10 @@ from aqueduct.runtime.handles import (
 from aqueduct.runtime.handles.headers import HeaderContext
 from aqueduct.runtime.handles.payload import PayloadError
 
-_ENDPOINT_NAMES = {"serve", "connect", "Server", "ServerConnection", "Connection"}
+_ENDPOINT_NAMES = {"serve", "connect", "Server", "ServerConnection", "Connection", "CertificateRefused"}
 
 __all__ = [
+    "CertificateRefused",
     "Connection",
     "Finished",
     "HeaderContext",

@@ -25,6 +25,9 @@ from aqueduct.proto.config import ProtoConfig
 from aqueduct.proto.connection import ConnectionMachine
 from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.backends import aioquic
+from aqueduct.runtime.backends.tls_failures import (
+    CertificateRefused as CertificateRefused,  # aqueduct.CertificateRefused
+)
 from aqueduct.runtime.driver.core_driver import Driver
 from aqueduct.runtime.driver.framelog import open_frame_log
 from aqueduct.runtime.handles.headers import Headers, HeadersLike, Middleware, normalize_headers
@@ -81,6 +84,11 @@ class Connection:
     def peer_headers(self) -> Headers:
         """The CONNECTION_HEADERS the peer sent."""
         return self._driver.link.peer_headers
+
+    @property
+    def peer_address(self) -> tuple[str, int] | None:
+        """The peer's (host, port) as the QUIC stack sees it (for log lines); None if unknown."""
+        return self._driver.transport.peer_address()
 
     @property
     def is_closed(self) -> bool:
@@ -188,13 +196,13 @@ class Server:
 
     @property
     def failed_handshakes(self) -> Mapping[str, int]:
-        """Handshakes that failed, by kind (``tls``: a TLS alert; ``other``); empty where not counted (picoquic)."""
-        return getattr(getattr(self._listener, "server", None), "failed_handshakes", {})
+        """Handshakes that failed, by kind (``tls``: a TLS alert, a certificate refused either way; ``other``)."""
+        return self._listener.failed_handshakes
 
     @property
     def completed_handshakes(self) -> Mapping[str, int]:
         """Handshakes that completed, by kind (``resumed``: a TLS session ticket, ``full``); empty where not counted (picoquic)."""
-        return getattr(getattr(self._listener, "server", None), "completed_handshakes", {})
+        return self._listener.completed_handshakes
 
     def _ready(self, driver: Driver) -> None:
         conn = ServerConnection(driver)
@@ -318,7 +326,10 @@ async def connect(
     timeout: an idle connection stays up, and a dead server is noticed
     within ``idle_timeout`` seconds (ConnectionLost on every handle).
     Raises ``ConnectionLost`` if the handshake fails (refused, TLS error,
-    peer without datagram support) or takes longer than ``timeout``.
+    peer without datagram support) or takes longer than ``timeout``; a
+    certificate that failed raises its subclass :class:`CertificateRefused`,
+    saying in one line whose (``whose``: ``server`` or ``client``), which
+    and why, on either backend.
     ``backend`` picks the QUIC stack (:data:`BACKENDS`): ``"picoquic"``
     needs the ``picoquic`` extra and cannot present a client certificate
     (refused with a ``ValueError``).

@@ -28,6 +28,8 @@ ALPN = "aqueduct"
 MAX_DATAGRAM_FRAME_SIZE = 65536
 """Largest DATAGRAM frame we accept; the payload that fits is further bounded
 by the path's packet size, which the backend reports (``datagram_limit``)."""
+NO_REASON = "no reason given"
+"""What a connection's end says where its close carried no reason phrase."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class QuicTransport(Protocol):
     pings_itself: bool
     """The stack sends keep-alive PINGs on its own (configured when the connection
     was made): the driver then arms no keepalive timer of its own."""
+
+    def peer_address(self) -> tuple[str, int] | None:
+        """The peer's (host, port), for log lines; None where the stack does not know it (yet)."""
+        ...
 
     def datagram_limit(self) -> int | None:
         """The largest datagram payload that always fits one packet; None if the peer has no datagrams."""

@@ -38,6 +38,7 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct", "ReceiverClosed"),
     ("aqueduct", "LostInTransit"),
     ("aqueduct", "ConnectionLost"),
+    ("aqueduct", "CertificateRefused"),
     # what `aqueduct.runtime` exports, and the helpers docs/usage.md shows
     ("aqueduct.runtime", "channel"),
     ("aqueduct.runtime", "oneshot"),
@@ -54,6 +55,7 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.runtime", "OneshotSender"),
     ("aqueduct.runtime", "OneshotReceiver"),
     ("aqueduct.runtime", "PayloadError"),
+    ("aqueduct.runtime", "CertificateRefused"),
     ("aqueduct.runtime.retry_hint", "retry_within"),
     ("aqueduct.runtime.retry_hint", "retry_window"),
     ("aqueduct.runtime.retry_hint", "RetryWindow"),

@@ -25,6 +25,7 @@ BACKENDS = {
         "runtime/backends/quic_server.py",
         "runtime/backends/session_tickets.py",
         "runtime/backends/tls.py",
+        "runtime/backends/tls_failures.py",  # aioquic's certificate check, for both backends' clients
     },
     "aiopquic": {"runtime/backends/aiopquic.py"},
     "qh3": set(),

@@ -79,6 +79,8 @@ class AqueductLink:
         except ChannelOutcome as exc:
             if isinstance(exc, ConnectionLost) and (window := retry_window(exc)) is not None:
                 raise WorkerBusy(str(exc), window.within, window.not_before) from exc
+            if isinstance(exc, rt.CertificateRefused):  # it says whose certificate failed, and why
+                raise HandshakeFailed(f"TLS handshake with {host}:{port} failed: {exc.words}") from exc
             if isinstance(exc, ConnectionLost) and exc.code is not None and _is_tls_alert(exc.code):
                 verified = f"cafile {cafile}" if cafile else "the system's CAs, no cafile given"
                 raise HandshakeFailed(

@@ -108,7 +108,8 @@ async def _serve_connection(
         return closing
 
     peer = WorkerPeer(sink, config, send, close_soon)
-    peer.remote = "quic"  # the runtime does not expose the peer's address
+    address = conn.peer_address
+    peer.remote = f"quic {address[0]}:{address[1]}" if address else "quic"
     readers: list[asyncio.Task[None]] = []
 
     async def read_stream(stream_id: int, rx: rt.Receiver) -> None:

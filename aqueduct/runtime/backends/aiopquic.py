@@ -29,7 +29,7 @@ import os
 import socket
 import ssl
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiopquic.asyncio.protocol import QuicConnectionProtocol
@@ -38,6 +38,8 @@ from aiopquic.quic import events as pico_events
 from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection, QuicEngine
 
+from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime.backends.tls_failures import HandshakeFailures, client_failure, is_tls_alert
 from aqueduct.runtime.transport import (
     ALPN,
     MAX_DATAGRAM_FRAME_SIZE,
@@ -50,6 +52,8 @@ from aqueduct.runtime.transport import (
 WILDCARD_HOSTS = {"": socket.AF_INET6, "::": socket.AF_INET6, "0.0.0.0": socket.AF_INET}
 """The only hosts a picoquic server takes, with the family it then listens on
 ("::" and "" take IPv4 too): aiopquic binds every interface."""
+PROBE_TIMEOUT = 5.0
+"""Seconds to wait for the server's certificate when checking why picoquic refused it."""
 MAX_CONNECTIONS = 65536
 """Connections one picoquic server holds at once (aiopquic's default, 256, is
 far below a fleet); past it picoquic refuses new ones (CONNECTION_REFUSED)."""
@@ -100,6 +104,8 @@ class AiopquicTransport(QuicConnectionProtocol):
         self._path: dict[str, Any] = {}
         self._path_at = float("-inf")
         self.socket_release: asyncio.Task[None] | None = None  # a client's: stops picoquic's thread at the end
+        self._address: tuple[str, int] | None = None
+        self.handshake_completed = False  # picoquic's own (QUIC's), which a certificate it refused never reaches
         self.driver = make_driver(self)
 
     @property
@@ -129,6 +135,7 @@ class AiopquicTransport(QuicConnectionProtocol):
         elif isinstance(event, pico_events.StreamReset):
             driver.stream_reset_received(event.stream_id, event.error_code)
         elif isinstance(event, pico_events.HandshakeCompleted):
+            self.handshake_completed = True
             driver.quic_handshake_completed()
         elif isinstance(event, pico_events.ConnectionTerminated):
             self._blocked.clear()
@@ -142,6 +149,12 @@ class AiopquicTransport(QuicConnectionProtocol):
 
     def send_packets(self) -> None:
         """Nothing to do: picoquic's own thread builds and sends the packets."""
+
+    def peer_address(self) -> tuple[str, int] | None:
+        """picoquic's view of the peer's address, kept once known (a closed connection has none)."""
+        if self._address is None and not self._quic.closed:
+            self._address = self._quic.peer_address()
+        return self._address
 
     def datagram_limit(self) -> int | None:
         return self._quic.max_datagram_payload() or None
@@ -306,6 +319,7 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     protocol = AiopquicTransport(quic, make_driver)
     driver = protocol.driver
     protocol._start(loop)
+    started = loop.time()
     protocol.connect((address, port))
 
     def abort() -> None:
@@ -313,9 +327,45 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
         protocol._stop()
         quic.stop()
 
-    await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
+    try:
+        await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
+    except ConnectionLost as lost:
+        answered = loop.time() - started < o.idle_timeout / 2  # not picoquic giving up on a silent server
+        raise await _why_refused(lost, protocol, answered, address, port, config.server_name or host, o) from None
     protocol.socket_release = loop.create_task(protocol.wait_closed())  # stops picoquic's thread
     return driver
+
+
+async def _why_refused(
+    lost: ConnectionLost,
+    protocol: AiopquicTransport,
+    quick: bool,
+    address: str,
+    port: int,
+    server_name: str,
+    o: ClientOptions,
+) -> ConnectionLost:
+    """What a failed handshake raises: whose certificate failed and why, where it was one.
+
+    aiopquic reports only the peer's close code: picoquic's own refusal of
+    the server's certificate ends the connection with code 0, no reason,
+    before QUIC's handshake completed. Only a ``quick`` end (well within
+    the idle timeout: picoquic gives up on a server that never answers
+    with the same bare close, after it) can be one; the server's
+    certificate, fetched and checked again
+    (:func:`~aqueduct.runtime.backends.aioquic.server_certificate`), tells
+    it apart, so the client fails at once saying why instead of retrying.
+    """
+    fetched = None
+    if lost.code == 0 and quick and not protocol.handshake_completed and o.verify:
+        from aqueduct.runtime.backends.aioquic import server_certificate
+
+        fetched = await server_certificate(address, port, server_name, min(o.timeout, PROBE_TIMEOUT))
+    elif not is_tls_alert(lost.code):
+        return lost
+    return client_failure(
+        lost, fetched, server_name=server_name, cafile=o.cafile, verify=o.verify, certfile=o.certfile
+    )
 
 
 async def _ip_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> str:
@@ -381,9 +431,20 @@ class DrainBatch:
 class AiopquicListener:
     """A picoquic server: one network thread and socket for all its connections."""
 
-    def __init__(self, server: QuicServer, address: tuple[str, int]) -> None:
+    def __init__(self, server: QuicServer, address: tuple[str, int], failures: HandshakeFailures) -> None:
         self.server = server
         self.address = address
+        self._failures = failures
+
+    @property
+    def failed_handshakes(self) -> Mapping[str, int]:
+        """Handshakes that failed, by kind (see :class:`~aqueduct.runtime.backends.tls_failures.HandshakeFailures`)."""
+        return self._failures.counts
+
+    @property
+    def completed_handshakes(self) -> Mapping[str, int]:
+        """Not counted: picoquic completes its handshakes on its own thread."""
+        return {}
 
     def close(self) -> None:
         """Stop picoquic's thread (every connection left ends with it) and release the port."""
@@ -410,16 +471,25 @@ async def listen(host: str, port: int, options: ServerOptions, make_driver: Make
     config.load_cert_chain(os.fspath(o.certfile), os.fspath(o.keyfile) if o.keyfile is not None else None)
 
     batch = DrainBatch()
+    failures = HandshakeFailures()
 
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> AiopquicTransport:
-        return AiopquicTransport(quic, make_driver, batch)
+        transport = AiopquicTransport(quic, make_driver, batch)
+        address = transport.peer_address()  # now: a connection that ended has none
+
+        def settled(ready: asyncio.Future[None]) -> None:
+            if not ready.cancelled() and (error := ready.exception()) is not None:
+                failures.failed(address, error)
+
+        transport.ready.add_done_callback(settled)
+        return transport
 
     # aiopquic's serve(), with its ring drained in one batch per wake-up
     engine = QuicEngine(configuration=config, create_protocol=create_protocol)
     engine._start_transport(port=port)
     loop = asyncio.get_running_loop()
     loop.add_reader(engine.eventfd, batch.run, engine.drain_and_route)
-    return AiopquicListener(QuicServer(engine, loop), (host or "::", port))
+    return AiopquicListener(QuicServer(engine, loop), (host or "::", port), failures)
 
 
 def free_udp_port(family: int) -> int:

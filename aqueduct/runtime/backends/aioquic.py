@@ -18,13 +18,17 @@ import asyncio
 import ipaddress
 import os
 import socket
+import ssl
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic import events as quic_events
+from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
+from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
 from aqueduct.runtime.backends.session_tickets import CLIENT_TICKETS, ServerTickets
@@ -34,8 +38,11 @@ from aqueduct.runtime.backends.tls import (
     require_client_certificate,
     server_configuration,
 )
+from aqueduct.runtime.backends.tls_failures import client_failure, is_tls_alert
 from aqueduct.runtime.backends.udp import ReadBatch, open_udp
 from aqueduct.runtime.transport import (
+    ALPN,
+    MAX_DATAGRAM_FRAME_SIZE,
     ClientOptions,
     MakeDriver,
     ServerOptions,
@@ -67,6 +74,8 @@ class AioquicTransport(QuicConnectionProtocol):
         self.is_client = quic.configuration.is_client
         self._batch = batch  # flush after the socket's whole batch of datagrams, not after each
         self.socket_release: asyncio.Task[None] | None = None  # a client's: closes its socket at the end
+        #: where the peer sent from (set by the server on its first Initial) or where a client sent to
+        self.address: tuple[str, int] | None = None
         self.driver = make_driver(self)
 
     @property
@@ -103,6 +112,9 @@ class AioquicTransport(QuicConnectionProtocol):
     # ------------------------------------------------------------ QuicTransport
     def send_packets(self) -> None:
         super().transmit()
+
+    def peer_address(self) -> tuple[str, int] | None:
+        return self.address
 
     def datagram_limit(self) -> int | None:
         remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
@@ -153,6 +165,14 @@ class AioquicListener:
 
     def __init__(self, server: BoundedQuicServer) -> None:
         self.server = server
+
+    @property
+    def failed_handshakes(self) -> Mapping[str, int]:
+        return self.server.failed_handshakes
+
+    @property
+    def completed_handshakes(self) -> Mapping[str, int]:
+        return self.server.completed_handshakes
 
     @property
     def address(self) -> tuple[str, int]:
@@ -235,15 +255,71 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     driver = protocol.driver
     local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
     transport, _ = await open_udp(lambda: protocol, local, family, batch)
+    protocol.address = (addr[0], addr[1])
     protocol.connect(addr)
 
     def abort() -> None:
         protocol.close()  # aioquic's own: queues the close and sends it
         transport.close()
 
-    await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
+    try:
+        await driver.wait_ready(o.timeout, f"{host}:{port}", abort)
+    except ConnectionLost as lost:
+        if not is_tls_alert(lost.code):
+            raise
+        raise client_failure(
+            lost, aioquic_internals.peer_certificate(quic), server_name=server_name, cafile=o.cafile,
+            verify=o.verify, certfile=o.certfile,
+        ) from None  # fmt: skip
     protocol.socket_release = loop.create_task(_release(protocol, transport))
     return driver
+
+
+PROBE_CLOSE = "fetched the certificate only, to say why the client refused it"
+"""The reason phrase :func:`server_certificate` closes with: the server's log of that connection says so."""
+
+
+class _CertificateProbe(QuicConnectionProtocol):
+    """A client connection that only waits for the server's certificate, then closes."""
+
+    def __init__(self, quic: QuicConnection) -> None:
+        super().__init__(quic)
+        self.certificate: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        super().datagram_received(data, addr)
+        if not self.certificate.done() and (got := aioquic_internals.peer_certificate(self._quic)) is not None:
+            self.certificate.set_result(got)
+
+
+async def server_certificate(
+    host: str, port: int, server_name: str, timeout: float
+) -> tuple[Any, list[Any]] | None:
+    """The certificate (and chain) the server at ``host``:``port`` presents for ``server_name``; None if none came in time.
+
+    Its own TLS handshake, which checks nothing and stops once the
+    certificate came: a stack that does not say why it refused a server
+    (picoquic) learns it by checking what this fetched
+    (:mod:`~aqueduct.runtime.backends.tls_failures`).
+    """
+    loop = asyncio.get_running_loop()
+    config = QuicConfiguration(
+        is_client=True, alpn_protocols=[ALPN], server_name=server_name, verify_mode=ssl.CERT_NONE,
+        max_datagram_frame_size=MAX_DATAGRAM_FRAME_SIZE,
+    )  # fmt: skip
+    family, addr = await _udp_address(loop, host, port)
+    local = ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
+    probe = _CertificateProbe(QuicConnection(configuration=config))
+    transport, _ = await loop.create_datagram_endpoint(lambda: probe, local_addr=local, family=family)
+    try:
+        probe.connect(addr)
+        return await asyncio.wait_for(asyncio.shield(probe.certificate), timeout)
+    except TimeoutError:
+        return None
+    finally:
+        aioquic_internals.protocol_connection(probe).close(reason_phrase=PROBE_CLOSE)  # the server logs why
+        probe.transmit()
+        transport.close()
 
 
 async def _udp_address(loop: asyncio.AbstractEventLoop, host: str, port: int) -> tuple[int, Any]:

@@ -26,6 +26,8 @@ from typing import Any
 from aioquic import tls
 from aioquic.quic.connection import QuicConnection
 
+from aqueduct.runtime.backends.tls_failures import CLIENT_REFUSED
+
 #: (aioquic class, private member, what the runtime needs it for)
 INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicConnection", "_remote_max_datagram_frame_size", "refuse a peer without datagrams; size ours"),
@@ -47,8 +49,8 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("Context", "_request_client_certificate", "mutual TLS: ask for a client certificate"),
     ("Context", "_server_handle_certificate", "mutual TLS: require the certificate"),
     ("Context", "_server_handle_certificate_verify", "mutual TLS: verify it against the CA"),
-    ("Context", "_peer_certificate", "mutual TLS: the client's certificate"),
-    ("Context", "_peer_certificate_chain", "mutual TLS: its chain"),
+    ("Context", "_peer_certificate", "mutual TLS: the client's certificate; a client: whose certificate failed"),
+    ("Context", "_peer_certificate_chain", "the peer certificate's chain (the same two checks)"),
 )
 
 
@@ -102,6 +104,19 @@ def session_resumed(quic: QuicConnection) -> bool:
     return context is not None and context.session_resumed
 
 
+def peer_certificate(quic: QuicConnection) -> tuple[Any, list[Any]] | None:
+    """The certificate (and chain) the peer presented, None before it did.
+
+    A client whose handshake failed on a TLS alert checks it again, to tell
+    its own refusal of the server's certificate from the server's refusal
+    of its own (:mod:`~aqueduct.runtime.backends.tls_failures`).
+    """
+    context = getattr(quic, "tls", None)
+    if context is None or context._peer_certificate is None:
+        return None
+    return context._peer_certificate, list(context._peer_certificate_chain)
+
+
 def after_tls_initialized(quic: QuicConnection, hook: Callable[[], None]) -> None:
     """Call ``hook`` right after aioquic builds ``quic.tls`` (on the first Initial packet)."""
     initialize = quic._initialize
@@ -111,6 +126,11 @@ def after_tls_initialized(quic: QuicConnection, hook: Callable[[], None]) -> Non
         hook()
 
     quic._initialize = initialize_then_hook  # type: ignore[method-assign]
+
+
+CERTIFICATE_REQUIRED = f"{CLIENT_REFUSED}: it presented no certificate (mutual TLS requires one)"
+"""The reason phrase of a server's ``certificate_required`` alert (see
+:mod:`~aqueduct.runtime.backends.tls_failures`: how a server's own refusals begin)."""
 
 
 class AlertCertificateRequired(tls.Alert):
@@ -128,7 +148,7 @@ def verify_client_certificates(context: tls.Context, verify: Callable[[Any, list
     def server_handle_certificate(input_buf: Any) -> None:
         handle_certificate(input_buf)
         if context._peer_certificate is None:
-            raise AlertCertificateRequired("a client certificate is required (mutual TLS)")
+            raise AlertCertificateRequired(CERTIFICATE_REQUIRED)
 
     def server_handle_certificate_verify(input_buf: Any) -> None:
         handle_verify(input_buf)  # proves the client holds the certificate's key

@@ -28,7 +28,6 @@ quadratic.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from functools import partial
 from typing import Any
@@ -42,9 +41,8 @@ from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pu
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
 from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.backends.tls_failures import HandshakeFailures
 from aqueduct.runtime.retry_hint import RetryHint, busy_reason
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
@@ -97,10 +95,14 @@ class BoundedQuicServer(QuicServer):
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
         self.retry_hint = RetryHint(self._loop.time(), max_handshakes)
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
-        #: handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``
-        self.failed_handshakes: Counter[str] = Counter()
+        self.handshake_failures = HandshakeFailures()
         #: handshakes that completed, ``resumed`` (a session ticket: no certificate work) or ``full``
         self.completed_handshakes: Counter[str] = Counter()
+
+    @property
+    def failed_handshakes(self) -> Counter[str]:
+        """Handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``."""
+        return self.handshake_failures.counts
 
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
         assert isinstance(data, bytes)
@@ -124,6 +126,8 @@ class BoundedQuicServer(QuicServer):
         super().datagram_received(data, addr)
         if not known:
             protocol = self._protocols.get(header.destination_cid)
+            if protocol is not None and getattr(protocol, "address", "") is None:
+                protocol.address = (addr[0], addr[1])
             if protocol is not None and protocol not in self._handshaking:
                 ready = getattr(protocol, "ready", None)
                 if ready is not None and not ready.done():
@@ -133,9 +137,9 @@ class BoundedQuicServer(QuicServer):
     def _settled(self, protocol: Any, addr: NetworkAddress, ready: Any) -> None:
         """The protocol's Aqueduct handshake completed or failed: its slot is free.
 
-        A failure is logged with the client's address and counted: it is the
-        only trace on the server of a client whose certificate check failed
-        (or that presented no certificate the server's CA signed).
+        A failure is logged with the client's address and counted
+        (:class:`~aqueduct.runtime.backends.tls_failures.HandshakeFailures`):
+        it is the only trace on the server of a certificate refused either way.
         """
         began = self._handshaking.pop(protocol, None)
         if ready.cancelled():
@@ -147,17 +151,7 @@ class BoundedQuicServer(QuicServer):
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
-        code = getattr(error, "code", None)
-        kind = "tls" if code is not None and 0x100 <= code <= 0x1FF else "other"  # QUIC's CRYPTO_ERROR range
-        self.failed_handshakes[kind] += 1
-        # A TLS alert is a misconfigured peer (an operator's business); the rest is mostly
-        # clients that went away mid-handshake, a crowd of them in a reconnect storm.
-        logger.log(
-            logging.WARNING if kind == "tls" else logging.INFO,
-            "QUIC handshake from %s:%s failed: %s", addr[0], addr[1], error,
-            extra={"fields": {"event": "handshake_failed", "kind": kind, "remote": f"quic {addr[0]}:{addr[1]}",
-                              "reason": str(error)}},
-        )  # fmt: skip
+        self.handshake_failures.failed(addr, error)
 
     def _full(self) -> bool:
         """All slots are taken, after closing handshakes that held theirs too long.

@@ -24,7 +24,6 @@ connection gets a shallow copy carrying its own session ticket
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import ssl
 from functools import lru_cache
@@ -38,6 +37,7 @@ from cryptography import x509
 from OpenSSL import crypto
 
 from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.backends.tls_failures import CLIENT_REFUSED, subject, validity_problem
 from aqueduct.runtime.transport import ALPN, MAX_DATAGRAM_FRAME_SIZE
 
 PathLike = str | os.PathLike[str]
@@ -126,9 +126,10 @@ class ClientCertificateAuthority:
         self._store.load_locations(os.fspath(cafile))
 
     def __call__(self, certificate: x509.Certificate, chain: list[x509.Certificate]) -> None:
-        now = datetime.datetime.now(datetime.UTC)
-        if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
-            raise tls.AlertCertificateExpired("the client certificate is not valid now")
+        """Raise the TLS alert refusing ``certificate``, its reason phrase naming it and why (the client reads it too)."""
+        refused = f"{CLIENT_REFUSED}'s certificate ({subject(certificate)}): it"
+        if (why := validity_problem(certificate)) is not None:
+            raise tls.AlertCertificateExpired(f"{refused} {why}")
         context = crypto.X509StoreContext(
             self._store,
             crypto.X509.from_cryptography(certificate),
@@ -137,7 +138,7 @@ class ClientCertificateAuthority:
         try:
             context.verify_certificate()
         except crypto.X509StoreContextError as exc:
-            raise tls.AlertBadCertificate(exc.args[0]) from exc
+            raise tls.AlertBadCertificate(f"{refused} is not signed by the client CA ({exc.args[0]})") from exc
 
 
 def require_client_certificate(quic: QuicConnection, authority: ClientCertificateAuthority) -> None:

@@ -35,7 +35,7 @@ from aqueduct.runtime.driver.coalesce import SendCoalescer
 from aqueduct.runtime.driver.framelog import FrameLog
 from aqueduct.runtime.driver.handle_link import PROTOCOL_VIOLATION, HandleLink, connection_lost
 from aqueduct.runtime.handles.headers import Middleware
-from aqueduct.runtime.transport import QuicTransport
+from aqueduct.runtime.transport import NO_REASON, QuicTransport
 from aqueduct.wire.chanid import Side
 
 
@@ -121,7 +121,7 @@ class Driver:
         """The QUIC connection ended (closed by either side, idle timeout, handshake failure)."""
         if self._datagrams:
             self._hand_over_datagrams()
-        reason = reason or "no reason given"
+        reason = reason or NO_REASON
         self._terminate(ConnectionLost(f"connection closed (error code {error_code}): {reason}", error_code))
         # The core's events are dispatched in flush(), which the backend calls
         # right after the whole batch of events of one UDP datagram.

@@ -1,0 +1,282 @@
+"""A failed TLS handshake says whose certificate failed, which one and why, on both QUIC backends.
+
+Real certificates, real QUIC over loopback. The client names the server's
+certificate it refused (untrusted, expired, made for another host) or says
+the server refused its own; a producer gives up at once on either, also on
+picoquic, whose own refusal reaches the client as a bare close. The server
+counts and logs every failed handshake with the client's address, and says
+whether it refused the client's certificate or the client refused its own.
+A picoquic server runs only in a loopback-only network namespace
+(``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+import aqueduct
+from aqueduct import CertificateRefused
+from aqueduct.connector.errors import TlsRefused
+from aqueduct.connector.producer.client import Connector
+from aqueduct.runtime.certs import CertPaths, cert_paths, generate_certs
+from tests.waiting import wait_until
+
+TIMEOUT = 20.0  # only turns a hang into a failure
+SERVER = "CN=localhost,O=aqueduct local"
+CLIENT = "CN=aqueduct-client,O=aqueduct local"
+SERVER_LOG = "aqueduct.runtime.backends.quic_server"
+
+
+def expired_certs(directory: Path) -> tuple[CertPaths, datetime.datetime]:
+    """A valid CA with server and client certificates that expired a day ago (as ``generate_certs`` lays them out)."""
+    paths = cert_paths(directory)
+    directory.mkdir(parents=True)
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    expired = now - datetime.timedelta(days=1)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired test CA")])
+
+    def signed(name: x509.Name, key: ec.EllipticCurvePrivateKey, until: datetime.datetime) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder().subject_name(name).issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=10))
+            .not_valid_after(until)
+        )  # fmt: skip
+
+    ca = signed(ca_name, ca_key, now + datetime.timedelta(days=1)).add_extension(
+        x509.BasicConstraints(ca=True, path_length=0), critical=True
+    )
+    paths.ca.write_bytes(ca.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    paths.client_ca.write_bytes(paths.ca.read_bytes())
+    leaves = (
+        (paths.server_cert, paths.server_key, "localhost", ExtendedKeyUsageOID.SERVER_AUTH,
+         [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        (paths.client_cert, paths.client_key, "aqueduct-client", ExtendedKeyUsageOID.CLIENT_AUTH,
+         [x509.DNSName("aqueduct-client")]),
+    )  # fmt: skip
+    for cert_path, key_path, cn, usage, san in leaves:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "aqueduct local"),
+                          x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # fmt: skip
+        cert = (
+            signed(name, key, expired).add_extension(x509.SubjectAlternativeName(san), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False).sign(ca_key, hashes.SHA256())
+        )  # fmt: skip
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+    return paths, expired
+
+
+async def refused(server_certs: CertPaths, backend: str, host: str, port: int, **client) -> CertificateRefused:
+    """What connecting raises: a :class:`CertificateRefused`, checked to be one line."""
+    with pytest.raises(CertificateRefused) as caught:
+        await aqueduct.connect(host, port, timeout=TIMEOUT, backend=backend, **client)
+    assert "\n" not in str(caught.value)
+    return caught.value
+
+
+async def server_logged(caplog, server, pattern: str) -> None:
+    """The server counted one failed TLS handshake and logged it, one line matching ``pattern``."""
+    await wait_until(lambda: server.failed_handshakes.get("tls", 0) == 1, "the failed handshake counted", TIMEOUT)
+    lines = [r.getMessage() for r in caplog.records if r.name == SERVER_LOG and r.levelno == logging.WARNING]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(pattern, lines[0]), lines[0]
+
+
+CLIENT_REFUSAL = r"(bad_certificate \(alert 42\)|unknown_ca \(alert 48\))(, .+)?"
+"""How a server words a client's refusal of its certificate: picoquic's client sends only the alert, aioquic's
+its reasons too (which a picoquic server does not hear)."""
+
+
+# ---------------------------------------------------------------- the server's certificate, refused by the client
+
+
+async def test_an_untrusted_server_certificate_is_named_on_the_client(
+    tmp_path, certs, server_backend, server_host, client_backend, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, SERVER_LOG)
+    theirs = generate_certs(tmp_path / "theirs")
+    async with await aqueduct.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
+    ) as server:
+        error = await refused(certs, client_backend, "127.0.0.1", server.port, cafile=theirs.ca)
+        assert error.whose == "server"
+        assert str(error) == (
+            f"connection closed (error code 298): the server's certificate ({SERVER}) is not signed by a CA "
+            f"in cafile {theirs.ca} (unable to get local issuer certificate)"
+        )
+        await server_logged(
+            caplog, server,
+            r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's certificate: "
+            + CLIENT_REFUSAL,
+        )  # fmt: skip
+
+
+async def test_an_expired_server_certificate_says_when_it_expired(
+    tmp_path, server_backend, server_host, client_backend, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, SERVER_LOG)
+    old, expired = expired_certs(tmp_path / "old")
+    async with await aqueduct.serve(
+        server_host, 0, certfile=old.server_cert, keyfile=old.server_key, backend=server_backend
+    ) as server:
+        error = await refused(old, client_backend, "127.0.0.1", server.port, cafile=old.ca)
+        assert error.whose == "server"
+        assert str(error) == (
+            f"connection closed (error code 301): the server's certificate ({SERVER}) "
+            f"expired on {expired:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        await server_logged(
+            caplog, server, r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's "
+            r"certificate: .+",
+        )  # fmt: skip
+
+
+async def test_a_server_certificate_for_another_host_names_both(
+    certs, server_backend, server_host, client_backend
+) -> None:
+    async with await aqueduct.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
+    ) as server:
+        error = await refused(
+            certs, client_backend, "127.0.0.1", server.port, cafile=certs.ca, server_name="bridge.example.com"
+        )
+        assert error.whose == "server"
+        assert str(error) == (
+            f"connection closed (error code 298): the server's certificate ({SERVER}) is for localhost, "
+            "127.0.0.1, not host 'bridge.example.com'"
+        )
+
+
+async def test_a_producer_gives_up_at_once_on_the_servers_certificate(
+    tmp_path, certs, server_backend, server_host, client_backend
+) -> None:
+    """On picoquic too: its own refusal used to come as close code 0, and the producer retried forever."""
+    theirs = generate_certs(tmp_path / "theirs")
+    async with await aqueduct.serve(
+        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
+    ) as server:
+        url = f"aqueduct://127.0.0.1:{server.port}"
+        conn = Connector(url, cafile=str(theirs.ca), connect_timeout=TIMEOUT, quic_backend=client_backend)
+        with pytest.raises(TlsRefused, match=rf"^TLS handshake with 127\.0\.0\.1:{server.port} failed: the "
+                           rf"server's certificate \({SERVER}\) is not signed by a CA in cafile "):  # fmt: skip
+            await conn.connect()
+        assert conn.stats.retries == 0
+
+
+# ---------------------------------------------------------------- the client's certificate, refused by the server
+# (mutual TLS: an aioquic server; a picoquic client presents no certificate)
+
+
+async def test_a_client_certificate_from_another_ca_is_the_clients_fault(tmp_path, certs, caplog) -> None:
+    caplog.set_level(logging.WARNING, SERVER_LOG)
+    theirs = generate_certs(tmp_path / "theirs")
+    async with await aqueduct.serve(
+        "127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, cafile=certs.client_ca
+    ) as server:
+        error = await refused(
+            certs, "aioquic", "127.0.0.1", server.port, cafile=certs.ca,
+            certfile=theirs.client_cert, keyfile=theirs.client_key,
+        )  # fmt: skip
+        assert error.whose == "client"
+        assert str(error) == (
+            f"connection closed (error code 298): the server refused the client's certificate ({CLIENT}): it is "
+            "not signed by the client CA (unable to get local issuer certificate)"
+        )
+        await server_logged(
+            caplog, server, rf"QUIC handshake from 127\.0\.0\.1:\d+ failed: refused the client's certificate "
+            rf"\({CLIENT}\): it is not signed by the client CA \(unable to get local issuer certificate\)",
+        )  # fmt: skip
+
+
+async def test_an_expired_client_certificate_says_when_it_expired(tmp_path, caplog) -> None:
+    caplog.set_level(logging.WARNING, SERVER_LOG)
+    old, expired = expired_certs(tmp_path / "old")
+    fresh = generate_certs(tmp_path / "fresh")
+    async with await aqueduct.serve(
+        "127.0.0.1", 0, certfile=fresh.server_cert, keyfile=fresh.server_key, cafile=old.client_ca
+    ) as server:
+        error = await refused(
+            fresh, "aioquic", "127.0.0.1", server.port, cafile=fresh.ca,
+            certfile=old.client_cert, keyfile=old.client_key,
+        )  # fmt: skip
+        assert error.whose == "client"
+        when = f"{expired:%Y-%m-%d %H:%M:%S} UTC"
+        assert str(error) == (
+            f"connection closed (error code 301): the server refused the client's certificate ({CLIENT}): "
+            f"it expired on {when}"
+        )
+        await server_logged(
+            caplog, server, rf"QUIC handshake from 127\.0\.0\.1:\d+ failed: refused the client's certificate "
+            rf"\({CLIENT}\): it expired on {when}",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "words"),
+    [
+        ("aioquic", "the server refused the client: it presented no certificate (mutual TLS requires one)"),
+        ("picoquic", "the server requires a client certificate (mutual TLS) and this client presented none"),
+    ],
+)
+async def test_no_client_certificate_where_one_is_required(certs, backend, words, caplog) -> None:
+    """picoquic's client gets the alert without the server's words: it says what the alert means."""
+    if backend == "picoquic":
+        pytest.importorskip("aiopquic")
+    caplog.set_level(logging.WARNING, SERVER_LOG)
+    async with await aqueduct.serve(
+        "127.0.0.1", 0, certfile=certs.server_cert, keyfile=certs.server_key, cafile=certs.client_ca
+    ) as server:
+        error = await refused(certs, backend, "127.0.0.1", server.port, cafile=certs.ca)
+        assert error.whose == "client"
+        assert str(error) == f"connection closed (error code 372): {words}"
+        await server_logged(
+            caplog, server, r"QUIC handshake from 127\.0\.0\.1:\d+ failed: refused the client: it presented no "
+            r"certificate \(mutual TLS requires one\)",
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------- addresses
+
+
+async def test_both_ends_know_their_peers_address(linked) -> None:
+    tx, conn = linked
+    client_side = tx.connection.peer_address
+    server_side = conn.peer_address
+    assert client_side is not None and client_side[0] == "127.0.0.1"
+    assert server_side is not None and server_side[0] == "127.0.0.1"
+    assert client_side[1] != server_side[1]  # the server's port, the client's
+
+
+async def test_picoquic_giving_up_on_a_silent_server_is_no_certificate_failure() -> None:
+    """picoquic ends both with the same bare close; only a quick one has the server's certificate checked."""
+    pytest.importorskip("aiopquic")
+    loop = asyncio.get_running_loop()
+    senders: set[tuple[str, int]] = set()
+
+    class Silent(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            senders.add(addr)
+
+    silent, _ = await loop.create_datagram_endpoint(Silent, local_addr=("127.0.0.1", 0))
+    try:
+        port = silent.get_extra_info("sockname")[1]
+        with pytest.raises(aqueduct.ConnectionLost) as caught:
+            await aqueduct.connect("127.0.0.1", port, timeout=TIMEOUT, idle_timeout=1.0, backend="picoquic")
+        assert not isinstance(caught.value, CertificateRefused)
+        assert len(senders) == 1  # the client alone: no second connection went to fetch a certificate
+    finally:
+        silent.close()
