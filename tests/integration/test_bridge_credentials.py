@@ -205,3 +205,25 @@ def test_a_session_check_refuses_tokens_expired_or_revoked_since_hello(tmp_path:
     assert str(auth.sessions_check(identity.expires_at + CLOCK_SKEW)(identity)).startswith("expired: token ")
     gone = auth.check(token("gone", "gone-*").encode(), None)
     assert isinstance(gone, Denied)  # revoked at HELLO already
+
+
+async def test_a_quic_client_certificate_maps_through_the_acl_too(tmp_path: Path, certs: CertPaths) -> None:
+    (tmp_path / "acl").write_text(f'allow "{CLIENT}" programs=billing/* streams=billing-*\n')
+    config = BridgeConfig(
+        log_dir=tmp_path / "log", quic=("127.0.0.1", 0), certfile=certs.server_cert, keyfile=certs.server_key,
+        client_cafile=certs.ca, acl=tmp_path / "acl",
+    )  # fmt: skip
+    b = Bridge(config)
+    await b.start(run_query=False)
+    try:
+        assert b.quic_address is not None
+        quic = f"aqueduct://127.0.0.1:{b.quic_address[1]}"
+        tls = {"cafile": str(certs.ca), "certfile": str(certs.client_cert), "keyfile": str(certs.client_key)}
+        async with Connector(quic, program="billing", instance="p0", **tls) as conn:
+            await written(b, conn, 1, "billing-1")
+        assert b.log is not None and b.log.owner_of(1) == CLIENT
+        assert await refused(Connector(quic, program="billing", instance="p0", **tls), 2, "orders-2") == (
+            f"stream_not_allowed: stream 'orders-2' (id 2) is not in streams billing-* of {tmp_path / 'acl'}:1"
+        )
+    finally:
+        await b.stop()
