@@ -47,7 +47,7 @@ async def test_a_sigterm_under_load_logs_only_json_lines_and_no_error_from_the_s
     lines = [line for line in bridge.child.log.read_text().splitlines() if not line.startswith("--- start ")]
     assert status == 0
     docs = [json.loads(line) for line in lines]  # every line the bridge and its JVM printed
-    assert any(d["logger"] == "aqueduct.bridge.spark" for d in docs), "no line of Spark's JVM came through"
+    assert any(d["logger"] == "aqueduct.bridge.app.jvm_log" for d in docs), "no line of Spark's JVM came through"
     (stopped,) = [i for i, d in enumerate(docs) if d.get("event") == "stopped"]
     assert docs[stopped]["message"].startswith("SIGTERM: stopped in ")
     stopping = max(i for i, d in enumerate(docs) if d["message"].startswith("sessions "))  # the last status line

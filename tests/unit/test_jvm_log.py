@@ -45,7 +45,7 @@ def relay(text: str, stopping: bool = False) -> list[logging.LogRecord]:
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
-    spark_logger = logging.getLogger("aqueduct.bridge.spark")
+    spark_logger = logging.getLogger("aqueduct.bridge.app.jvm_log")
     spark_logger.addHandler(handler)
     spark_logger.setLevel(logging.DEBUG)
     try:
@@ -141,7 +141,7 @@ def test_with_json_logs_every_line_the_jvm_printed_becomes_one_json_object(
     relay("Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties\n" + QUERY_FAILED)
     docs = [json.loads(line) for line in output.getvalue().splitlines()]
     assert len(docs) == 2
-    assert docs[1]["level"] == "ERROR" and docs[1]["logger"] == "aqueduct.bridge.spark"
+    assert docs[1]["level"] == "ERROR" and docs[1]["logger"] == "aqueduct.bridge.app.jvm_log"
     assert docs[1]["spark_logger"] == "MicroBatchExecution"
     assert docs[1]["message"].startswith("Query aqueduct [id = bb23")
     assert docs[1]["trace"].startswith("java.lang.NullPointerException")

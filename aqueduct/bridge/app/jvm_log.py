@@ -8,7 +8,7 @@ cannot be told apart from a real failure when a stop interrupts Spark's
 running tasks. So the bridge reads it through a pipe instead, and:
 
 - makes each line (with its stack trace or traceback, if any) one record of
-  the logger ``aqueduct.bridge.spark``, at log4j's level, with the log4j
+  this module's logger, at log4j's level, with the log4j
   logger as field ``spark_logger``: with ``--log-format json`` one JSON
   object per event, a stack trace in its ``trace`` field; the text form
   prints it as the JVM did (field ``relayed``);
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from aqueduct.logs import fields
 
-logger = logging.getLogger("aqueduct.bridge.spark")
+logger = logging.getLogger(__name__)
 
 #: log4j's line in Spark's default profile: ``%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex``
 LOG4J_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ([^\s:]+): (.*)$")
