@@ -47,7 +47,7 @@ FLUSH_AFTER = 0.2  # seconds of silence after which the record read so far is co
 
 #: what a stop of the query and the session causes: (log4j logger or None for any, text in the record)
 STOP_CAUSED = (
-    (None, "InterruptedException"),  # a task or thread waiting when stop() interrupted it
+    (None, "InterruptedException"),  # a task or thread waiting when stop() interrupted it (Hadoop's Shell too)
     (None, "ClosedByInterruptException"),
     (None, "TaskKilledException"),  # a running task cancelled with its query
     ("TaskSetManager", "TaskKilled ("),  # "Lost task ... TaskKilled (Stage cancelled ...)"
@@ -146,7 +146,8 @@ class JvmLog:
     def _pump(self) -> None:
         fd, buffer = self._fd, b""
         while True:
-            readable, _, _ = select.select([fd], [], [], FLUSH_AFTER)
+            wait = FLUSH_AFTER if self._pending is not None else None  # idle: sleep until the JVM prints
+            readable, _, _ = select.select([fd], [], [], wait)
             if not readable:
                 self.flush()
                 continue
