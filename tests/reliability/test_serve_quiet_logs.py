@@ -6,7 +6,7 @@ the text form's stops and that a JVM killed under the bridge still gives
 its one error line. Here the JSON form: what Spark's JVM and its Python
 workers print comes through the bridge's logger too, so a log shipper gets
 one JSON object per line from start to stop, and the tasks the stop
-interrupts leave no ERROR or WARNING behind. Nor does the start say that
+interrupts leave no error and no stack trace behind. Nor does the start say that
 a source "may not guarantee processing new data" (Spark's warning for an
 ``AvailableNow`` query over a reader without support for it).
 """
@@ -31,7 +31,7 @@ pytestmark = [
 ]
 
 
-async def test_a_sigterm_under_load_logs_only_json_lines_and_no_error_from_the_stop(
+async def test_a_sigterm_under_load_logs_only_json_lines_and_no_error_or_trace_from_the_stop(
     figures: Figures, tmp_path: Path, certs
 ) -> None:
     async with bridge_process(tmp_path, certs, tcp=True, args=("--log-format", "json")) as bridge:
@@ -39,7 +39,7 @@ async def test_a_sigterm_under_load_logs_only_json_lines_and_no_error_from_the_s
         loaded = Loaded(bridge)
         try:
             assert bridge.child.proc is not None
-            status, _ = await loaded.end(lambda _: bridge.child.proc.send_signal(signal.SIGTERM))
+            status, since_sigterm = await loaded.end(lambda _: bridge.child.proc.send_signal(signal.SIGTERM))
         finally:
             await loaded.close()
     figures.faults = {"sigterm": 1}
@@ -48,9 +48,12 @@ async def test_a_sigterm_under_load_logs_only_json_lines_and_no_error_from_the_s
     assert status == 0
     docs = [json.loads(line) for line in lines]  # every line the bridge and its JVM printed
     assert any(d["logger"] == "aqueduct.bridge.app.jvm_log" for d in docs), "no line of Spark's JVM came through"
-    (stopped,) = [i for i, d in enumerate(docs) if d.get("event") == "stopped"]
-    assert docs[stopped]["message"].startswith("SIGTERM: stopped in ")
-    stopping = max(i for i, d in enumerate(docs) if d["message"].startswith("sessions "))  # the last status line
-    noise = [d for d in docs[stopping:] if d["level"] in ("WARNING", "ERROR", "CRITICAL")]
+    (stopped,) = [d for d in docs if d.get("event") == "stopped"]
+    assert stopped["message"].startswith("SIGTERM: stopped in ")
+    # Spark's warnings of the running query may still come (a batch falling behind); no error, no trace
+    noise = [
+        d for d in map(json.loads, since_sigterm.splitlines())
+        if d["level"] in ("ERROR", "CRITICAL") or (d["level"] == "WARNING" and "trace" in d)
+    ]  # fmt: skip
     assert noise == [], noise
     assert not any("may not guarantee processing new data" in line for line in lines)
