@@ -6,7 +6,10 @@ The bridge says everything through :mod:`logging` (loggers under
 ``reason`` ...), which the JSON form puts beside the message so a log
 shipper can filter on them without parsing text. The text form is what
 the bridge always printed: ``aqueduct-bridge: MESSAGE`` (``aqueduct-bridge:
-warning: MESSAGE`` from WARNING up). A :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`
+warning: MESSAGE`` from WARNING up); a record relaying another program's
+output (field ``relayed``: Spark's JVM, :mod:`aqueduct.bridge.app.jvm_log`)
+is printed as that program printed it, and its JSON form leaves that copy
+out. A :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`
 leaves logging to the application it runs in.
 """
 
@@ -30,6 +33,9 @@ class TextFormatter(logging.Formatter):
     """``aqueduct-bridge: message``, the level named from WARNING up."""
 
     def format(self, record: logging.LogRecord) -> str:
+        relayed = getattr(record, "fields", {}).get("relayed")
+        if relayed is not None:  # another program's output (Spark's JVM), as that program printed it
+            return str(relayed)
         level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
         text = f"aqueduct-bridge: {level}{record.getMessage()}"
         if record.exc_info:
@@ -47,7 +53,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        doc.update(getattr(record, "fields", {}))
+        doc.update((k, v) for k, v in getattr(record, "fields", {}).items() if k != "relayed")
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc, default=str)

@@ -9,17 +9,27 @@ JVM's ``Popen``; ``start_new_session`` puts the JVM in a session (and
 process group) of its own, so only the bridge decides when it stops. It
 still dies with the bridge: pyspark's gateway exits when its stdin pipe
 from the bridge closes, a SIGKILLed bridge included.
+
+Its stderr comes to the bridge through a pipe, read by
+:class:`~aqueduct.bridge.app.jvm_log.JvmLog` into the bridge's own log
+(``--log-format json`` included), which keeps out what a stop causes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
 from typing import Any
 
+from aqueduct.bridge.app.jvm_log import JvmLog
+
 logger = logging.getLogger(__name__)
+
+_jvm_log: JvmLog | None = None  # the stderr reader of the JVM this process launched
+LAST_WORDS_WAIT = 1.0  # seconds an ended JVM's stderr gets to be read to its end (its workers may hold it)
 
 
 def launch_detached_gateway() -> None:
@@ -29,14 +39,33 @@ def launch_detached_gateway() -> None:
     then uses this gateway (``SparkContext._gateway``) instead of launching
     its own. Spark settings still go through the builder; the launch takes
     what pyspark always takes (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults``).
+    Its stderr goes through :class:`JvmLog` into this process's logging.
     """
+    global _jvm_log
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
-            SparkContext._gateway = launch_gateway(popen_kwargs={"start_new_session": True})
-            SparkContext._jvm = SparkContext._gateway.jvm
+            # Read before the launch returns: a JVM that fails to start says why there.
+            read_end, write_end = os.pipe()
+            _jvm_log = JvmLog(read_end).start()
+            try:
+                gateway = launch_gateway(popen_kwargs={"start_new_session": True, "stderr": write_end})
+            finally:
+                os.close(write_end)  # the JVM has its copy: end of file once it and its workers end
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
+
+
+def stopping_spark() -> None:
+    """The bridge is about to stop its query and session: what that causes in the JVM's log is not news.
+
+    No-op for a JVM this process did not launch (a ``SparkBridge``'s, a
+    ``spark-submit``'s): its output is not the bridge's to filter.
+    """
+    if _jvm_log is not None:
+        _jvm_log.stopping()
 
 
 def jvm_exit(wait: float = 0.0) -> str | None:
@@ -54,6 +83,8 @@ def jvm_exit(wait: float = 0.0) -> str | None:
         code = proc.wait(wait)
     except subprocess.TimeoutExpired:
         return None
+    if _jvm_log is not None:  # its last words before the bridge's line about its end
+        _jvm_log.thread.join(LAST_WORDS_WAIT)
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     if code > 128 and code - 128 in signal.Signals._value2member_map_:
@@ -73,23 +104,6 @@ def quiet_accumulator_server(spark: Any) -> None:
         server.handle_error = lambda request, address: logger.warning(
             "Spark's accumulator connection from %s ended: %r", address, sys.exc_info()[1]
         )
-
-
-def quiet_interrupted_shell(spark: Any) -> None:
-    """No Java stack trace when the bridge stops its query while Spark writes a checkpoint file.
-
-    ``query.stop()`` interrupts the query's thread wherever it is. On a
-    local file system without Hadoop's native library, Spark's checkpoint
-    and sink writes set permissions by forking ``chmod`` through Hadoop's
-    ``Shell``, which logs an interrupted wait for it as a warning with a
-    stack trace: fifty lines on every Ctrl-C that lands there, for nothing
-    wrong (the write-then-rename leaves no torn file, and the batch whose
-    commit it cut short is re-run from its checkpoint). Its real failures
-    (a command that exits non-zero) are exceptions, reported where they land.
-    """
-    jvm = spark.sparkContext._jvm
-    level = jvm.org.apache.logging.log4j.Level.ERROR
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.hadoop.util.Shell", level)
 
 
 def stopped_by_signal(how: str | None) -> bool:

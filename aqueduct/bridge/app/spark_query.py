@@ -102,6 +102,10 @@ class SparkQuery:
         from aqueduct.bridge.source import register
 
         register(spark)
+        self._listen(spark, loop, committed)
+
+    def _listen(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
+        """Install the commit listener on ``spark`` (the source registered already)."""
 
         def on_commit(consumer: str, positions: dict[int, int]) -> None:  # on Spark's listener thread
             loop.call_soon_threadsafe(committed, consumer, positions)
@@ -145,7 +149,6 @@ class SparkQuery:
         from aqueduct.bridge.app.jvm import (
             launch_detached_gateway,
             quiet_accumulator_server,
-            quiet_interrupted_shell,
         )
         from aqueduct.bridge.app.pipeline import local_session
         from aqueduct.bridge.app.warmup import warm_up
@@ -156,13 +159,12 @@ class SparkQuery:
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)
-            quiet_interrupted_shell(self.spark)
         register(self.spark)
         # Before the listener exists (it would be handed the warm-up query's progress too).
         took = warm_up(self.spark)
         if took is not None:
             logger.info("Spark warmed up for the first micro-batch in %.1f s", took)
-        self.attach(self.spark, loop, committed)
+        self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
 
     def _start_query(self, options: dict[str, str]) -> None:
         from aqueduct.bridge.app.pipeline import start_pipeline, start_sink
@@ -232,6 +234,9 @@ class SparkQuery:
             logger.warning("Spark did not stop cleanly (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     def _stop(self) -> None:
+        from aqueduct.bridge.app.jvm import stopping_spark
+
+        stopping_spark()  # the interrupted tasks' traces that follow are the stop's, not failures
         spark = self.spark
         if self.query is not None:
             self.query.stop()

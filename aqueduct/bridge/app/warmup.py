@@ -43,8 +43,11 @@ def warm_up(spark: Any, timeout: float = 120.0) -> float | None:
             log.open_stream(1, "warm-up", "bridge/warm-up").result()
             log.append(ConnectorMessage.build(1, b"warm-up", message_id=0))
             log.commit()
+        # A per-trigger limit gives it the reader with admission control, the one pyspark runs
+        # Trigger.AvailableNow on: the plain one makes Spark warn it "may not guarantee processing".
         query = (
-            spark.readStream.format("aqueduct").option("log", str(work / "log")).load()
+            spark.readStream.format("aqueduct").option("log", str(work / "log"))
+            .option("maxRecordsPerTrigger", "1000").load()
             .writeStream.format("parquet").option("path", str(work / "out"))
             .option("checkpointLocation", str(work / "checkpoint"))
             .trigger(availableNow=True).start()
