@@ -25,10 +25,11 @@ producers' records, not the moved one's, so the tap closes per session:
   without it light sessions arriving one after another could each take
   a shrinking share without end.
 
-So the backlog stays below ``2 * max_lag`` plus the credits already
-granted when it crossed (each session spends at most the credits it
-holds: ``--credits`` each, or the shared budget), against ``max_lag``
-plus those credits before. Per stream, not per session, so one cheap
+So the backlog stays below ``2 * max_lag`` plus what sessions already
+held credits for (each at most ``--credits``, or the shared budget
+together) and the open epochs that close later, against ``max_lag`` plus
+the same before. A single producer, or producers of equal pace per
+stream, still stop at ``max_lag``: each is at its share. Per stream, not per session, so one cheap
 count (:attr:`~aqueduct.bridge.ingest.backlog.Backlog.lagging`) serves
 every session, and a producer writing ten streams weighs ten streams.
 
