@@ -61,3 +61,23 @@ def test_the_backlog_keeps_its_lag_and_lagging_streams_current(moves: list[tuple
     lags = [backlog.lag_of(sid) for sid in backlog.complete_offsets()]
     assert backlog.lag == sum(lags)
     assert backlog.lagging == sum(1 for n in lags if n)
+
+
+@given(
+    st.lists(st.integers(1, 4), min_size=1, max_size=8),  # each session's number of streams
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=300),  # (session, its stream) sending
+)
+def test_with_nothing_committed_the_backlog_stays_below_twice_max_lag_plus_the_credits(
+    streams_of: list[int], sends: list[tuple[int, int]]
+) -> None:
+    """Sessions send ``credits`` records at a time whenever the rule lets them, and nothing commits."""
+    max_lag, credits = 200, 16
+    backlog = Backlog()
+    sids = [[100 * s + j for j in range(n)] for s, n in enumerate(streams_of)]
+    for session, stream in sends:
+        mine = sids[session % len(sids)]
+        own = [backlog.lag_of(sid) for sid in mine]
+        if may_grant(backlog.lag, max_lag, OwnBacklog(sum(own), len(own), sum(1 for n in own if n)), backlog.lagging):
+            sid = mine[stream % len(mine)]
+            backlog.move(sid, complete=backlog.complete_offsets().get(sid, 0) + credits)
+        assert backlog.lag < CEILING_FACTOR * max_lag + len(sids) * credits
