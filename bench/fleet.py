@@ -28,6 +28,12 @@ bridge that drops sessions from a load generator that cannot keep up, the
 producers' reconnects, why their sessions ended (the commonest reasons) and
 the lag of the producer processes' own loops.
 
+``--credentials cookie token`` runs each fleet twice, in the same run:
+admitted by the shared cookie (none, here), and by signed producer tokens
+(each producer its own, ``fleet-<i>``, verified by the bridge with the
+public key: ``serve --token-key``), so ``handshakes_per_s`` of the two
+says what verifying tokens costs a fleet connecting at once.
+
 ``--restart-after S`` SIGKILLs the bridge S seconds after the burst and
 starts another on the same log and port, as after a crash with the fleet
 running: every producer reconnects with its backoff and resumes from the
@@ -142,10 +148,11 @@ async def bridge_role(args: argparse.Namespace) -> None:
         ingest.on_committed({sid: log.durable_end(sid) for sid in log.stream_ids()})
         tasks = [asyncio.ensure_future(ingest.run()), asyncio.ensure_future(ticker.run())]
         port = args.port or 0
+        config = _worker_config(args)
         if args.transport == "tcp":
             from aqueduct.connector.worker.tcp_listener import serve_tcp
 
-            server = await serve_tcp("127.0.0.1", port, ingest)
+            server = await serve_tcp("127.0.0.1", port, ingest, config)
         else:
             from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
             from aqueduct.runtime.certs import cert_paths
@@ -153,7 +160,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
             certs = cert_paths(args.certs)
             server = await serve_aqueduct(
-                listen_host(args.quic_backend), port, ingest, certfile=certs.server_cert,
+                listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
             )
         baseline = peak = rss_bytes()  # listening, no session yet
@@ -233,6 +240,32 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             log.close()
+
+
+def _worker_config(args: argparse.Namespace) -> Any:
+    """The listener's policy: tokens verified with ``--token-key`` (a token run), else no cookie."""
+    from aqueduct.connector.worker_session import WorkerConfig
+
+    if args.token_key is None:
+        return WorkerConfig()
+    from aqueduct.bridge.ingest.producer_auth import ProducerAuth
+
+    return WorkerConfig(credentials=ProducerAuth(Path(args.token_key)).check)
+
+
+def _tokens(args: argparse.Namespace) -> dict[int, str]:
+    """Each producer's own token, signed with ``--token-signer`` (a token run), issued before the burst."""
+    if args.token_signer is None:
+        return {}
+    from aqueduct.auth import issue_token, load_private_key
+
+    key = load_private_key(Path(args.token_signer).read_bytes())
+    now = int(time.time())
+    return {
+        i: issue_token(key, subject=f"fleet-{i}", programs=(f"{PROGRAM}/*",), streams=("fleet/*",), now=now,
+                       lifetime=86400)
+        for i in range(args.first, args.first + args.count)
+    }  # fmt: skip
 
 
 def per_second(counts: list[tuple[float, int]], since: float, until: float) -> list[int]:
@@ -341,10 +374,12 @@ async def producer_role(args: argparse.Namespace) -> None:
         await conn.wait_all_acked()
 
     conns: dict[int, Connector] = {}
+    tokens = _tokens(args)
 
     async def one(i: int, burst: float) -> None:
         conn = conns[i] = Connector(
-            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=args.quic_backend
+            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=args.quic_backend,
+            cookie=tokens.get(i, b""),
         )
         out: dict[str, Any] = {"connected": False}
         try:
@@ -481,17 +516,23 @@ async def kill_left(
     log_dir.cleanup()
 
 
-async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) -> dict[str, Any]:
+async def run_one(
+    args: argparse.Namespace, transport: str, n: int, certs: str, credential: str = "cookie"
+) -> dict[str, Any]:
     """One fleet of ``n`` producers against a fresh bridge; the combined figures."""
     common = role_args(args, transport, certs)
-    log_dir, bridge_args, bridge = await start_bridge(args, common)
+    signer, bridge_extra = [], []
+    if credential == "token":
+        signer = ["--token-signer", str(Path(certs) / "token.key")]
+        bridge_extra = ["--token-key", str(Path(certs) / "token.pub")]
+    log_dir, bridge_args, bridge = await start_bridge(args, [*common, *bridge_extra])
     procs: list[asyncio.subprocess.Process] = []
     restart: dict[str, Any] = {}
     try:
         port = (await _json_line(bridge, 60))["port"]
         await spawn_producers(
             procs, "producers", common, port, n, args.procs, "--messages", str(args.messages),
-            "--rate", str(args.rate), "--limit", str(args.limit), profile_first=args.profile,
+            "--rate", str(args.rate), "--limit", str(args.limit), *signer, profile_first=args.profile,
         )  # fmt: skip
         burst = time.time() + 0.5
         for p in procs:
@@ -522,6 +563,7 @@ async def run_one(args: argparse.Namespace, transport: str, n: int, certs: str) 
     span = times[-1] if times else 0.0
     return {
         "transport": transport,
+        "credential": credential,
         "producers": n,
         "processes": len(procs),
         "connected": connected,
@@ -596,6 +638,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=3, help="storms per fleet in storm mode (default 3)")
     p.add_argument("--settle", type=float, default=2.0, help="storm mode: seconds between all acking and a kill")
+    p.add_argument(
+        "--credentials", nargs="+", choices=["cookie", "token"], default=["cookie"],
+        help="how producers are admitted, each fleet run once per choice (default cookie)",
+    )
+    p.add_argument("--token-key", help=argparse.SUPPRESS)
+    p.add_argument("--token-signer", help=argparse.SUPPRESS)
     p.add_argument("--role", choices=["bridge", "producers", "storm-producers"], help=argparse.SUPPRESS)
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
     p.add_argument("--certs", help=argparse.SUPPRESS)
@@ -608,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _line(r: dict[str, Any]) -> str:
     return (
-        f"{r['transport']:4} N={r['producers']:>6}: connected {r['connected']} failed {r['failed']} "
+        f"{r['transport']:4} {r.get('credential', 'cookie'):6} N={r['producers']:>6}: connected {r['connected']} failed {r['failed']} "
         f"retries {r['retries']} reconnects {r['reconnects']} | {r['handshakes_per_s']:.0f} handshakes/s (last at "
         f"{r['last_connect_s']:.1f} s) | loop lag p99 {r['lag_p99_s'] * 1000:.0f} ms "
         f"max {r['lag_max_s'] * 1000:.0f} ms (producers' p99 {r['producer_lag_p99_s'] * 1000:.0f} ms) | RSS idle {r['rss_idle_mb']:.0f} MB peak "
@@ -630,6 +678,17 @@ def line_of(r: dict[str, Any]) -> str:
     return storm.result_line(r) if r.get("mode") == "storm" else _line(r)
 
 
+def _token_keys(directory: Path) -> None:
+    """The operator's key pair of a token run: ``token.key`` signs the producers' tokens, ``token.pub`` the bridge's."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from aqueduct.auth.keys import private_key_pem, public_key_pem
+
+    key = Ed25519PrivateKey.generate()
+    (directory / "token.key").write_bytes(private_key_pem(key))
+    (directory / "token.pub").write_bytes(public_key_pem(key.public_key()))
+
+
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     from aqueduct.runtime.certs import generate_certs
     from bench import storm
@@ -639,19 +698,28 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-certs-") as certs:
         generate_certs(certs)
+        if "token" in args.credentials:
+            _token_keys(Path(certs))
         for transport in args.transports:
             for n in args.producers:
-                if not args.quiet:
-                    print(f"fleet: {transport} with {n} producers ...", file=sys.stderr, flush=True)
-                r = await (storm.run_storms if args.storm else run_one)(args, transport, n, certs)
-                out.append(r)
-                if not args.quiet:
-                    print(line_of(r), file=sys.stderr, flush=True)
+                for credential in args.credentials:
+                    if not args.quiet:
+                        print(f"fleet: {transport} with {n} producers ({credential}) ...", file=sys.stderr, flush=True)
+                    if args.storm:  # its producers use the cookie (build_parser refuses tokens there)
+                        r = await storm.run_storms(args, transport, n, certs)
+                    else:
+                        r = await run_one(args, transport, n, certs, credential)
+                    out.append(r)
+                    if not args.quiet:
+                        print(line_of(r), file=sys.stderr, flush=True)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.storm and args.credentials != ["cookie"]:
+        parser.error("--storm runs with the cookie only (--credentials cookie)")
     if args.role is not None:
         from bench import storm
 

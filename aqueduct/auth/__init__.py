@@ -8,6 +8,7 @@ the connector (sending a token) and the ``aqueduct token`` command may all
 use it.
 
 - :mod:`~aqueduct.auth.tokens`: ``aqt1.`` tokens, issued and verified (Ed25519);
+- :mod:`~aqueduct.auth.verified`: tokens verified once, whose signature check a reconnect skips;
 - :mod:`~aqueduct.auth.keys`: the key pair's PEM files, the ring of public keys by key id;
 - :mod:`~aqueduct.auth.identity`, :mod:`~aqueduct.auth.permissions`: an identity and its HELLO/NOTIFY checks;
 - :mod:`~aqueduct.auth.acl`, :mod:`~aqueduct.auth.revocation`: the operator's two files;

@@ -31,6 +31,7 @@ from aqueduct.auth.permissions import Denied
 from aqueduct.auth.refusals import Refusal, TokenRefused
 from aqueduct.auth.revocation import NO_REVOCATIONS, Revocations
 from aqueduct.auth.tokens import CLOCK_SKEW, looks_like_token, verify_token
+from aqueduct.auth.verified import VerifiedTokens
 
 __all__ = ["Admission"]
 
@@ -49,6 +50,8 @@ class Admission:
     )
     revoked: Callable[[], Revocations] = _no_revocations
     skew: float = CLOCK_SKEW
+    #: tokens verified before, whose signature check a reconnect skips (None: check every time)
+    verified: VerifiedTokens | None = None
 
     @property
     def required(self) -> bool:
@@ -65,7 +68,8 @@ class Admission:
                     Refusal.UNKNOWN_KEY, "this bridge takes no tokens (it holds no token key)"
                 )
             try:
-                return verify_token(secret, self.keys, now, self.revoked(), self.skew).identity()
+                claims = verify_token(secret, self.keys, now, self.revoked(), self.skew, self.verified)
+                return claims.identity()
             except TokenRefused as exc:
                 return Denied(exc.reason, exc.detail)
         if certificate_subject is not None and self.acl is not None:

@@ -45,6 +45,7 @@ from aqueduct.auth.keys import KeyRing, key_id
 from aqueduct.auth.permissions import IdRange, Permissions
 from aqueduct.auth.refusals import Refusal, TokenRefused
 from aqueduct.auth.revocation import NO_REVOCATIONS, Revocations
+from aqueduct.auth.verified import VerifiedTokens
 
 __all__ = [
     "CLOCK_SKEW",
@@ -217,16 +218,20 @@ def verify_token(
     now: float,
     revoked: Revocations = NO_REVOCATIONS,
     skew: float = CLOCK_SKEW,
+    verified: VerifiedTokens | None = None,
 ) -> TokenClaims:
-    """The claims of a token signed by one of ``keys``, not revoked, valid at ``now``; else TokenRefused."""
-    claims, signed, signature = _split(token)
-    public_key = keys.get(claims.key_id)
-    if public_key is None:
-        raise TokenRefused(Refusal.UNKNOWN_KEY, f"signed by key {claims.key_id}, which this bridge does not hold")
-    try:
-        public_key.verify(signature, signed)
-    except InvalidSignature:
-        raise TokenRefused(Refusal.BAD_SIGNATURE, f"the signature does not verify under key {claims.key_id}") from None
+    """The claims of a token signed by one of ``keys``, not revoked, valid at ``now``; else TokenRefused.
+
+    ``verified``: tokens whose signature verified before under ``keys``
+    (:mod:`aqueduct.auth.verified`), whose check this one then skips; the
+    rest is checked every time.
+    """
+    text = token.encode() if isinstance(token, str) else token
+    claims = verified.get(text, keys) if verified is not None else None
+    if not isinstance(claims, TokenClaims):
+        claims = _verified_signature(token, keys)
+        if verified is not None:
+            verified.put(text, keys, claims)
     why = revoked.revokes(claims.token_id, claims.subject)
     if why is not None:
         raise TokenRefused(Refusal.REVOKED, f"token {claims.token_id} of {claims.subject!r}: {why}")
@@ -238,6 +243,19 @@ def verify_token(
         raise TokenRefused(
             Refusal.EXPIRED, f"token {claims.token_id} of {claims.subject!r} expired {now - claims.expires_at:.0f} s ago"
         )
+    return claims
+
+
+def _verified_signature(token: bytes | str, keys: KeyRing) -> TokenClaims:
+    """The claims of a token whose signature verifies under the key it names; else TokenRefused."""
+    claims, signed, signature = _split(token)
+    public_key = keys.get(claims.key_id)
+    if public_key is None:
+        raise TokenRefused(Refusal.UNKNOWN_KEY, f"signed by key {claims.key_id}, which this bridge does not hold")
+    try:
+        public_key.verify(signature, signed)
+    except InvalidSignature:
+        raise TokenRefused(Refusal.BAD_SIGNATURE, f"the signature does not verify under key {claims.key_id}") from None
     return claims
 
 

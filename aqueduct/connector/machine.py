@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from aqueduct.auth.identity import Identity
+from aqueduct.connector.credentials import CredentialCheck, admit_hello
 from aqueduct.connector.events import SessionEnded
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
 from aqueduct.proto.errors import LocalProtocolError
@@ -178,7 +180,8 @@ class SessionMachine(Generic[EventT]):
 class WorkerMachine(SessionMachine[EventT]):
     """The worker side both wires share: the bytes queued for the transport, credits, and RESTART.
 
-    The connector's wire and Wallaroo's v3 wire answer with frames written
+    The connector's wire and Wallaroo's v3 wire admit HELLO's credential
+    alike (:meth:`_admit_hello`), answer with frames written
     to one buffer the transport drains, and end a session by RESTART the
     same way; only the RESTART frame and what it does to a stream differ
     (:meth:`_restart`'s argument and :meth:`_terminate_streams`).
@@ -188,6 +191,22 @@ class WorkerMachine(SessionMachine[EventT]):
         super().__init__(splitter, frame_name)
         self._out = bytearray()
         self._credits = 0  # credits the connector may still spend
+        #: the subject of the client certificate TLS verified (set by the transport), if any
+        self.certificate_subject: str | None = None
+        #: the transport admits only producers with a verified client certificate (set by it)
+        self.certificate_required = False
+        #: who HELLO admitted (None before): what the sink checks each NOTIFY against
+        self.identity: Identity | None = None
+
+    def _admit_hello(self, cookie: bytes, check: CredentialCheck | None, hello: Any) -> None:
+        """Admit HELLO's credential (:func:`~aqueduct.connector.credentials.admit_hello`) or end with its ERROR."""
+        admitted = admit_hello(
+            cookie, check, hello.cookie, self.certificate_subject, hello.program_name, hello.instance_name,
+            self.certificate_required,
+        )  # fmt: skip
+        if isinstance(admitted, str):
+            raise self._fail(admitted)
+        self.identity = admitted
 
     def data_to_send(self) -> bytes:
         """Bytes queued for the transport since the last call."""

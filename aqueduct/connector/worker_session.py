@@ -14,11 +14,11 @@ already accepted is lost.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from aqueduct.connector.batch import MessageBatch
+from aqueduct.connector.credentials import CredentialCheck
 from aqueduct.connector.events import (
     HelloAccepted,
     RecordsAccepted,
@@ -68,11 +68,17 @@ def _nothing_durable(program_name: str, instance_name: str) -> Iterable[DurableS
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    """Worker policy. ``cookie=b""`` means no cookie is expected (and none accepted)."""
+    """Worker policy. ``cookie=b""`` means no cookie is expected (and none accepted).
+
+    ``credentials``: who HELLO admits, when not the cookie (see
+    :mod:`aqueduct.connector.credentials`): a bridge checking tokens or
+    client certificates.
+    """
 
     cookie: bytes = b""
     initial_credits: int = 4096
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    credentials: CredentialCheck | None = None
 
 
 class WorkerSession(WorkerMachine[WorkerEvent]):
@@ -209,11 +215,7 @@ class WorkerSession(WorkerMachine[WorkerEvent]):
         self.program_name, self.instance_name = hello.program_name, hello.instance_name
         if hello.version != PROTOCOL_VERSION:
             raise self._fail(f"unsupported protocol version: {hello.version}")
-        expected = self.config.cookie
-        if not expected and hello.cookie:
-            raise self._fail("bad cookie: this worker expects no cookie")
-        if not hmac.compare_digest(hello.cookie, expected):
-            raise self._fail("bad cookie")
+        self._admit_hello(self.config.cookie, self.config.credentials, hello)
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
         try:
             known = list(self._durable(hello.program_name, hello.instance_name))

@@ -91,6 +91,11 @@ class Connection:
         return self._driver.transport.peer_address()
 
     @property
+    def peer_certificate_subject(self) -> str | None:
+        """The subject (RFC 4514) of the client certificate mutual TLS verified, else None."""
+        return self._driver.transport.peer_certificate_subject()
+
+    @property
     def is_closed(self) -> bool:
         return self._driver.terminated is not None
 

@@ -78,6 +78,10 @@ class QuicTransport(Protocol):
         """The peer's (host, port), for log lines; None where the stack does not know it (yet)."""
         ...
 
+    def peer_certificate_subject(self) -> str | None:
+        """The subject (RFC 4514) of the certificate the peer presented and the stack verified, else None."""
+        ...
+
     def datagram_limit(self) -> int | None:
         """The largest datagram payload that always fits one packet; None if the peer has no datagrams."""
         ...

@@ -170,14 +170,16 @@ async def test_refused_producers_show_in_the_log_with_their_reason(
         ("INFO", "aqueduct.bridge.ingest.service", rf"^session ended: owner/0 from {remote}: connection closed$"),
         ("WARNING", "aqueduct.bridge.ingest.service", rf"^refused shop/7 from {remote}: bad cookie$"),
         ("WARNING", "aqueduct.bridge.ingest.service",
-         rf"^refused other/0 from {remote}: stream 3 belongs to connector 'owner/0', not 'other/0'$"),
+         rf"^refused stream 3 of other/0 \(anonymous\) from {remote}: stream 3 belongs to connector 'owner/0', "
+         "not 'other/0'$"),
+        ("INFO", "aqueduct.bridge.ingest.service", rf"^session ended: other/0 from {remote} by its stream's refusal$"),
         ("WARNING", "aqueduct.bridge.ingest.service", rf"^refused a connector from {remote}: unknown frame tag 0x5a$"),
         ("WARNING", "aqueduct.runtime.backends.quic_server",
          r"^QUIC handshake from 127\.0\.0\.1:\d+ failed: .*unable to get local issuer certificate$"),
     ]  # fmt: skip
     for level, name, pattern in expected:
         assert any(lv == level and n == name and re.match(pattern, m) for lv, n, m in lines), (pattern, lines)
-    refused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "session_refused"]
+    refused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") in ("session_refused", "stream_refused")]
     assert sorted(r.fields["kind"] for r in refused) == ["bad_cookie", "protocol_violation", "stream_owner"]  # type: ignore[attr-defined]
 
 

@@ -62,9 +62,9 @@ def test_every_command_says_its_version(name: str) -> None:
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
-        (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
-        (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
         (["tcp://127.0.0.1:70000"], "bridge URL 'tcp://127.0.0.1:70000': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000,tcp://127.0.0.1:x"], "bridge URL 2 of 2 'tcp://127.0.0.1:x': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000", "--replicas", "2"], "replicas must be 1 to the number of bridges (1 bridge given), got 2"),
@@ -84,7 +84,7 @@ def test_produce_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], 
 def test_produce_refuses_a_client_certificate_over_tcp(tmp_path: Path, certs) -> None:
     done = run("aqueduct-produce", "tcp://127.0.0.1:7000", "--cert", str(certs.client_cert), "--key",
                str(certs.client_key))  # fmt: skip
-    one_line_error(done, "aqueduct-produce: a client certificate needs aqueduct:// (tcp:// has no TLS): "
+    one_line_error(done, "aqueduct-produce: a client certificate needs aqueduct:// or tcps:// (tcp:// has no TLS): "
                          "'tcp://127.0.0.1:7000'")  # fmt: skip
 
 
@@ -155,10 +155,20 @@ def test_a_log_that_names_a_file_is_refused(tmp_path: Path) -> None:
         (["--tcp", "127.0.0.1:0", "--cookie-file", "MISSING"],
          "--cookie-file: cannot read MISSING: No such file or directory"),
         (["--tcp", "127.0.0.1:0", "--cert", "MISSING.pem", "--key", "MISSING.key"], "--cert MISSING.pem: no such file"),
-        (["--tcp", "127.0.0.1:0", "--client-ca", "ca.pem"], "--client-ca needs --quic: mutual TLS is QUIC's"),
+        (["--tcp", "127.0.0.1:0", "--client-ca", "ca.pem"],
+         "--client-ca needs --quic or --tcp with --tcp-tls: mutual TLS needs a TLS listener"),
         (["--quic", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--client-ca", "ca.pem"],
-         "--client-ca admits only connectors with a certificate, but --tcp/--wallaroo-tcp have no TLS and "
-         "would admit anyone: run them on another bridge"),
+         "--client-ca admits only connectors with a certificate, but --tcp has no TLS and would admit anyone: "
+         "add --tcp-tls, or run it on another bridge"),
+        (["--quic", "127.0.0.1:0", "--wallaroo-tcp", "127.0.0.1:0", "--client-ca", "ca.pem"],
+         "--client-ca admits only connectors with a certificate, but --wallaroo-tcp has no TLS and would admit "
+         "anyone: run it on another bridge"),
+        (["--quic", "127.0.0.1:0", "--tcp-tls"], "--tcp-tls needs --tcp HOST:PORT"),
+        (["--tcp", "127.0.0.1:0", "--token-key", "MISSING.pub"],
+         "--token-key: cannot read MISSING.pub: No such file or directory"),
+        (["--tcp", "127.0.0.1:0", "--token-revoked", "ca.pem"],
+         "--token-revoked needs --token-key or --acl (it revokes tokens or certificates)"),
+        (["--tcp", "127.0.0.1:0", "--acl", "MISSING.acl"], "--acl: cannot read MISSING.acl: No such file or directory"),
         (["--quic", "127.0.0.1:0", "--client-ca", "MISSING.pem"], "--client-ca MISSING.pem: no such file"),
         (["--tcp", "127.0.0.1:0", "--master", "localhost"],
          "--master 'localhost': not a Spark master URL (local, local[N], local[*], spark://HOST:PORT, yarn, "
@@ -173,6 +183,21 @@ def test_serve_refuses_bad_files_and_options_before_starting(tmp_path: Path, arg
         assert done.stderr.startswith("aqueduct-bridge serve: --quic no-such-host.invalid:4433: cannot resolve")
     else:
         one_line_error(done, f"aqueduct-bridge serve: {error}")
+    nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "error"),
+    [
+        ("--token-key", "not a key\n", "--token-key: afile:1: no PEM public key (-----BEGIN PUBLIC KEY-----) found"),
+        ("--acl", "allow CN=x streams=*\n", "--acl: afile:1: missing programs="),
+    ],
+)
+def test_serve_refuses_a_credential_file_it_cannot_use_before_starting(
+    tmp_path: Path, option: str, text: str, error: str
+) -> None:
+    (tmp_path / "afile").write_text(text)
+    one_line_error(serve(tmp_path, "--tcp", "127.0.0.1:0", option, "afile"), f"aqueduct-bridge serve: {error}")
     nothing_left(tmp_path)
 
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from aqueduct.auth import issue_token
+from aqueduct.auth.keys import public_key_pem
+from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.connector.events import HelloAccepted, RecordsAccepted
 from aqueduct.connector.worker.memory_sink import MemorySink
 from aqueduct.connector.worker.tcp_listener import serve_tcp
@@ -19,11 +26,14 @@ TIMEOUT = 60.0
 FROM_ZERO = ("--first-stream-id", "0")
 
 
-async def produce(*args: str, stdin: bytes | None = None) -> tuple[int, dict | str, str]:
+async def produce(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> tuple[int, dict | str, str]:
     """Run the CLI with streams numbered from 0; return (exit code, JSON summary or raw stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aqueduct.connector.producer.cli", *args, *FROM_ZERO,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=None if env is None else {**os.environ, **env},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), TIMEOUT)
@@ -120,6 +130,25 @@ class CommitAfterRestartSink(MemorySink):
                 await peer.restart()
         elif isinstance(event, HelloAccepted) and self.restarted:
             peer.ack([(0, self.total)])
+
+
+async def test_a_token_from_its_file_or_the_environment_is_what_a_token_checking_worker_admits(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    (tmp_path / "token.pub").write_bytes(public_key_pem(key.public_key()))
+    token = issue_token(key, subject="aqueduct-produce", streams=("*",), now=int(time.time()), lifetime=600)
+    (tmp_path / "my.token").write_text(token + "\n")
+    config = WorkerConfig(credentials=ProducerAuth(tmp_path / "token.pub").check)
+    async with await serve_tcp("127.0.0.1", 0, MemorySink(), config) as server:
+        url = f"tcp://127.0.0.1:{server.port}"
+        from_file = await produce(url, "--count", "1", "--token-file", str(tmp_path / "my.token"), "--json")
+        from_env = await produce(url, "--count", "1", "--json", env={"AQUEDUCT_TOKEN": token})
+        without = await produce(url, "--count", "1", "--json", env={"AQUEDUCT_TOKEN": ""})
+    for code, summary, err in (from_file, from_env):
+        assert code == 0 and summary["refused"] is None, err  # type: ignore[index]
+    code, summary, _ = without
+    assert code == 1 and summary["errors"] == [  # type: ignore[index]
+        "refused: credential_required: this bridge admits producers by a token, not by the cookie"
+    ]
 
 
 async def test_summary_counts_commits_not_durable_points_after_a_reconnect() -> None:

@@ -11,7 +11,7 @@ from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.producer.rotation import BridgeRotation, Moved
 from aqueduct.runtime.retry_hint import RetryWindow
 
-HINT = "(tcp://HOST:PORT or aqueduct://HOST:PORT)"
+HINT = "(tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"
 
 
 def test_one_url_a_sequence_and_a_comma_separated_string_name_the_same_bridges() -> None:

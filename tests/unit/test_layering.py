@@ -63,6 +63,7 @@ def _sans_io_modules() -> list[Path]:
             "points",
             "errors",
             "carrying",
+            "credentials",
         }
     ]
     auth_core = [p for p in _modules("auth") if p.stem != "watched"]  # watched re-reads the operator's files

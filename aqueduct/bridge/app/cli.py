@@ -80,7 +80,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="QUIC stack of the --quic listener (default aioquic; picoquic needs the picoquic extra and "
         "listens on every interface, so it takes only --quic '[::]:PORT' or 0.0.0.0:PORT)",
     )
-    p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="plain TCP listen address")
+    p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="TCP listen address (plaintext unless --tcp-tls)")
+    p.add_argument(
+        "--tcp-tls", action="store_true",
+        help="the --tcp listener takes TLS (producers dial tcps://), with the certificate of --cert/--key "
+        "(or the generated one) and, with --client-ca, client certificates",
+    )
     p.add_argument(
         "--wallaroo-tcp", type=host_port, metavar="HOST:PORT",
         help="TCP listen address for Wallaroo's released (v3) connectors",
@@ -92,7 +97,21 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--client-ca", type=Path, metavar="PEM",
         help="mutual TLS: admit only connectors presenting a certificate signed by this CA "
-        "(QUIC with the aioquic backend; refused beside --tcp/--wallaroo-tcp, which have no TLS)",
+        "(QUIC with the aioquic backend, and --tcp with --tcp-tls; refused beside a plaintext listener)",
+    )
+    p.add_argument(
+        "--token-key", type=Path, metavar="PEM",
+        help="admit producers by signed tokens (aqueduct token issue) these public keys verify; the cookie "
+        "then admits no one (re-read when the file changes)",
+    )
+    p.add_argument(
+        "--acl", type=Path, metavar="FILE",
+        help="what each client certificate's subject may write (allow SUBJECT programs=... streams=...); "
+        "re-read when it changes",
+    )
+    p.add_argument(
+        "--token-revoked", type=Path, metavar="FILE",
+        help="revoked token ids and subjects (token ID / subject NAME lines); re-read when it changes",
     )
     p.add_argument(
         "--master", default=d["master"].default,
@@ -303,16 +322,28 @@ def _check_serve(args: argparse.Namespace) -> None:
         raise UsageError("give --quic, --tcp and/or --wallaroo-tcp HOST:PORT")
     if (args.cert is None) != (args.key is None):
         raise UsageError("--cert and --key go together")
+    if args.tcp_tls and args.tcp is None:
+        raise UsageError("--tcp-tls needs --tcp HOST:PORT")
     if args.client_ca is not None:
-        if args.quic is None:
-            raise UsageError("--client-ca needs --quic: mutual TLS is QUIC's")
-        if args.tcp is not None or args.wallaroo_tcp is not None:
+        if args.quic is None and not args.tcp_tls:
+            raise UsageError("--client-ca needs --quic or --tcp with --tcp-tls: mutual TLS needs a TLS listener")
+        plaintext = [o for o, on in (("--tcp", args.tcp is not None and not args.tcp_tls),
+                                     ("--wallaroo-tcp", args.wallaroo_tcp is not None)) if on]  # fmt: skip
+        if plaintext:
             raise UsageError(
-                "--client-ca admits only connectors with a certificate, but --tcp/--wallaroo-tcp "
-                "have no TLS and would admit anyone: run them on another bridge"
+                f"--client-ca admits only connectors with a certificate, but {' and '.join(plaintext)} "
+                f"{'has' if len(plaintext) == 1 else 'have'} no TLS and would admit anyone: "
+                f"{'add --tcp-tls, or ' if args.tcp is not None else ''}run {'it' if len(plaintext) == 1 else 'them'} "
+                "on another bridge"
             )
-        if args.quic_backend == "picoquic":
+        if args.quic is not None and args.quic_backend == "picoquic":
             raise UsageError("--client-ca: the picoquic backend cannot verify client certificates")
+    from aqueduct.bridge.ingest.producer_auth import ProducerAuth, ProducerAuthError
+
+    try:  # read now: a bad file is one line here, before anything is created
+        ProducerAuth.from_options(args.token_key, args.acl, args.token_revoked)
+    except ProducerAuthError as exc:
+        raise UsageError(str(exc)) from None
     if args.quic is not None:
         from aqueduct.runtime.endpoints import check_backend
 
@@ -367,6 +398,10 @@ def _serve(args: argparse.Namespace) -> int:
         certfile=args.cert,
         keyfile=args.key,
         client_cafile=args.client_ca,
+        tcp_tls=args.tcp_tls,
+        token_key=args.token_key,
+        acl=args.acl,
+        token_revoked=args.token_revoked,
         quic_backend=args.quic_backend,
         master=args.master,
         sink=args.sink,

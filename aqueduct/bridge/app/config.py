@@ -28,7 +28,11 @@ class BridgeConfig:
     cookie: bytes = b""
     certfile: Path | None = None
     keyfile: Path | None = None
-    client_cafile: Path | None = None  # mutual TLS: QUIC connectors need a certificate it signed
+    client_cafile: Path | None = None  # mutual TLS: QUIC (and TLS TCP) connectors need a certificate it signed
+    tcp_tls: bool = False  # the --tcp listener takes TLS, with the QUIC listener's certificate
+    token_key: Path | None = None  # producers are admitted by tokens these public keys signed
+    acl: Path | None = None  # what each client certificate's subject may write
+    token_revoked: Path | None = None  # revoked token ids and subjects
     quic_backend: str = "aioquic"  # QUIC stack of the quic listener (runtime.endpoints.BACKENDS)
     master: str = "local[*]"
     sink: str = "parquet"

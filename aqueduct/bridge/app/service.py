@@ -62,12 +62,16 @@ from aqueduct.bridge.app.spark_query import SparkQuery, SparkStartTimeout
 from aqueduct.bridge.app.tls import BridgeCertificate, bridge_certificate
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.positions import ConsumerPositions
+from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.network.flight_server import LogFlightServer
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, position
 from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.connector.worker.server import WorkerServer
 from aqueduct.logs import fields
+
+#: seconds between two checks of the open sessions' credentials (a revocation or expiry since HELLO ends them)
+CREDENTIAL_SWEEP = 2.0
 
 __all__ = ["Bridge", "BridgeConfig", "BridgeProgress", "SparkStartTimeout", "run_forever", "serve"]
 
@@ -89,6 +93,8 @@ class Bridge:
         self.spark_query = SparkQuery(config, spark)
         self.signals = CommitSignals()
         self.connectors = ConnectorListeners()
+        #: who HELLO admits when not the cookie; its files are read here, so a bad one fails at once
+        self.producer_auth = ProducerAuth.from_options(config.token_key, config.acl, config.token_revoked)
         self.log: DurableLog | None = None
         self.ingest: Ingest | None = None
         self.positions: ConsumerPositions | None = None
@@ -149,6 +155,8 @@ class Bridge:
             if self.spark_query.commit_log is not None:
                 self._spawn(self.signals.follow_commit_log(self.spark_query.commit_log), "commit-log")
         self._spawn(self.signals.safety_net(), "commit-file")
+        if self.producer_auth is not None:
+            self._spawn(self._end_revoked_sessions(self.producer_auth), "credentials")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -200,6 +208,13 @@ class Bridge:
             self.failed = failed
         self.stopped.set()
 
+    async def _end_revoked_sessions(self, auth: ProducerAuth) -> None:
+        """Every :data:`CREDENTIAL_SWEEP` seconds, end the sessions whose token expired or was revoked since HELLO."""
+        assert self.ingest is not None
+        while True:
+            await asyncio.sleep(CREDENTIAL_SWEEP)
+            await self.ingest.end_sessions(auth.sessions_check())
+
     # ------------------------------------------------------------ connectors and readers
 
     def _certificate(self) -> BridgeCertificate:
@@ -210,8 +225,9 @@ class Bridge:
 
     async def _start_listeners(self) -> None:
         assert self.ingest is not None
-        certificate = self._certificate() if self.config.quic is not None else None
-        await self.connectors.start(self.config, self.ingest, certificate)
+        c = self.config
+        certificate = self._certificate() if c.quic is not None or c.tcp_tls else None
+        await self.connectors.start(c, self.ingest, certificate, self.producer_auth)
 
     @property
     def listeners(self) -> list[WorkerServer]:

@@ -98,7 +98,11 @@ class SparkBridge:
     ``quic``, ``tcp`` and ``wallaroo_tcp`` listen addresses (at least one),
     ``cookie``, ``certfile``/``keyfile`` (generated into the log directory
     when not given), ``client_cafile`` (mutual TLS: QUIC connectors must
-    present a certificate this CA signed), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    present a certificate this CA signed), ``tcp_tls`` (the ``tcp``
+    listener takes TLS), ``token_key``, ``acl`` and ``token_revoked``
+    (producers admitted by signed tokens and ACL-listed certificates, the
+    files re-read when they change; a file that cannot be used raises
+    :class:`~aqueduct.bridge.ingest.producer_auth.ProducerAuthError` here), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
     ``retention``, ``segment_bytes`` and ``max_consumer_lag``; ``flight``
     (``HOST:PORT``) serves the log over Arrow Flight there, which happens
     anyway (beside the first listener, any free port) when the session's
@@ -122,7 +126,7 @@ class SparkBridge:
     ) -> None:
         allowed = {
             "certfile", "keyfile", "client_cafile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
-            "segment_bytes", "max_consumer_lag", "flight",
+            "segment_bytes", "max_consumer_lag", "flight", "tcp_tls", "token_key", "acl", "token_revoked",
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)
         if unknown:
@@ -137,6 +141,9 @@ class SparkBridge:
         assert {f.name for f in fields(BridgeConfig)} >= allowed
         if "flight" in settings:
             settings["flight"] = _address(settings["flight"], "flight")
+        for name in ("certfile", "keyfile", "client_cafile", "token_key", "acl", "token_revoked"):
+            if settings.get(name) is not None:
+                settings[name] = Path(settings[name])
         self.spark = spark
         self.config = BridgeConfig(
             log_dir=Path(log),

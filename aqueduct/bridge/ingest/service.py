@@ -39,14 +39,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from aqueduct.auth.identity import Identity, Method
+from aqueduct.auth.permissions import Denied
 from aqueduct.bridge.ingest.acks import Acks
 from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.credits import Credits
 from aqueduct.bridge.ingest.group_commit import GroupCommitWriter
+from aqueduct.bridge.ingest.refusals import REFUSAL_KINDS, RefusalLog, refusal_kind
 from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
 from aqueduct.connector.events import (
     HelloAccepted,
@@ -70,32 +73,6 @@ def connector_name(program_name: str, instance_name: str) -> str:
     return f"{program_name}/{instance_name}"
 
 
-REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error", "busy")
-
-
-def refusal_kind(ended: SessionEnded) -> str:
-    """Which of :data:`REFUSAL_KINDS` a session ended by an ERROR is (a label for metrics and logs).
-
-    ``connector_error``: the connector sent ERROR itself; the others are the
-    bridge's refusals, told apart by their reasons' fixed beginnings
-    (docs/connector.md lists them); ``busy`` is a HELLO turned away while
-    the bridge drains (:meth:`Ingest.turn_away`); ``protocol_violation`` is
-    every frame error and rule broken.
-    """
-    reason = ended.reason
-    if ended.origin == "peer":
-        return "connector_error"
-    if reason.startswith("busy: "):
-        return "busy"
-    if reason.startswith("bad cookie"):
-        return "bad_cookie"
-    if reason.startswith("unsupported protocol version"):
-        return "protocol_version"
-    if " belongs to connector " in reason:  # the log's refusal of another connector's stream id
-        return "stream_owner"
-    return "protocol_violation"
-
-
 class Ingest:
     """Sink of connector session events; owner of the log's write side.
 
@@ -114,6 +91,9 @@ class Ingest:
         self.writer = GroupCommitWriter(durable_log, self.config, self.counters)
         self.credits = Credits(self.config, self.backlog, self.counters)
         self.acks = Acks(durable_log, self.backlog, self.credits, self._sessions, self.counters)
+        self.refusals = RefusalLog(self.counters.refusals)
+        #: the ERROR of a stream refusal that ends (or may end) its session: counted and logged with the stream
+        self._stream_refused: dict[WorkerPeer, str] = {}
         #: the ERROR every HELLO gets once the bridge takes no new sessions (:meth:`turn_away`)
         self.turning_away: str | None = None
 
@@ -170,6 +150,21 @@ class Ingest:
             await peer.restart()
         return len(peers)
 
+    async def end_sessions(self, still_admitted: Callable[[Identity], Denied | None]) -> int:
+        """End with ERROR every open session whose identity ``still_admitted`` refuses now; return how many.
+
+        A credential is checked at HELLO; a token revoked or expired since
+        must not keep a connected producer writing. Each ending is a
+        refusal like a HELLO's (counted, logged).
+        """
+        ended = 0
+        for peer in list(self._sessions):
+            denied = None if peer.identity is None else still_admitted(peer.identity)
+            if denied is not None:
+                await peer.fail(str(denied))
+                ended += 1
+        return ended
+
     def _log_end(self, peer: WorkerPeer, ended: SessionEnded) -> None:
         """One line per session end; a refusal (ERROR either way) as a warning, counted by kind."""
         state = self._sessions.get(peer)
@@ -177,12 +172,13 @@ class Ingest:
             connector_name(peer.program_name, peer.instance_name) if peer.program_name else "a connector"
         )  # fmt: skip
         info = {"connector": who, "remote": peer.remote, "reason": ended.reason}
-        if ended.origin in ("local", "peer"):
-            kind = refusal_kind(ended)
-            self.counters.refusals[kind] += 1
+        if self._stream_refused.pop(peer, None) == ended.reason:  # counted and logged with its stream
+            logger.info("session ended: %s from %s by its stream's refusal", who, peer.remote,
+                        extra=fields(event="session_ended", **info))  # fmt: skip
+        elif ended.origin in ("local", "peer"):
             text = "%s from %s ended its session with ERROR: %s" if ended.origin == "peer" else "refused %s from %s: %s"
-            logger.warning(text, who, peer.remote, ended.reason,
-                           extra=fields(event="session_refused", kind=kind, **info))  # fmt: skip
+            self.refusals.refused(refusal_kind(ended), peer.remote, text, who, peer.remote, ended.reason,
+                                  event="session_refused", connector=who, reason=ended.reason)  # fmt: skip
         elif state is not None:
             logger.info("session ended: %s from %s: %s", who, peer.remote, ended.reason,
                         extra=fields(event="session_ended", **info))  # fmt: skip
@@ -192,6 +188,7 @@ class Ingest:
 
     def _forget(self, peer: WorkerPeer) -> None:
         connector = self._sessions.pop(peer, None)
+        self._stream_refused.pop(peer, None)
         self.writer.forget(peer)
         self.credits.left(peer)
         if connector is not None:
@@ -202,6 +199,13 @@ class Ingest:
         state = self._sessions.get(peer)
         if state is None:
             return  # a refusal ended the session while this NOTIFY (of the same payload) waited
+        identity = peer.identity
+        denied = None if identity is None else identity.check_notify(event.stream_id, event.stream_name)
+        if denied is not None:
+            await self._refuse_stream(peer, state, event.stream_id, str(denied))
+            return
+        # the stream's owner: a token's or certificate's subject; anonymous sessions (the cookie) are not checked
+        owner = "" if identity is None or identity.method is Method.ANONYMOUS else identity.subject
         try:
             # The stream's files are created on the log's I/O thread; this
             # session waits for them (the loop and other sessions do not).
@@ -212,11 +216,11 @@ class Ingest:
                     state,
                     mode=event.mode,
                     point_of_reference=event.point_of_reference,
+                    owner=owner,
                 )
             )
-        except LogError as exc:  # e.g. the stream belongs to another connector: a refusal
-            logger.warning("%s: stream %d refused: %s", state, event.stream_id, exc)
-            await peer.refuse_stream(event.stream_id, str(exc))
+        except LogError as exc:  # e.g. the stream belongs to another connector or identity: a refusal
+            await self._refuse_stream(peer, state, event.stream_id, str(exc))
             return
         except OSError as exc:  # e.g. out of descriptors: the producer should come back, not give up
             logger.warning("stream %d of %s: cannot create its files (%s); asking it to reconnect",
@@ -225,6 +229,23 @@ class Ingest:
             return
         if event.stream_id not in self.backlog:
             self.backlog.move(event.stream_id, complete=0, committed=0)
+
+    async def _refuse_stream(self, peer: WorkerPeer, connector: str, stream_id: int, reason: str) -> None:
+        """Refuse one NOTIFYed stream with ``reason``: counted by kind, logged (rate-limited), told the connector.
+
+        The connector's wire can refuse a stream only by ERROR, which ends
+        the session; Wallaroo v3's refuses that stream alone
+        (:meth:`WorkerPeer.refuse_stream`). Either way it is one refusal.
+        """
+        kind = refusal_kind(SessionEnded(reason, "local"))
+        identity = str(peer.identity)
+        self._stream_refused[peer] = reason
+        self.refusals.refused(
+            kind, peer.remote, "refused stream %d of %s (%s) from %s: %s", stream_id, connector, identity,
+            peer.remote, reason, event="stream_refused", connector=connector, identity=identity,
+            stream_id=stream_id, reason=reason,
+        )  # fmt: skip
+        await peer.refuse_stream(stream_id, reason)
 
     async def _on_messages(self, peer: WorkerPeer, event: RecordsAccepted) -> None:
         if peer not in self._sessions:

@@ -169,6 +169,7 @@ class DurableLog:
         mode: Mode = Mode.ORDERED,
         point_of_reference: int = 0,
         boundaries: bool = False,
+        owner: str = "",
     ) -> Future[int]:
         """Create or re-open a stream (on NOTIFY); resolves to its current point of reference.
 
@@ -192,11 +193,22 @@ class DurableLog:
         boundaries from its first BOUNDARY on (remembered in the log);
         records before it were single-message epochs. ``boundaries=True``
         declares it up front, so that even the first epoch stays whole.
+
+        Owner: ``owner`` is the subject of the session's producer identity
+        (``""`` for ``anonymous``, the shared cookie's sessions, which are
+        never checked). The first identity to write a stream owns it
+        (remembered in its metadata, so across restarts): another subject
+        is refused with :class:`LogError`, even where its permissions allow
+        the stream's name, so a wide grant (``allow CN=* streams=*``) lets
+        hosts create streams but not write each other's. A stream only
+        anonymous sessions wrote is taken by the first identity that does.
         """
         if not 0 <= stream_id <= MAX_UINT64:
             raise LogError(f"stream id {stream_id} is outside 0..2**64-1")
         s = self._streams.get(stream_id)
-        meta = StreamMeta(stream_id, stream_name, connector, mode)
+        if s is not None and owner and s.meta.owner not in ("", owner):
+            raise LogError(f"stream {stream_id} belongs to identity {s.meta.owner!r}, not {owner!r}")
+        meta = StreamMeta(stream_id, stream_name, connector, mode, owner or (s.meta.owner if s is not None else ""))
         files: Callable[[], None] | None = None
         create = False
         if s is None:
@@ -257,6 +269,10 @@ class DurableLog:
     def connector_of(self, stream_id: int) -> str:
         """The connector (program/instance) that owns the stream."""
         return self._stream(stream_id).meta.connector
+
+    def owner_of(self, stream_id: int) -> str:
+        """The subject of the producer identity that owns the stream (``""``: only anonymous sessions wrote it)."""
+        return self._stream(stream_id).meta.owner
 
     def references_of(self, connector: str) -> list[tuple[int, str, int]]:
         """``(stream id, name, durable point of reference)`` of a connector's streams (for OK)."""

@@ -46,19 +46,25 @@ def check_log_dir(path: Path) -> None:
 
 @dataclass(frozen=True)
 class StreamMeta:
-    """What a stream is: its id, name, owning connector, and delivery mode.
+    """What a stream is: its id, name, owning connector and identity, and delivery mode.
 
     The mode decides its point of reference: an ORDERED stream's ids
     strictly increase (point = last stable id + 1, gaps allowed), an
     UNORDERED or UNRELIABLE one's are consecutive (point = first id not
     received). Logs written before the mode was stored say ``"ordered":
     true|false``; that still reads.
+
+    ``owner`` is the subject of the producer identity that first wrote the
+    stream (a token's or a client certificate's), ``""`` while only
+    ``anonymous`` sessions (the shared cookie) wrote it, and in logs written
+    before identities existed.
     """
 
     stream_id: int
     stream_name: str
     connector: str
     mode: Mode = Mode.ORDERED
+    owner: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -67,6 +73,7 @@ class StreamMeta:
                 "stream_name": self.stream_name,
                 "connector": self.connector,
                 "mode": self.mode.value,
+                **({"owner": self.owner} if self.owner else {}),
             }
         ).encode()
 
@@ -77,7 +84,7 @@ class StreamMeta:
             mode = Mode(d["mode"])
         else:  # written before modes were stored
             mode = Mode.ORDERED if d["ordered"] else Mode.UNORDERED
-        return cls(int(d["stream_id"]), d["stream_name"], d["connector"], mode)
+        return cls(int(d["stream_id"]), d["stream_name"], d["connector"], mode, str(d.get("owner", "")))
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 __all__ = ["SCHEMES", "BridgeAddress", "bridge_list"]
 
-#: the transports a connector speaks: QUIC (Aqueduct) and plain TCP
-SCHEMES = ("aqueduct", "tcp")
-_SCHEME_HINT = "tcp://HOST:PORT or aqueduct://HOST:PORT"
+#: the transports a connector speaks: QUIC (Aqueduct), plain TCP and TCP with TLS
+SCHEMES = ("aqueduct", "tcp", "tcps")
+_SCHEME_HINT = "tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT"
 
 
 @dataclass(frozen=True, slots=True)

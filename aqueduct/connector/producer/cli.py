@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--program", default="aqueduct-produce", help="connector program name")
     p.add_argument("--instance", default=None, help="connector instance name (default: host name)")
     add_secret_options(p, COOKIE_ENV, "the shared secret the worker expects")
+    p.add_argument(
+        "--token-file", metavar="PATH",
+        help=f"a signed producer token (aqueduct token issue) for a bridge that checks tokens, "
+        f"instead of the cookie. Or set the environment variable {TOKEN_ENV}",
+    )
     p.add_argument("--cafile", default=None, help="CA certificate to verify an aqueduct:// worker")
     p.add_argument("--cert", default=None, metavar="PEM", help="client certificate for a worker that requires one (mutual TLS, aqueduct:// with aioquic)")
     p.add_argument("--key", default=None, metavar="PEM", help="private key of --cert")
@@ -274,6 +279,28 @@ async def _send_batch(stream: ConnectorStream, items: Records) -> None:
         await stream.send(payload, message_id=None if ephemeral else mid)
 
 
+#: the environment variable a producer's token may come from (``--token-file`` wins)
+TOKEN_ENV = "AQUEDUCT_TOKEN"
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The token of ``--token-file``, else ``$AQUEDUCT_TOKEN``, else None (the cookie admits)."""
+    if args.token_file is not None:
+        if args.cookie is not None or args.cookie_file is not None:
+            raise UsageError("--token-file: give a token or a cookie, not both")
+        try:
+            with open(args.token_file, encoding="ascii", errors="replace") as f:
+                token = f.readline().strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file: cannot read {args.token_file}: {exc.strerror}") from None
+        if not token:
+            raise UsageError(f"--token-file: {args.token_file} is empty")
+        return token
+    if args.cookie is not None or args.cookie_file is not None:
+        return None  # a cookie given on purpose wins over a token the environment may hold
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
 def _connector(args: argparse.Namespace) -> Connector:
     """The connector the arguments describe; a URL, backend or certificate it cannot use is a :class:`UsageError`."""
     if (args.cert is None) != (args.key is None):
@@ -283,12 +310,14 @@ def _connector(args: argparse.Namespace) -> Connector:
     for option, path in (("--cafile", args.cafile), ("--cert", args.cert), ("--key", args.key)):
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"{option} {path}: no such file")
+    token = _token(args)
     try:
         return Connector(
             args.url,
             program=args.program,
             instance=args.instance,
-            cookie=read_secret(args, COOKIE_ENV),
+            cookie=b"" if token is not None else read_secret(args, COOKIE_ENV),
+            token=token,
             cafile=args.cafile,
             certfile=args.cert,
             keyfile=args.key,

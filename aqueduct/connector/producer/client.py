@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from aqueduct.auth.tokens import looks_like_token
 from aqueduct.connector.connector_session import ConnectorSession, Outgoing
 from aqueduct.connector.errors import (
     ConnectorClosed,
@@ -289,6 +290,7 @@ class Connector:
         program: str = "aqueduct-produce",
         instance: str | None = None,
         cookie: bytes | str = b"",
+        token: bytes | str | None = None,
         credits_timeout: float | None = None,
         max_buffer: int = DEFAULT_MAX_BUFFER,
         cafile: str | None = None,
@@ -326,8 +328,12 @@ class Connector:
         listener accepted the connection but never answers it is retried).
         ``quic_backend``: the QUIC stack of aqueduct:// connections,
         ``"aioquic"`` or ``"picoquic"`` (the ``picoquic`` extra); checked here.
-        ``certfile``/``keyfile``: the client certificate an aqueduct:// worker
-        with mutual TLS asks for (aioquic backend; tcp:// has no TLS).
+        ``certfile``/``keyfile``: the client certificate a worker with mutual
+        TLS asks for (aqueduct:// with the aioquic backend, or tcps://; tcp://
+        has no TLS). ``cafile`` verifies the worker over aqueduct:// and tcps://.
+        ``token``: a signed producer token (``aqueduct token issue``; the
+        text of its file, surrounding blanks ignored), sent where the cookie
+        goes, for a bridge that checks tokens; give a token or a cookie.
         ``on_delivery``: the delivery report of every reliable record (see the
         module docstring); it runs on the event loop, so it must be quick, and
         an exception it raises is logged, not propagated.
@@ -345,7 +351,7 @@ class Connector:
         self.move_after = move_after
         self.program = program
         self.instance = instance if instance is not None else socket.gethostname()
-        self.cookie = cookie.encode() if isinstance(cookie, str) else cookie
+        self.cookie = _credential(cookie, token)
         self.credits_timeout = credits_timeout
         self.max_buffer = max_buffer
         self.cafile = cafile
@@ -768,6 +774,18 @@ def _refused_as_busy(ended: SessionEnded) -> WorkerBusy | None:
     return WorkerBusy(ended.reason, window.within, window.not_before)
 
 
+def _credential(cookie: bytes | str, token: bytes | str | None) -> bytes:
+    """What HELLO's cookie field carries: the token if given (checked to be one), else the cookie."""
+    if token is None:
+        return cookie.encode() if isinstance(cookie, str) else cookie
+    if cookie:
+        raise ValueError("give a token or a cookie, not both (a bridge checking tokens ignores the cookie)")
+    text = (token.encode() if isinstance(token, str) else token).strip()
+    if not looks_like_token(text):
+        raise ValueError("token: not a producer token (aqt1.<payload>.<signature>, from `aqueduct token issue`)")
+    return text
+
+
 def _link_opener(
     bridge: BridgeAddress,
     cafile: str | None,
@@ -786,12 +804,20 @@ def _link_opener(
     """
     host, port, url = bridge.host, bridge.port, bridge.url
     limit = idle_timeout if bounded else None
-    if bridge.scheme == "tcp":
+    if bridge.scheme in ("tcp", "tcps"):
         from aqueduct.connector.producer.tcp_link import TcpLink
 
-        if certfile is not None:
-            raise ValueError(f"a client certificate needs aqueduct:// (tcp:// has no TLS): {url!r}")
-        return lambda: TcpLink.open(host, port, limit)
+        if bridge.scheme == "tcp":
+            if certfile is not None:
+                raise ValueError(f"a client certificate needs aqueduct:// or tcps:// (tcp:// has no TLS): {url!r}")
+            return lambda: TcpLink.open(host, port, limit)
+        from aqueduct.connector.tls import client_context
+
+        for what, path in (("cafile", cafile), ("certfile", certfile), ("keyfile", keyfile)):
+            if path is not None and not os.path.isfile(path):
+                raise FileNotFoundError(f"{what} {path!r}: no such file")
+        tls = client_context(cafile, certfile, keyfile)  # read once, here: every reconnect reuses it
+        return lambda: TcpLink.open(host, port, limit, tls)
     from aqueduct.connector.producer.aqueduct_link import AqueductLink
     from aqueduct.runtime.endpoints import check_backend
 

@@ -1,7 +1,8 @@
-"""Producer side of the connector protocol over plain TCP: :class:`TcpLink`.
+"""Producer side of the connector protocol over TCP, plain or TLS: :class:`TcpLink`.
 
 For producers that cannot speak QUIC (spec section 3, last point): one frame
-sequence per connection, driven by :mod:`.client`. The worker side is
+sequence per connection, driven by :mod:`.client`; ``tcps://`` wraps it in
+TLS (:func:`aqueduct.connector.tls.client_context`). The worker side is
 :mod:`aqueduct.connector.worker.tcp_listener`.
 """
 
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Sequence
 
 from aqueduct.connector.carrying import READ_SIZE
 from aqueduct.connector.connector_session import Outgoing
+from aqueduct.connector.errors import HandshakeFailed
 
 
 class TcpLink:
@@ -23,7 +26,9 @@ class TcpLink:
         self._writer = writer
 
     @classmethod
-    async def open(cls, host: str, port: int, limit: float | None = None) -> TcpLink:
+    async def open(
+        cls, host: str, port: int, limit: float | None = None, tls: ssl.SSLContext | None = None
+    ) -> TcpLink:
         """Connect; with ``limit``, a bridge silent that long is given up on (``TimeoutError``, ``OSError``).
 
         The connect then gives up after ``limit`` seconds, and so does the
@@ -31,12 +36,17 @@ class TcpLink:
         (``TCP_USER_TIMEOUT``) or, while idle, once keep-alive probes every
         third of it go unanswered: a bridge whose host died (nothing resets
         the connection) is noticed within about ``limit`` seconds.
+        ``tls``: the TLS context (``tcps://``); a handshake that fails (a
+        certificate either side does not accept) is :class:`HandshakeFailed`,
+        which the client gives up on, as for QUIC.
         """
-        if limit is None:
-            reader, writer = await asyncio.open_connection(host, port)
-            return cls(reader, writer)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), limit)
-        _bound_silence(writer.get_extra_info("socket"), limit)
+        connecting = asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None)
+        try:
+            reader, writer = await (connecting if limit is None else asyncio.wait_for(connecting, limit))
+        except ssl.SSLError as exc:
+            raise HandshakeFailed(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from exc
+        if limit is not None:
+            _bound_silence(writer.get_extra_info("socket"), limit)
         return cls(reader, writer)
 
     async def send(self, frames: Sequence[Outgoing]) -> None:

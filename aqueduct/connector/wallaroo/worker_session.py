@@ -33,7 +33,6 @@ an earlier session left buffered but not yet durable).
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -200,11 +199,7 @@ class WallarooSession(WorkerMachine[WorkerEvent]):
             raise self._fail(
                 f"unsupported protocol version: got {hello.version}, expected {PROTOCOL_VERSION}"
             )
-        expected = self.config.cookie
-        if not expected and hello.cookie:
-            raise self._fail("bad cookie: this worker expects no cookie")
-        if not hmac.compare_digest(hello.cookie, expected):
-            raise self._fail("bad cookie")
+        self._admit_hello(self.config.cookie, self.config.credentials, hello)
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
         try:
             known = list(self._durable(hello.program_name, hello.instance_name))

@@ -107,7 +107,7 @@ async def _serve_connection(
             closing = asyncio.ensure_future(close_after_last_word())
         return closing
 
-    peer = WorkerPeer(sink, config, send, close_soon)
+    peer = WorkerPeer(sink, config, send, close_soon, certificate_subject=conn.peer_certificate_subject)
     address = conn.peer_address
     peer.remote = f"quic {address[0]}:{address[1]}" if address else "quic"
     readers: list[asyncio.Task[None]] = []

@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from aqueduct.auth.identity import Identity
 from aqueduct.connector.events import SessionEnded, StreamNotified, WorkerEvent
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker_session import DurableLookup, WorkerConfig, WorkerSession
@@ -58,9 +59,14 @@ class WorkerPeer:
         send: Callable[[bytes], Awaitable[None]],
         abort: Callable[[], None],
         session_factory: SessionFactory = WorkerSession,
+        certificate_subject: str | None = None,
+        certificate_required: bool = False,
     ) -> None:
         self.sink = sink
         self.session = session_factory(config, sink.durable_streams)
+        #: the client certificate TLS verified, if any: part of the credential HELLO is admitted by
+        self.session.certificate_subject = certificate_subject
+        self.session.certificate_required = certificate_required
         self._send = send
         self.abort = abort  # close the transport now (the reader then reports the loss)
         #: why the session ended (the SessionEnded reason), for the transport's close
@@ -78,6 +84,11 @@ class WorkerPeer:
     @property
     def instance_name(self) -> str:
         return self.session.instance_name
+
+    @property
+    def identity(self) -> Identity | None:
+        """Who HELLO admitted (None before HELLO): what each NOTIFY is checked against."""
+        return self.session.identity
 
     @property
     def ended(self) -> bool:

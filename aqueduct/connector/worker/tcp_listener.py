@@ -1,15 +1,19 @@
-"""Worker side of the connector protocol over plain TCP: :func:`serve_tcp`.
+"""Worker side of the connector protocol over TCP, plain or TLS: :func:`serve_tcp`.
 
 One worker session per connection, its events handed to a sink (see
-:mod:`.server`). The producer side is
+:mod:`.server`). With TLS (:func:`aqueduct.connector.tls.server_context`)
+a verified client certificate's subject goes to the session as part of
+its credential. The producer side is
 :mod:`aqueduct.connector.producer.tcp_link`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from aqueduct.connector.carrying import READ_SIZE
+from aqueduct.connector.tls import certificate_required, peer_certificate_subject
 from aqueduct.connector.worker.server import SessionFactory, WorkerPeer, WorkerServer, WorkerSink
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 
@@ -28,13 +32,16 @@ async def serve_tcp(
     sink: WorkerSink,
     config: WorkerConfig | None = None,
     session_factory: SessionFactory = WorkerSession,
+    tls: ssl.SSLContext | None = None,
 ) -> WorkerServer:
     """Listen on ``host:port`` (0 = any free port); each connection feeds ``sink``.
 
     ``session_factory`` picks the wire: the seed protocol's
     :class:`WorkerSession` by default, or the Wallaroo v3 session.
+    ``tls``: the listener's TLS context (None: plaintext).
     """
     worker_config = config or WorkerConfig()
+    required = certificate_required(tls)  # mutual TLS: HELLO without a verified certificate is refused
     server: WorkerServer
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -42,9 +49,11 @@ async def serve_tcp(
             writer.write(data)
             await writer.drain()
 
-        peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory)
+        subject = peer_certificate_subject(writer.get_extra_info("ssl_object"))
+        peer = WorkerPeer(sink, worker_config, send, writer.close, session_factory, subject, required)
         address = writer.get_extra_info("peername")
-        peer.remote = f"tcp {address[0]}:{address[1]}" if address else "tcp"
+        scheme = "tls" if tls is not None else "tcp"
+        peer.remote = f"{scheme} {address[0]}:{address[1]}" if address else scheme
 
         async def read_loop() -> None:
             while not peer.ended:
@@ -55,7 +64,7 @@ async def serve_tcp(
 
         await server.run_peer(peer, read_loop())
 
-    listener = await asyncio.start_server(on_connection, host, port, backlog=LISTEN_BACKLOG)
+    listener = await asyncio.start_server(on_connection, host, port, backlog=LISTEN_BACKLOG, ssl=tls)
 
     async def close_listener() -> None:
         listener.close()

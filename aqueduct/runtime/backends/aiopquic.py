@@ -156,6 +156,10 @@ class AiopquicTransport(QuicConnectionProtocol):
             self._address = self._quic.peer_address()
         return self._address
 
+    def peer_certificate_subject(self) -> str | None:
+        """None: picoquic's server verifies no client certificates (``--client-ca`` is refused with it)."""
+        return None
+
     def datagram_limit(self) -> int | None:
         return self._quic.max_datagram_payload() or None
 

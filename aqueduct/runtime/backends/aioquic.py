@@ -28,6 +28,7 @@ from aioquic.quic import events as quic_events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
+from aqueduct.auth.identity import certificate_subject
 from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
@@ -115,6 +116,11 @@ class AioquicTransport(QuicConnectionProtocol):
 
     def peer_address(self) -> tuple[str, int] | None:
         return self.address
+
+    def peer_certificate_subject(self) -> str | None:
+        # a server sees one only under mutual TLS, where require_client_certificate verified it
+        found = aioquic_internals.peer_certificate(self._quic) if not self.is_client else None
+        return None if found is None else certificate_subject(found[0])
 
     def datagram_limit(self) -> int | None:
         remote_max = aioquic_internals.remote_max_datagram_frame_size(self._quic)
