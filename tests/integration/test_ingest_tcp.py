@@ -256,6 +256,64 @@ async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
         assert peak_buffered <= credits
 
 
+async def test_over_max_lag_a_fresh_producer_still_sends_its_fair_share(tmp_path: Path) -> None:
+    """A failover resend must not wait behind the lag of others (docs/bridge.md, flow control).
+
+    Producer A alone fills the backlog past ``max_lag`` and is held back;
+    producer B then arrives (as one that moved here from a lost bridge
+    does) and its records become durable while A still waits, up to its
+    fair share (``max_lag`` over the two lagging streams). The backlog
+    never passes ``2 * max_lag`` plus the credits in flight.
+    """
+    credits, max_lag, epoch = 16, 100, 10
+    share = max_lag // 2  # A's stream and B's
+    bound = 2 * max_lag + 2 * credits
+    async with running_worker(tmp_path / "log", credits=credits, max_lag=max_lag) as worker:
+        peak_lag = 0
+
+        def withheld(n: int) -> bool:
+            nonlocal peak_lag
+            peak_lag = max(peak_lag, worker.ingest.lag)
+            return worker.ingest.counters.withheld_credits == n
+
+        async def send(instance: str, sid: int, first: int, n: int) -> None:
+            async with Connector(worker.url, program="test", instance=instance) as conn:
+                s = await conn.stream(sid, f"s{sid}")
+                for i in range(first, first + n):
+                    await s.send(b"m%d" % i)
+                    if (i + 1) % epoch == 0:
+                        await s.send(None, boundary=True)
+                await conn.wait_all_acked(TIMEOUT)
+
+        a = asyncio.create_task(send("a", 1, 0, 1000))
+        await eventually(lambda: withheld(credits), "every credit of A withheld")
+        a_durable = worker.durable(1)
+        assert max_lag < worker.ingest.lag
+
+        fresh = 30  # three epochs, within its share
+        b = asyncio.create_task(send("b", 2, 0, 1000))
+        # (id i + i // epoch: every epoch's BOUNDARY takes an id too)
+        expected = [(i + i // epoch, b"m%d" % i) for i in range(fresh)]
+        await eventually(
+            lambda: worker.durable(2) > 0 and worker.stored(2)[:fresh] == expected and withheld(2 * credits),
+            "B's first records durable, then B held at its share",
+        )
+        assert worker.durable(1) == a_durable  # A waited all along
+        assert share <= worker.ingest.backlog.lag_of(2) < share + 2 * credits + epoch
+        assert peak_lag <= bound
+
+        # The consumer catches up: both go on, and everything arrives once.
+        for _ in range(int(TIMEOUT / 0.01)):
+            if a.done() and b.done():
+                break
+            worker.commit_all()
+            assert worker.ingest.lag <= bound
+            await asyncio.sleep(0.01)
+        await asyncio.gather(a, b)
+        for sid in (1, 2):
+            assert worker.stored(sid) == [(i + i // epoch, b"m%d" % i) for i in range(1000)]
+
+
 async def test_acks_follow_the_connector_when_an_abandoned_attempt_is_read_after_its_retry(
     tmp_path: Path,
 ) -> None:

@@ -5,8 +5,10 @@
   (:meth:`Credits.made_durable`), so the bytes a producer can have in the
   bridge's memory are bounded by its credits.
 * **Backlog bound.** While the :class:`~aqueduct.bridge.ingest.backlog.Backlog`
-  exceeds ``max_lag``, credits earned are withheld (the tap is closed);
-  they are released as Spark commits and the backlog shrinks.
+  exceeds ``max_lag``, credits earned are withheld from the sessions whose
+  own backlog is over their fair share (:mod:`~aqueduct.bridge.ingest.fair_share`:
+  a producer that just moved here can still resend what a failover query
+  waits for); they are released as Spark commits and the backlog shrinks.
 * **A shared budget.** With ``credit_budget`` or ``memory_budget`` every
   credit comes from one :class:`~aqueduct.bridge.ingest.credit_budget.CreditBudget`,
   the byte budget turned into records by the mean record size.
@@ -25,6 +27,7 @@ from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
+from aqueduct.bridge.ingest.fair_share import OwnBacklog, may_grant
 from aqueduct.connector.worker.server import WorkerPeer
 
 
@@ -75,18 +78,27 @@ class Credits:
         return concerned
 
     def take(self, peer: WorkerPeer) -> int | None:
-        """Credits to send ``peer`` now (0 while the backlog is too long); None for a session gone."""
+        """Credits to send ``peer`` now (0 while the backlog is too long for it); None for a session gone."""
         if peer not in self._withheld:
             return None
         if self.budget is not None:
             self._withheld[peer] += self.budget.top_up(peer)
-        credits = self._withheld[peer] if self._backlog.lag <= self.config.max_lag else 0
+        credits = self._withheld[peer] if self._may_send(peer) else 0
         self._withheld[peer] -= credits
         if self._withheld[peer]:
             self._owed.add(peer)
         else:
             self._owed.discard(peer)
         return credits
+
+    def _may_send(self, peer: WorkerPeer) -> bool:
+        """May ``peer`` have its credits: the backlog under ``max_lag``, or its own under its fair share."""
+        lag, max_lag = self._backlog.lag, self.config.max_lag
+        if lag <= max_lag:
+            return True  # the common case: no per-stream sums
+        own = [self._backlog.lag_of(sid) for sid in peer.session.streams]
+        mine = OwnBacklog(sum(own), len(own), sum(1 for n in own if n))
+        return may_grant(lag, max_lag, mine, self._backlog.lagging)
 
     def count_withheld(self) -> None:
         """Update the counter of credits held back (after the sessions concerned were visited)."""
