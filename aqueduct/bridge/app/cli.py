@@ -184,7 +184,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-lag", type=positive_int, default=d["max_lag"].default, metavar="RECORDS",
-        help="stop granting credits while this many durable records wait for Spark (default: %(default)s)",
+        help="withhold credits while more than RECORDS durable records wait for Spark, from the producers over "
+        "their fair share of them; at twice RECORDS from every producer with records waiting (default: %(default)s)",
     )
     p.add_argument(
         "--retention", type=positive_float, metavar="SECONDS",

@@ -5,7 +5,8 @@ connector session (the worker room's ``WorkerSink``: sessions, streams,
 their ends); :mod:`.group_commit` writes their records into the log and
 makes them durable, one group commit at a time; :mod:`.credits` decides
 what the credits a group commit earned become (:mod:`.credit_budget`
-bounds what all sessions may hold, :mod:`.backlog` how far Spark lags);
+bounds what all sessions may hold, :mod:`.backlog` how far Spark lags,
+:mod:`.fair_share` which sessions still get credits over ``max_lag``);
 :mod:`.acks` is the way back, every ACK frame to a producer and the log's
 truncation; :mod:`.positions` turns the consumers' committed offsets into
 those ACKs and truncation.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class IngestConfig:
     """Flow-control policy of the ingest service."""
 
-    max_lag: int = 200_000  # records Spark may lag behind before credits stop
+    max_lag: int = 200_000  # records Spark may lag behind before credits stop for producers over their fair share (all of them at twice this)
     group_commit_delay: float = 0.002  # seconds to gather a group before its group commit
     #: seconds from one group commit's start to the next one's at the least. Spark writes its
     #: Parquet files and checkpoint to the same disks: a paced producer otherwise gets a group
