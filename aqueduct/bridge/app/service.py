@@ -106,7 +106,7 @@ class Bridge:
         self.served_log: ServedLog | None = None  # how the log is served over Flight, if it is
         self.flight_server: LogFlightServer | None = None  # while it runs
         self.drain = Drain()
-        self.drained = asyncio.Event()  # set once a drain found nothing left uncommitted
+        self.drain_finished = asyncio.Event()  # set once a drain found nothing left uncommitted
 
     # ------------------------------------------------------------ lifecycle
 
@@ -312,7 +312,7 @@ class Bridge:
     async def _follow_drain(self) -> None:
         last: Waiting | None = None
         unreadable: str | None = None  # why the request file could not be taken, said once
-        while not self.drained.is_set():
+        while not self.drain_finished.is_set():
             await asyncio.sleep(POLL)
             try:
                 request = take_request(self.config.log_dir)
@@ -329,7 +329,7 @@ class Bridge:
             left = self.left()
             if left.nothing:
                 self.drain.apply(NothingLeft())
-                self.drained.set()
+                self.drain_finished.set()
             elif left != last:
                 await self._write_drain_state(state_doc(self.drain, left))
             last = left
@@ -340,7 +340,7 @@ class Bridge:
         Called before :meth:`stop` frees the log's lock, which is what the
         waiting command watches for.
         """
-        if self.drained.is_set():
+        if self.drain_finished.is_set():
             since = self.drain.since or time.time()
             logger.info(
                 "drained: every record this bridge holds is committed by its consumers (%.1f s after the request)",
@@ -456,7 +456,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
             "log served over Flight at %s (token in %s)", bridge.flight_address, bridge.flight_token_file,
             extra=fields(event="flight"),
         )  # fmt: skip
-    ends = (stop, bridge.stopped, bridge.drained)
+    ends = (stop, bridge.stopped, bridge.drain_finished)
     waiters = [asyncio.create_task(e.wait()) for e in ends]
     last: BridgeProgress | None = None
     try:
@@ -470,7 +470,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         for w in waiters:
             w.cancel()
         started = time.monotonic()
-        why = asked[0] if asked else "drained" if bridge.drained.is_set() else bridge.jvm_ended or "stopped"
+        why = asked[0] if asked else "drained" if bridge.drain_finished.is_set() else bridge.jvm_ended or "stopped"
         if bridge.drain.phase is not DrainPhase.SERVING:  # before stop() frees the log: `drain --wait` reads it then
             await bridge.report_drain_end(why)
         await bridge.stop()
