@@ -80,10 +80,19 @@ def retry_window(lost: ConnectionLost) -> RetryWindow | None:
     """
     if lost.code != CONNECTION_REFUSED:
         return None
-    within = _WITHIN.search(lost.reason)
+    return window_named(lost.reason)
+
+
+def window_named(reason: str) -> RetryWindow | None:
+    """The window a refusal's reason phrase names (:func:`busy_reason`), or None if it names none.
+
+    For refusals that are no QUIC close: a connector ERROR frame's reason
+    (a bridge that refuses HELLO while it drains, over TCP too).
+    """
+    within = _WITHIN.search(reason)
     if within is None:
         return None
-    not_before = _NOT_BEFORE.search(lost.reason, within.end())
+    not_before = _NOT_BEFORE.search(reason, within.end())
     return RetryWindow(float(not_before.group(1)) if not_before else 0.0, float(within.group(1)))
 
 
@@ -125,4 +134,4 @@ class RetryHint:
         return RetryWindow(start - now, start - now + width)
 
 
-__all__ = ["MAX_WINDOW", "MIN_WINDOW", "RetryHint", "RetryWindow", "busy_reason", "retry_window", "retry_within"]
+__all__ = ["MAX_WINDOW", "MIN_WINDOW", "RetryHint", "RetryWindow", "busy_reason", "retry_window", "retry_within", "window_named"]

@@ -62,10 +62,11 @@ def test_every_command_says_its_version(name: str) -> None:
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["http://127.0.0.1:7000"], "unsupported connector URL scheme 'http' (tcp:// or aqueduct://) (in 'http://127.0.0.1:7000')"),
-        (["127.0.0.1:7000"], "connector URL needs host and port: '127.0.0.1:7000'"),
-        (["tcp://127.0.0.1"], "connector URL needs host and port: 'tcp://127.0.0.1'"),
-        (["tcp://127.0.0.1:70000"], "Port out of range 0-65535 (in 'tcp://127.0.0.1:70000')"),
+        (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["tcp://127.0.0.1:70000"], "bridge URL 'tcp://127.0.0.1:70000': port must be an integer 1-65535"),
+        (["tcp://127.0.0.1:7000,tcp://127.0.0.1:x"], "bridge URL 2 of 2 'tcp://127.0.0.1:x': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000", "MISSING"], "cannot read MISSING: No such file or directory"),
         (["tcp://127.0.0.1:7000", "--cookie-file", "MISSING"],
          "--cookie-file: cannot read MISSING: No such file or directory"),

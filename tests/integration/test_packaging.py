@@ -173,7 +173,7 @@ def test_the_installed_clis_work_from_the_virtualenv(venv: Path, tmp_path: Path)
     assert json.loads(done.stdout)["streams"][0]["stream_name"] == "orders"
 
     done = run_in(venv, "aqueduct-produce", "http://127.0.0.1:7000", cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.startswith("aqueduct-produce: unsupported connector URL scheme")
+    assert done.returncode == 2 and done.stderr.startswith("aqueduct-produce: bridge URL 'http://127.0.0.1:7000': unknown scheme")
 
 
 def test_the_declared_dependencies_were_resolved_into_the_virtualenv(venv: Path) -> None:

@@ -50,11 +50,13 @@ class AqueductLink:
         quic_backend: str = "aioquic",
         certfile: str | None = None,
         keyfile: str | None = None,
+        handshake_timeout: float | None = None,
     ) -> AqueductLink:
         """Connect with keep-alive, so a dead worker is noticed within ``idle_timeout``.
 
         ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``);
-        ``certfile``/``keyfile`` present a client certificate (mutual TLS).
+        ``certfile``/``keyfile`` present a client certificate (mutual TLS);
+        ``handshake_timeout`` bounds the handshake (default: the runtime's).
 
         A failed attempt (nobody answers) is a ``ConnectionError`` like a
         refused TCP connect, so the client retries with backoff; a TLS
@@ -72,6 +74,7 @@ class AqueductLink:
                 keepalive=True,
                 headers=RAW_CONNECTION_HEADERS,
                 backend=quic_backend,
+                **({} if handshake_timeout is None else {"timeout": handshake_timeout}),
             )
         except ChannelOutcome as exc:
             if isinstance(exc, ConnectionLost) and (window := retry_window(exc)) is not None:

@@ -7,7 +7,10 @@ are skipped, nothing is sent twice and nothing is missed.
 
 A worker that is not there yet is retried with jittered backoff (the
 progress lines and the summary's ``retries`` say how often) until it
-answers, or until ``--connect-timeout`` if given.
+answers, or until ``--connect-timeout`` if given. Given several bridges
+(``URL,URL,...``), it moves to the next when its own was lost or could not
+be reached for ``--move-after`` seconds (the summary's ``moves``, and
+``bridge``, the one it ended on).
 
 Stream ids: a stream belongs to the connector (program/instance) that
 first sent on it, so two producers must not share ids. By default each
@@ -32,7 +35,7 @@ from typing import BinaryIO
 
 from aqueduct.connector.errors import ConnectorRefused
 from aqueduct.connector.outbound import Mode
-from aqueduct.connector.producer.client import Connector, ConnectorStream
+from aqueduct.connector.producer.client import DEFAULT_MOVE_AFTER, Connector, ConnectorStream
 from aqueduct.console import (
     COOKIE_ENV,
     UsageError,
@@ -54,10 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="aqueduct-produce",
         description="Send lines from files/stdin, or generated messages, to a connector "
-        "worker (aqueduct://host:port or tcp://host:port). Re-running with the same "
+        "worker (aqueduct://host:port or tcp://host:port), or to one of several bridges "
+        "(URL,URL,...: it moves to the next when its own is lost). Re-running with the same "
         "--program/--instance resumes where the worker's durable state ends.",
     )
-    p.add_argument("url", help="aqueduct://host:port or tcp://host:port")
+    p.add_argument("url", help="aqueduct://host:port or tcp://host:port, or several separated by commas (QUIC and TCP may be mixed)")
     p.add_argument("files", nargs="*", help="files to send line by line ('-' = stdin, the default)")
     p.add_argument("--program", default="aqueduct-produce", help="connector program name")
     p.add_argument("--instance", default=None, help="connector instance name (default: host name)")
@@ -73,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--payload-size", type=non_negative_int, default=100, help="bytes per generated payload (default 100)")
     p.add_argument("--stream-name", default="produce", help="stream name prefix: streams are PREFIX/0, PREFIX/1, ... (default 'produce')")
     p.add_argument("--mode", choices=[m.value for m in Mode], default="ordered", help="stream delivery mode over Aqueduct")
+    p.add_argument("--move-after", type=positive_float, default=DEFAULT_MOVE_AFTER, metavar="SECONDS", help=f"with several bridges: move to the next once this one was lost or unreachable this long, or refuses as busy (default {DEFAULT_MOVE_AFTER:g}; a connection silent this long counts as lost)")
     p.add_argument("--connect-timeout", type=positive_float, default=None, help="give up if no connection within this many seconds (default: retry until the worker answers)")
     p.add_argument("--ack-timeout", type=positive_float, default=60.0, help="seconds to wait for the final acks (default 60)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
@@ -164,12 +169,13 @@ class _Progress:
             stats = conn.stats
             if not stats.connections:
                 last = stats.errors[-1] if stats.errors else "no answer yet"
-                print(f"connecting to {conn.url}: {stats.retries} retries ({last})", file=sys.stderr)
+                print(f"connecting to {conn.bridge}: {stats.retries} retries ({last})", file=sys.stderr)
                 continue
             acked = _committed(streams, self.start)
+            moves = f" moves {stats.moves} (on {conn.bridge})" if len(conn.bridges) > 1 else ""
             print(
                 f"sent {self.sent} acked {acked} resent {conn.resent} "
-                f"connections {stats.connections} retries {stats.retries}",
+                f"connections {stats.connections} retries {stats.retries}{moves}",
                 file=sys.stderr,
             )
 
@@ -222,6 +228,8 @@ async def _produce(args: argparse.Namespace, conn: Connector, files: list[Binary
     summary["acked"] = _committed(streams, progress.start)
     summary["connections"] = conn.stats.connections
     summary["retries"] = conn.stats.retries
+    summary["moves"] = conn.stats.moves
+    summary["bridge"] = conn.bridge
     return summary
 
 
@@ -283,10 +291,10 @@ def _connector(args: argparse.Namespace) -> Connector:
             keyfile=args.key,
             connect_timeout=args.connect_timeout,
             quic_backend=args.quic_backend,
+            move_after=args.move_after,
         )
-    except ValueError as exc:  # the URL's scheme, host or port; a backend that is not installed
-        said = str(exc)
-        raise UsageError(said if args.url in said else f"{said} (in {args.url!r})") from None
+    except ValueError as exc:  # a URL's scheme, host or port (named); a backend that is not installed
+        raise UsageError(str(exc)) from None
 
 
 def _open_inputs(names: Sequence[str]) -> list[BinaryIO]:
@@ -321,7 +329,7 @@ def _main(argv: Sequence[str] | None) -> int:
         done = "refused after handing over" if summary["refused"] is not None else "sent"
         print(
             f"{done} {summary['sent']} acked {summary['acked']} resent {summary['resumed']} "
-            f"retries {summary['retries']}",
+            f"retries {summary['retries']}" + (f" moves {summary['moves']}" if len(conn.bridges) > 1 else ""),
             file=sys.stderr,
         )
     for error in summary["errors"]:

@@ -39,7 +39,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from aqueduct.connector.connector_session import ConnectorSession, Outgoing
 from aqueduct.connector.errors import (
@@ -53,7 +52,9 @@ from aqueduct.connector.errors import (
 from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
+from aqueduct.connector.producer.bridges import BridgeAddress, bridge_list
 from aqueduct.connector.states import ConnectionState
+from aqueduct.runtime.retry_hint import window_named
 
 __all__ = [
     "ORDERED",
@@ -74,6 +75,8 @@ logger = logging.getLogger(__name__)
 MAX_ERRORS = 100
 #: default ``max_buffer``: reliable messages a stream keeps until the worker commits them
 DEFAULT_MAX_BUFFER = 10_000
+#: default ``move_after``: seconds a connector given several bridges waits for its own before moving
+DEFAULT_MOVE_AFTER = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ class Stats:
     sent: int = 0  # MESSAGE frames written (re-sends included)
     connections: int = 0  # successful handshakes
     retries: int = 0  # connection attempts that failed before a handshake (first one included)
+    moves: int = 0  # moves to the next bridge of the list (see ``move_after``)
     #: why connections ended, the latest ``MAX_ERRORS`` (a producer may retry for hours)
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
 
@@ -272,11 +276,11 @@ class ConnectorStream:
 
 
 class Connector:
-    """A connector: one logical session with a worker, over reconnects."""
+    """A connector: one logical session with a worker, over reconnects (and over bridges, given several)."""
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         program: str = "aqueduct-produce",
         instance: str | None = None,
@@ -293,8 +297,17 @@ class Connector:
         quic_backend: str = "aioquic",
         on_delivery: DeliveryCallback | None = None,
         retry_permanent_errors: bool = False,
+        move_after: float = DEFAULT_MOVE_AFTER,
     ) -> None:
-        """``connect_timeout``: seconds ``connect`` keeps retrying the first connection
+        """``url``: the bridge (``tcp://HOST:PORT`` or ``aqueduct://HOST:PORT``),
+        or several, as a sequence or one string ``URL,URL,...``; each is checked
+        here (a ``ValueError`` names a bad one and its place in the list).
+        Given several, the connector serves one at a time, starting with the
+        first, and moves to the next (round robin) when its bridge was lost or
+        could not be reached for ``move_after`` seconds, or refuses it as busy
+        (a bridge being drained); a connection silent for ``move_after`` counts
+        as lost (the idle timeout below is cut to it). With one URL,
+        ``move_after`` plays no part. ``connect_timeout``: seconds ``connect`` keeps retrying the first connection
         (``None``, the default: until the worker answers or refuses). ``backoff``:
         (first, cap) seconds between attempts, doubled per failure, each delay
         drawn at random between the first and the current step (full jitter).
@@ -315,7 +328,12 @@ class Connector:
         TLS handshake that failed); for a bridge whose cookie or certificate is
         about to be fixed.
         """
-        self.url = url
+        if not move_after > 0:
+            raise ValueError(f"move_after must be above 0 seconds, got {move_after}")
+        self.bridges = bridge_list(url)
+        #: every bridge's URL, separated by commas (one URL: as given)
+        self.url = ",".join(b.url for b in self.bridges)
+        self.move_after = move_after
         self.program = program
         self.instance = instance if instance is not None else socket.gethostname()
         self.cookie = cookie.encode() if isinstance(cookie, str) else cookie
@@ -337,9 +355,19 @@ class Connector:
         self._runner: asyncio.Task[None] | None = None
         self._undelivered_reported = False  # records left unacked got their error report
         self.idle_timeout = idle_timeout
-        self._open_link = _link_opener(
-            url, cafile, self._mode_of, idle_timeout, quic_backend, certfile=certfile, keyfile=keyfile
-        )
+        #: seconds of silence after which a connection counts as lost (see ``move_after``)
+        self._silence = idle_timeout if len(self.bridges) == 1 else min(idle_timeout, move_after)
+        #: one opener per bridge, built (and so checked) here; the current one is ``_openers[_at]``
+        self._openers = [
+            _link_opener(b, cafile, self._mode_of, self._silence, quic_backend, certfile, keyfile, len(self.bridges) > 1)
+            for b in self.bridges
+        ]
+        self._at = 0
+
+    @property
+    def bridge(self) -> str:
+        """The URL of the bridge the connector serves (or tries) now."""
+        return self.bridges[self._at].url
 
     # ------------------------------------------------------------ lifecycle
 
@@ -511,12 +539,16 @@ class Connector:
         self._progress = asyncio.Event()
 
     async def _run(self) -> None:
-        """Connect, serve, reconnect with backoff; ends on fatal errors or close()."""
+        """Connect, serve, reconnect with backoff (or move to the next bridge); ends on fatal errors or close()."""
+        loop = asyncio.get_running_loop()
         failures = 0
+        lost_since = loop.time()  # since when the current bridge has not been served
+        refused_in_a_row = 0  # bridges that refused as busy since the last session: a whole round waits
         try:
             while not self._closing:
+                busy: WorkerBusy | None = None
                 try:
-                    link = await self._open_link()
+                    link = await self._openers[self._at]()
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
                         self._give_up(TlsRefused(str(exc)))
@@ -524,26 +556,66 @@ class Connector:
                     self.stats.errors.append(f"connect: {exc or type(exc).__name__}")
                     self.stats.retries += 1
                     failures += 1
-                    delay = self._delay(failures)
-                    if isinstance(exc, WorkerBusy):  # the worker named a slot of its schedule: jitter inside it
-                        delay = max(delay, random.uniform(exc.retry_not_before, exc.retry_within))
-                    await asyncio.sleep(delay)
-                    continue
-                ended, handshaken = await self._serve(link)
-                if ended.origin in ("peer", "local") and not self.retry_permanent_errors:
-                    self._give_up(ConnectorRefused(ended.reason))
+                    busy = exc if isinstance(exc, WorkerBusy) else None
+                else:
+                    ended, handshaken = await self._serve(link)
+                    busy = None if handshaken else _refused_as_busy(ended)
+                    if ended.origin in ("peer", "local") and busy is None and not self.retry_permanent_errors:
+                        self._give_up(ConnectorRefused(ended.reason))
+                        return
+                    self.stats.errors.append(ended.reason)
+                    if handshaken:
+                        lost_since = loop.time()
+                        refused_in_a_row = 0
+                    else:
+                        self.stats.retries += 1
+                    if ended.origin == "restart":
+                        failures = 0
+                        continue
+                    failures = 1 if handshaken else failures + 1
+                if self._closing:
                     return
-                self.stats.errors.append(ended.reason)
-                if not handshaken:
-                    self.stats.retries += 1
-                if ended.origin == "restart":
+                why = self._reason_to_move(busy, loop.time() - lost_since)
+                if why is not None:
+                    self._move(why)
+                    lost_since = loop.time()
                     failures = 0
+                    refused_in_a_row = refused_in_a_row + 1 if busy is not None else 0
+                    if busy is not None and refused_in_a_row % len(self.bridges) == 0:  # every one is busy
+                        await asyncio.sleep(random.uniform(busy.retry_not_before, busy.retry_within))
                     continue
-                failures = 1 if handshaken else failures + 1
-                await asyncio.sleep(self._delay(failures))
+                delay = self._delay(failures)
+                if busy is not None:  # the worker named a slot of its schedule: jitter inside it
+                    delay = max(delay, random.uniform(busy.retry_not_before, busy.retry_within))
+                elif len(self.bridges) > 1:  # not past the moment to move on
+                    delay = min(delay, max(0.0, lost_since + self.move_after - loop.time()))
+                await asyncio.sleep(delay)
         finally:
             self._session = None
             self._changed()
+
+    def _reason_to_move(self, busy: WorkerBusy | None, unserved: float) -> str | None:
+        """Why the connector leaves its bridge now (None: it retries it).
+
+        Only with other bridges listed: a busy refusal (the bridge drains, or
+        is at its handshake bound: another bridge can take the session at
+        once), or ``move_after`` seconds without a session there.
+        """
+        if len(self.bridges) == 1:
+            return None
+        last = self.stats.errors[-1] if self.stats.errors else "no answer"
+        if busy is not None:
+            return f"refused as busy ({busy})"
+        if unserved >= self.move_after:
+            return f"not served for {unserved:.1f} s (move_after {self.move_after} s; last: {last})"
+        return None
+
+    def _move(self, why: str) -> None:
+        """Serve the next bridge of the list from now on (what a reconnect does follows: OK, NOTIFYs, resends)."""
+        before = self.bridge
+        self._at = (self._at + 1) % len(self.bridges)
+        self.stats.moves += 1
+        logger.warning("moved from %s to %s: %s", before, self.bridge, why)
 
     def _give_up(self, error: ConnectorRefused) -> None:
         """A permanent error: every waiting call raises it, every unacked record is reported with it."""
@@ -611,9 +683,9 @@ class Connector:
                     if handshaken:
                         data = await link.receive()
                     else:  # a worker that accepted but never answers (overloaded) is retried
-                        data = await asyncio.wait_for(link.receive(), self.idle_timeout)
+                        data = await asyncio.wait_for(link.receive(), self._silence)
                 except TimeoutError:
-                    data, reason = b"", f"no OK within {self.idle_timeout} s"
+                    data, reason = b"", f"no OK within {self._silence} s"
                 except (OSError, ConnectionError) as exc:
                     data, reason = b"", str(exc) or type(exc).__name__
                 else:
@@ -655,33 +727,44 @@ class Connector:
                 self._changed()
 
 
+def _refused_as_busy(ended: SessionEnded) -> WorkerBusy | None:
+    """The worker's ERROR to HELLO as :class:`WorkerBusy` when it names a retry window (a draining bridge)."""
+    window = window_named(ended.reason) if ended.origin == "peer" else None
+    if window is None:
+        return None
+    return WorkerBusy(ended.reason, window.within, window.not_before)
+
+
 def _link_opener(
-    url: str,
+    bridge: BridgeAddress,
     cafile: str | None,
     mode_of: Callable[[int], Mode],
     idle_timeout: float,
     quic_backend: str,
     certfile: str | None = None,
     keyfile: str | None = None,
+    bounded: bool = False,
 ) -> Callable[[], Awaitable[WorkerLink]]:
-    parts = urlsplit(url)
-    if parts.hostname is None or parts.port is None:
-        raise ValueError(f"connector URL needs host and port: {url!r}")
-    host, port = parts.hostname, parts.port
-    if parts.scheme == "tcp":
+    """Open a link to ``bridge``; what cannot work with these options fails here, not at every retry.
+
+    ``bounded``: an attempt (a TCP connect, a QUIC handshake) gives up after
+    ``idle_timeout`` seconds, as does a TCP connection whose bytes go
+    unacknowledged that long: the connector has other bridges to move to.
+    """
+    host, port, url = bridge.host, bridge.port, bridge.url
+    limit = idle_timeout if bounded else None
+    if bridge.scheme == "tcp":
         from aqueduct.connector.producer.tcp_link import TcpLink
 
         if certfile is not None:
             raise ValueError(f"a client certificate needs aqueduct:// (tcp:// has no TLS): {url!r}")
-        return lambda: TcpLink.open(host, port)
-    if parts.scheme == "aqueduct":
-        from aqueduct.connector.producer.aqueduct_link import AqueductLink
-        from aqueduct.runtime.endpoints import check_backend
+        return lambda: TcpLink.open(host, port, limit)
+    from aqueduct.connector.producer.aqueduct_link import AqueductLink
+    from aqueduct.runtime.endpoints import check_backend
 
-        check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
-        if cafile is not None and not os.path.isfile(cafile):  # as would a missing CA, at every retry
-            raise FileNotFoundError(f"cafile {cafile!r}: no such file")
-        return lambda: AqueductLink.open(
-            host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile
-        )
-    raise ValueError(f"unsupported connector URL scheme {parts.scheme!r} (tcp:// or aqueduct://)")
+    check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
+    if cafile is not None and not os.path.isfile(cafile):  # as would a missing CA, at every retry
+        raise FileNotFoundError(f"cafile {cafile!r}: no such file")
+    return lambda: AqueductLink.open(
+        host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile, handshake_timeout=limit
+    )
