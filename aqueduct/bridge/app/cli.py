@@ -1,4 +1,4 @@
-"""The ``aqueduct-bridge`` console script: ``serve``, ``status`` and ``consumers``.
+"""The ``aqueduct-bridge`` console script: ``serve``, ``status``, ``consumers`` and ``drain``.
 
 * ``serve`` runs the bridge: QUIC and/or TCP listeners for connectors, the
   durable log, and the Spark query that reads it (a no-code ``--sink`` or
@@ -7,6 +7,9 @@
   each stream's positions, lag and acked point of reference.
 * ``consumers list|drop`` shows the queries registered as readers of a log
   and drops one that is gone, so that it stops pinning the log.
+* ``drain`` asks the bridge running on a log to take no new producers, send
+  its own elsewhere and exit once its consumers committed everything it
+  holds (:mod:`.drain`); it waits for that and shows what is left.
 
 Spark's Python workers must run this interpreter (the data source lives in
 this package), so ``PYSPARK_PYTHON`` is set to ``sys.executable`` unless the
@@ -251,6 +254,25 @@ def _add_consumers(sub: argparse._SubParsersAction) -> None:
     _log_and_json(drop, "print the dropped entry as JSON")
 
 
+def _add_drain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "drain",
+        help="retire the bridge running on a log: producers move, it exits once all it holds is committed",
+        description=(
+            "Ask the bridge serving --log to drain: it refuses new producers as busy (those given "
+            "several bridges move on), ends every open session with RESTART, keeps serving its "
+            "consumers, and exits 0 once they committed every record it holds. Waits for that, "
+            "showing what the bridge still waits for, unless --no-wait."
+        ),
+    )
+    _log_and_json(p, "print the outcome as JSON")
+    p.add_argument("--no-wait", action="store_true", help="only ask; do not wait for the bridge to exit")
+    p.add_argument(
+        "--timeout", type=positive_float, metavar="SECONDS",
+        help="stop waiting after this long, exit 1 (the bridge goes on draining; default: wait as long as it takes)",
+    )  # fmt: skip
+
+
 def parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed so tests can check ``--help``)."""
     p = argparse.ArgumentParser(
@@ -258,10 +280,11 @@ def parser() -> argparse.ArgumentParser:
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
     add_version(p)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status,consumers}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,status,consumers,drain}")
     _add_serve(sub)
     _add_status(sub)
     _add_consumers(sub)
+    _add_drain(sub)
     return p
 
 
@@ -411,10 +434,48 @@ def _consumers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drain(args: argparse.Namespace) -> int:
+    import json
+
+    from aqueduct.bridge.app.drain_files import bridge_running, request_drain, wait_for_drain
+    from aqueduct.bridge.storage.view import NotALog, check_log_dir
+
+    try:
+        check_log_dir(args.log)
+    except NotALog as exc:
+        raise UsageError(str(exc)) from None
+    if not bridge_running(args.log):
+        raise UsageError(f"no bridge is running on log {str(args.log)!r} (nothing holds its lock): nothing to drain")
+    request = request_drain(args.log)
+    if args.no_wait:
+        if args.json:
+            print(json.dumps({"log": str(args.log), "state": "requested", "request": request}))
+        else:
+            print(f"drain requested: the bridge on {args.log} exits once its consumers committed all it holds")
+        return 0
+    outcome = wait_for_drain(
+        args.log, request, args.timeout, lambda line: print(f"aqueduct-bridge drain: {line}", file=sys.stderr, flush=True)
+    )  # fmt: skip
+    if args.json:
+        doc = outcome.doc
+        print(json.dumps({
+            "log": str(args.log), "state": outcome.state, "drained": outcome.drained, "seconds": round(outcome.seconds, 3),
+            "sessions_ended": doc.get("sessions_ended"), "waiting": doc.get("waiting"),
+        }))  # fmt: skip
+    elif outcome.drained:
+        print(
+            f"drained: the bridge on {args.log} exited after {outcome.seconds:.1f} s, everything it held committed "
+            f"({outcome.doc.get('sessions_ended', 0)} producer session(s) sent elsewhere)"
+        )
+    else:
+        print(f"aqueduct-bridge drain: {outcome.state}", file=sys.stderr)
+    return 0 if outcome.drained else 1
+
+
 def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args = parser().parse_args(argv)
-    handlers = {"serve": _serve, "status": _status, "consumers": _consumers}
+    handlers = {"serve": _serve, "status": _status, "consumers": _consumers, "drain": _drain}
     try:
         return handlers[args.command](args)
     except UsageError as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.drain import Drain, Waiting
 from aqueduct.bridge.app.progress import BridgeProgress
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -52,11 +53,14 @@ class ScrapedBridge(Protocol):
     log: DurableLog | None
     ingest: Ingest | None
     positions: ConsumerPositions | None
+    drain: Drain
 
     @property
     def listeners(self) -> list[WorkerServer]: ...
 
     def progress(self) -> BridgeProgress: ...
+
+    def left(self) -> Waiting: ...
 
 
 class MetricsError(RuntimeError):
@@ -76,6 +80,8 @@ class Snapshot:
     batches: int
     consumers: dict[str, tuple[int, Lag]]  # name -> (records committed, lag)
     failed_handshakes: dict[str, int]
+    draining: bool
+    drain_waiting: int  # records the drain waits for (0 when not draining)
 
 
 def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
@@ -110,6 +116,8 @@ def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
         batches=bridge.progress().batches,
         consumers=consumers,
         failed_handshakes=failed,
+        draining=bridge.drain.draining,
+        drain_waiting=bridge.left().records if bridge.drain.draining else 0,
     )
 
 
@@ -211,6 +219,11 @@ class BridgeCollector:
             lag_bytes.add_metric([name], behind.bytes)
             age.add_metric([name], behind.oldest_unread_age_s or 0.0)
         yield from (committed, lag, lag_bytes, age)
+        yield gauge("draining", "1 while the bridge drains: refuses producers, waits for its consumers to commit.",
+                    int(snap.draining))  # fmt: skip
+        yield gauge("drain_waiting_records",
+                    "Records of complete epochs a draining bridge waits for its ack-driving consumers to commit.",
+                    snap.drain_waiting)  # fmt: skip
         yield gauge("log_disk_bytes", "Bytes the log directory takes on disk.", disk_bytes(self.bridge.config.log_dir))
 
 

@@ -25,9 +25,11 @@ class BridgeProgress:
     batches: int  # micro-batches whose commit advanced the offsets
     duplicates: int
     disk_full: str | None = None  # why commits wait for space (credits are held meanwhile)
+    draining: str | None = None  # while the bridge drains: what it waits for (aqueduct.bridge.app.drain)
 
     def line(self) -> str:
         full = f" | LOG DISK FULL, credits held: {self.disk_full}" if self.disk_full else ""
+        full += f" | DRAINING, {self.draining}" if self.draining else ""
         return (
             f"sessions {self.sessions} | streams {self.streams} | received {self.messages:,} "
             f"| durable {self.durable_records:,} | committed {self.committed_records:,} "

@@ -18,6 +18,10 @@ of its own, and the order they start and stop in:
 5. the commit signals (:mod:`.commit_signals`) that turn the queries'
    commits into producer acks and truncation.
 
+``serve`` also follows drain requests (:mod:`.drain`): a draining bridge
+turns producers away, keeps serving its consumers, and ends once they
+committed everything it holds.
+
 It stops them the other way round: no new connections, no Spark, then the
 buffer made durable, then the log released. The log and ingest are only
 ever touched on the loop thread; Spark's blocking calls run in threads.
@@ -37,6 +41,18 @@ from typing import Any
 
 from aqueduct.bridge.app.commit_signals import CommitSignals
 from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.drain import (
+    POLL,
+    REFUSAL,
+    Drain,
+    DrainPhase,
+    DrainRequested,
+    NothingLeft,
+    Waiting,
+    state_doc,
+    waiting,
+)
+from aqueduct.bridge.app.drain_files import clear_leftovers, take_request, write_state
 from aqueduct.bridge.app.listeners import ConnectorListeners
 from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.app.pipeline import PipelineError
@@ -48,7 +64,7 @@ from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.positions import ConsumerPositions
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.network.flight_server import LogFlightServer
-from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
+from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, position
 from aqueduct.bridge.storage.log import DurableLog, LogError
 from aqueduct.connector.worker.server import WorkerServer
 from aqueduct.logs import fields
@@ -83,6 +99,8 @@ class Bridge:
         self.metrics: MetricsServer | None = None
         self.served_log: ServedLog | None = None  # how the log is served over Flight, if it is
         self.flight_server: LogFlightServer | None = None  # while it runs
+        self.drain = Drain()
+        self.drained = asyncio.Event()  # set once a drain found nothing left uncommitted
 
     # ------------------------------------------------------------ lifecycle
 
@@ -266,6 +284,91 @@ class Bridge:
                 raise TimeoutError(f"Spark did not catch up with the log within {timeout} s")
             await asyncio.sleep(0.1)
 
+    # ------------------------------------------------------------ draining
+
+    def follow_drain_requests(self) -> None:
+        """Look for an operator's drain request every :data:`~.drain.POLL` seconds (``serve`` does)."""
+        if clear_leftovers(self.config.log_dir):
+            logger.warning("dropped a drain request left from before this start: run aqueduct-bridge drain again",
+                           extra=fields(event="drain_request_dropped"))  # fmt: skip
+        self._spawn(self._follow_drain(), "drain")
+
+    async def _follow_drain(self) -> None:
+        last: Waiting | None = None
+        while not self.drained.is_set():
+            await asyncio.sleep(POLL)
+            request = take_request(self.config.log_dir)
+            if request is not None:
+                await self.start_draining(request)
+                last = None  # answer the request, even if nothing changed since
+            if not self.drain.draining:
+                continue
+            left = self.left()
+            if left.nothing:
+                self.drain.apply(NothingLeft())
+                self.drained.set()
+            elif left != last:
+                await self._write_drain_state(state_doc(self.drain, left))
+            last = left
+
+    async def report_drain_end(self, why: str) -> None:
+        """Say how a drain ended: in the log and, for ``aqueduct-bridge drain --wait``, in the state file.
+
+        Called before :meth:`stop` frees the log's lock, which is what the
+        waiting command watches for.
+        """
+        if self.drained.is_set():
+            since = self.drain.since or time.time()
+            logger.info(
+                "drained: every record this bridge holds is committed by its consumers (%.1f s after the request)",
+                time.time() - since, extra=fields(event="drained"),
+            )  # fmt: skip
+            ended = "drained"
+        else:
+            ended = f"stopped before the drain finished ({self.failed or why})"
+            logger.warning("%s", ended, extra=fields(event="drain_stopped"))
+        await self._write_drain_state(state_doc(self.drain, self.left(), ended))
+
+    async def _write_drain_state(self, doc: dict[str, Any]) -> None:
+        """Rewrite the drain's state file; a failed write (a full disk) costs ``drain --wait`` news, not the drain."""
+        try:
+            await asyncio.to_thread(write_state, self.config.log_dir, doc)
+        except OSError as exc:
+            logger.warning("cannot write the drain's state file: %s", exc)
+
+    async def start_draining(self, request: str) -> None:
+        """Take no new producers and send the connected ones elsewhere; the rest of the bridge goes on.
+
+        See :mod:`.drain`: every HELLO gets the busy ERROR, every open
+        session RESTART; Flight and the consumers' commits go on.
+        """
+        assert self.ingest is not None
+        first = self.drain.phase is DrainPhase.SERVING
+        self.drain.apply(DrainRequested(request))
+        if first:
+            self.drain.sessions_ended = await self.ingest.turn_away(REFUSAL)
+            logger.info(
+                "draining: new producers are refused as busy, %d session(s) sent elsewhere; exiting once "
+                "the consumers committed everything this bridge holds", self.drain.sessions_ended,
+                extra=fields(event="draining", sessions_ended=self.drain.sessions_ended),
+            )  # fmt: skip
+
+    def left(self) -> Waiting:
+        """What a drain still waits for: records of complete epochs beyond the ack consumers' commits."""
+        assert self.ingest is not None and self.positions is not None and self.log is not None
+        complete = self.ingest.complete_offsets()
+        names = self.log.stream_names()
+        consumers = {
+            c.name: {
+                sid: position(c, self.positions.committed.get(c.name, {}), sid)
+                for sid in complete
+                if c.reads.selects(sid, names.get(sid, ""))
+            }
+            for c in self.positions.consumers.values()
+            if c.acks and c.dropped is None
+        }
+        return waiting(complete, self.ingest.committed_offsets(), consumers, self.ingest.writer.settled)
+
     # ------------------------------------------------------------ reporting
 
     def progress(self) -> BridgeProgress:
@@ -284,6 +387,7 @@ class Bridge:
             batches=self.signals.batches,
             duplicates=counters.duplicates,
             disk_full=self.ingest.disk_full[0] if self.ingest.disk_full else None,
+            draining=self.left().line() if self.drain.draining else None,
         )
 
 
@@ -328,21 +432,25 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
             "log served over Flight at %s (token in %s)", bridge.flight_address, bridge.flight_token_file,
             extra=fields(event="flight"),
         )  # fmt: skip
-    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(bridge.stopped.wait())]
+    bridge.follow_drain_requests()
+    ends = (stop, bridge.stopped, bridge.drained)
+    waiters = [asyncio.create_task(e.wait()) for e in ends]
     last: BridgeProgress | None = None
     try:
-        while not (stop.is_set() or bridge.stopped.is_set()):
+        while not any(e.is_set() for e in ends):
             await asyncio.wait(waiters, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
             progress = bridge.progress()
-            if progress != last:
+            if progress != last or progress.draining:  # a drain that cannot finish keeps saying why
                 logger.info(progress.line(), extra=fields(event="status", **asdict(progress)))
                 last = progress
     finally:
         for w in waiters:
             w.cancel()
         started = time.monotonic()
+        why = asked[0] if asked else "drained" if bridge.drained.is_set() else bridge.jvm_ended or "stopped"
+        if bridge.drain.phase is not DrainPhase.SERVING:  # before stop() frees the log: `drain --wait` reads it then
+            await bridge.report_drain_end(why)
         await bridge.stop()
-        why = asked[0] if asked else bridge.jvm_ended or "stopped"
         logger.info(
             "%s: stopped in %.1fs, everything acked is durable", why, time.monotonic() - started,
             extra=fields(event="stopped"),

@@ -92,6 +92,7 @@ class GroupCommitWriter:
         self.disk_full: tuple[str, float] | None = None
         self._last = -config.group_commit_interval  # loop time the last group commit started
         self._pause = FULL_RETRY[0]  # before the next retry while the disk is full
+        self._committing = 0  # group commits in flight (the log's I/O thread writes them in order)
 
     def append(self, peer: WorkerPeer, batch: MessageBatch) -> None:
         """Buffer ``peer``'s batch; its credits come back after the next group commit.
@@ -124,6 +125,16 @@ class GroupCommitWriter:
     def buffered(self) -> int:
         """Records in memory not yet durable (bounded by the sessions' credits)."""
         return sum(self._unsynced.values()) + sum(self._in_group_commit.values())
+
+    @property
+    def settled(self) -> bool:
+        """Is every record appended so far durable and visible?
+
+        Unlike :attr:`buffered` it does not count per session, so it stays
+        true to the log after sessions ended (a draining bridge ends them all
+        and must still see their last records through their group commit).
+        """
+        return not self._dirty.is_set() and not self._committing and self.disk_full is None
 
     async def next_group(self) -> None:
         """Wait until the next group commit is due.
@@ -159,11 +170,14 @@ class GroupCommitWriter:
             self._in_group_commit[peer] = self._in_group_commit.get(peer, 0) + n
         group_bytes, self._unsynced_bytes = self._unsynced_bytes, 0
         started = time.perf_counter()
+        self._committing += 1
         try:
             ends, cancelled = await _outlast_cancel(self.log.start_commit())
         except LogFull as exc:
             self._refused(earned, group_bytes, exc)
             raise
+        finally:
+            self._committing -= 1
         self.counters.group_commit_seconds.observe(time.perf_counter() - started)
         self.counters.durable_bytes += group_bytes
         if self.disk_full is not None:

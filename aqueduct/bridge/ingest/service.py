@@ -69,7 +69,7 @@ def connector_name(program_name: str, instance_name: str) -> str:
     return f"{program_name}/{instance_name}"
 
 
-REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error")
+REFUSAL_KINDS = ("bad_cookie", "protocol_version", "stream_owner", "protocol_violation", "connector_error", "busy")
 
 
 def refusal_kind(ended: SessionEnded) -> str:
@@ -77,12 +77,15 @@ def refusal_kind(ended: SessionEnded) -> str:
 
     ``connector_error``: the connector sent ERROR itself; the others are the
     bridge's refusals, told apart by their reasons' fixed beginnings
-    (docs/connector.md lists them); ``protocol_violation`` is every frame
-    error and rule broken.
+    (docs/connector.md lists them); ``busy`` is a HELLO turned away while
+    the bridge drains (:meth:`Ingest.turn_away`); ``protocol_violation`` is
+    every frame error and rule broken.
     """
     reason = ended.reason
     if ended.origin == "peer":
         return "connector_error"
+    if reason.startswith("busy: "):
+        return "busy"
     if reason.startswith("bad cookie"):
         return "bad_cookie"
     if reason.startswith("unsupported protocol version"):
@@ -110,6 +113,8 @@ class Ingest:
         self.writer = GroupCommitWriter(durable_log, self.config, self.counters)
         self.credits = Credits(self.config, self.backlog, self.counters)
         self.acks = Acks(durable_log, self.backlog, self.credits, self._sessions, self.counters)
+        #: the ERROR every HELLO gets once the bridge takes no new sessions (:meth:`turn_away`)
+        self.turning_away: str | None = None
 
     # ------------------------------------------------------------ session side
 
@@ -129,7 +134,10 @@ class Ingest:
         elif isinstance(event, StreamNotified):
             await self._on_notified(peer, event)
         elif isinstance(event, HelloAccepted):
-            self._on_hello(peer, event)
+            if self.turning_away is None:
+                self._on_hello(peer, event)
+            else:  # the session already queued OK: the ERROR follows it, before any record is taken
+                await peer.fail(self.turning_away)
         elif isinstance(event, SessionEnded):
             self._log_end(peer, event)
             self._forget(peer)
@@ -145,6 +153,21 @@ class Ingest:
             extra=fields(event="session_started", connector=name, remote=peer.remote),
         )  # fmt: skip
         self.acks.joined(peer, name, self.credits.joined(peer, event.credits))
+
+    async def turn_away(self, reason: str) -> int:
+        """Take no new sessions and send the open ones elsewhere; return how many were ended.
+
+        From now on every HELLO is answered with ERROR ``reason`` (a busy
+        refusal naming when to come back, see :mod:`aqueduct.runtime.retry_hint`);
+        every open session ends with RESTART, so its connector reconnects
+        at once, is refused, and moves to another bridge or waits. What the
+        sessions sent before stays in the group commit and the log.
+        """
+        self.turning_away = reason
+        peers = list(self._sessions)
+        for peer in peers:
+            await peer.restart()
+        return len(peers)
 
     def _log_end(self, peer: WorkerPeer, ended: SessionEnded) -> None:
         """One line per session end; a refusal (ERROR either way) as a warning, counted by kind."""

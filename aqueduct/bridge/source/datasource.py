@@ -180,7 +180,7 @@ class AqueductDataSource(DataSource):
         return "aqueduct"
 
     def schema(self) -> StructType:
-        """The rows' columns; reading several logs adds ``log``, the name of each row's log."""
+        """The rows' columns; reading several logs adds ``log``, the name of each row's log (not with failover)."""
         if self.parsed.qualified:
             return StructType([*SPARK_STRUCT.fields, StructField("log", StringType(), False)])
         return SPARK_STRUCT
@@ -198,9 +198,18 @@ class AqueductDataSource(DataSource):
                 "aqueduct source: endingOffsets is for batch reads (spark.read); a streaming "
                 "query reads on as records arrive"
             )
+        if self.parsed.failover:  # one stream across bridges: its own reader (docs/source.md "Failover")
+            from aqueduct.bridge.source.failover import FailoverStreamReader
+
+            return FailoverStreamReader(self.parsed)  # type: ignore[return-value]
         return stream_reader(self.parsed)
 
     def reader(self, schema: StructType) -> AqueductBatchReader:
+        if self.parsed.failover:
+            raise AqueductOptionError(
+                "aqueduct source: failover is for streaming queries (spark.readStream); a batch read "
+                "(spark.read) reads each log as it is: set failover=false"
+            )
         given = sorted(name for name in STREAMING_ONLY if name.lower() in self.parsed.given)
         if given:
             raise AqueductOptionError(

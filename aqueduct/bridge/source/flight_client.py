@@ -78,6 +78,9 @@ class RemoteLog:
         self._token = token
         self._ca = ca
         self._flight: flight.FlightClient | None = None
+        #: seconds a call may take, and a read waits for the bridge to come back (a failover query shortens both)
+        self.call_timeout = CALL_TIMEOUT
+        self.reconnect_window = RECONNECT_WINDOW
 
     def __repr__(self) -> str:
         return f"RemoteLog({self.address!r})"  # never the token
@@ -108,7 +111,7 @@ class RemoteLog:
         """
         try:
             results = self._client().do_action(
-                flight.Action(name, json.dumps(body).encode()), self._options(CALL_TIMEOUT)
+                flight.Action(name, json.dumps(body).encode()), self._options(self.call_timeout)
             )
             return [r.body.to_pybytes() for r in results]
         except UNREACHABLE:
@@ -125,7 +128,7 @@ class RemoteLog:
         """Stored-schema batches of stream ``sid``'s records ``[start, end)``, as the server streams them.
 
         A bridge that goes away mid-read (killed, restarted) is waited for
-        up to :data:`RECONNECT_WINDOW` seconds, and the read resumes at the
+        up to :attr:`reconnect_window` seconds (:data:`RECONNECT_WINDOW`), and the read resumes at the
         first record not yet yielded (each batch carries the offset after it,
         so a batch skipped as corrupt does not shift that): stored records
         never change, so the rows are those of one uninterrupted read. Beyond that the task fails
@@ -154,7 +157,7 @@ class RemoteLog:
                 raise
             except UNREACHABLE as e:
                 self._flight = None
-                if waited >= RECONNECT_WINDOW:
+                if waited >= self.reconnect_window:
                     raise
                 logger.warning("aqueduct source: bridge %s unreachable mid-read (%s); retrying", self.address, e)
                 time.sleep(pause)
@@ -220,6 +223,8 @@ class RemoteSnapshots:
         self._generation = 0
         self._last: dict[int, StreamIndex] | None = None
         self.changed: set[int] | None = None
+        #: loads the bridge did not answer (the last snapshot served instead): a failover reader watches it
+        self.failures = 0
 
     def load(self) -> dict[int, StreamIndex]:
         try:
@@ -230,6 +235,7 @@ class RemoteSnapshots:
             if self._last is None:
                 raise
             logger.warning("aqueduct source: bridge %s unreachable (%s); its streams wait", self.remote.address, e)
+            self.failures += 1
             self.changed = set()
             return self._last
         head = json.loads(header)

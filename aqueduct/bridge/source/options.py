@@ -50,7 +50,15 @@ OPTIONS = (
     "streamPattern",
     "minPartitions",
     "idleWait",
+    "failover",
+    "bridgeList",
+    "bridgeTimeout",
 )
+
+#: Seconds a bridge's calls may fail before a failover query plans without it.
+DEFAULT_BRIDGE_TIMEOUT = 10.0
+#: Options a failover query refuses: their budgets count log offsets, which differ between bridges.
+NOT_WITH_FAILOVER = ("maxRecordsPerTrigger", "maxBytesPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay")
 
 #: The Kafka source's names for options that mean the same here (offsets are records).
 KAFKA_ALIASES = {
@@ -169,6 +177,10 @@ class SourceOptions:
     bridge_token_file: str | None = None
     bridge_token_env: str | None = None
     bridge_ca: str | None = None
+    #: one stream across bridges (docs/source.md "Failover"): offsets in points of reference per stream id
+    failover: bool = False
+    bridge_list: str | None = None  # a file on the driver naming bridges, re-read at every trigger
+    bridge_timeout: float = DEFAULT_BRIDGE_TIMEOUT  # seconds a failing bridge holds its streams back
 
     @property
     def sources(self) -> tuple[tuple[str | None, str, str], ...]:
@@ -187,30 +199,31 @@ class SourceOptions:
 
     @property
     def qualified(self) -> bool:
-        """Several logs: stream keys carry the log's name."""
-        return len(self.sources) > 1
+        """Several logs read apart (not failover): stream keys carry the log's name."""
+        return len(self.sources) > 1 and not self.failover
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's (case-insensitive) option map."""
         opts = _canonical(options)
-        log, bridge = opts.get("log", ""), opts.get("bridge", "")
-        if not log and not bridge:
+        log, bridge, bridge_list = opts.get("log", ""), opts.get("bridge", ""), opts.get("bridgelist")
+        if not log and not bridge and not bridge_list:
             raise AqueductOptionError(
                 "aqueduct source: option 'log' (the log directory) or 'bridge' (HOST:PORT of a "
                 "bridge's log server) is required"
             )
+        failover = _failover(opts, bridge_list)
         sources = _sources(log, bridge)
         for _, kind, where in sources:
             try:
                 check_log_dir(Path(where)) if kind == "log" else split_address(where)
             except ValueError as e:
                 raise AqueductOptionError(f"aqueduct source: {e}") from None
-        if not bridge:
+        if not bridge and not bridge_list:
             given = [n for n in OPTIONS[2:5] if n.lower() in opts]
             if given:
                 raise AqueductOptionError(f"aqueduct source: {', '.join(given)} only apply with option 'bridge'")
-        qualified = len(sources) > 1
+        qualified = len(sources) > 1 and not failover
         try:
             consumer = check_consumer_name(opts.get("consumer", DEFAULT_CONSUMER))
             reads = StreamSelection.parse(opts.get("streams"), opts.get("streampattern"))
@@ -239,7 +252,41 @@ class SourceOptions:
             bridge_token_file=opts.get("bridgetokenfile"),
             bridge_token_env=opts.get("bridgetokenenv"),
             bridge_ca=opts.get("bridgeca"),
+            failover=failover,
+            bridge_list=bridge_list,
+            bridge_timeout=_bridge_timeout(opts, failover),
         )
+
+
+def _failover(opts: Mapping[str, str], bridge_list: str | None) -> bool:
+    """``failover`` (``bridgeList`` implies it), checked against the options it cannot go with."""
+    if bridge_list is not None and opts.get("failover", "true").strip().lower() == "false":
+        raise AqueductOptionError("aqueduct source: bridgeList implies failover; remove failover=false")
+    failover = _boolean(opts, "failover", default=bridge_list is not None)
+    if failover:
+        refused = [n for n in NOT_WITH_FAILOVER if n.lower() in opts]
+        if refused:
+            raise AqueductOptionError(
+                f"aqueduct source: {', '.join(refused)} not supported with failover (budgets count log "
+                "offsets, which differ between bridges); every trigger reads all complete epochs"
+            )
+    if bridge_list is not None:
+        from aqueduct.bridge.source.bridge_list import BridgeListError, read_bridge_list
+
+        try:
+            read_bridge_list(bridge_list)
+        except BridgeListError as e:
+            raise AqueductOptionError(f"aqueduct source: {e}") from None
+    return failover
+
+
+def _bridge_timeout(opts: Mapping[str, str], failover: bool) -> float:
+    if "bridgetimeout" in opts and not failover:
+        raise AqueductOptionError("aqueduct source: bridgeTimeout only applies with failover=true (or bridgeList)")
+    timeout = _duration(opts, "bridgeTimeout", DEFAULT_BRIDGE_TIMEOUT)
+    if timeout <= 0:
+        raise AqueductOptionError(f"aqueduct source: bridgeTimeout must be a positive duration, got {opts['bridgetimeout']!r}")
+    return timeout
 
 
 def _canonical(options: Mapping[str, str]) -> dict[str, str]:

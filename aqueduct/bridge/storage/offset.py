@@ -33,6 +33,14 @@ StreamKey = int | tuple[str, int]
 _KEY = re.compile(r"(?:([A-Za-z0-9_-]{1,64})/)?([0-9]+)")
 
 
+#: What a reader without failover says when the checkpoint holds a failover query's offset.
+ID_SPACE_MET = (
+    "aqueduct source: this checkpoint's offsets are a failover query's (points of reference by stream id, "
+    "read across bridges); set failover=true (or the same bridgeList) to go on, or start this query "
+    "with a new checkpoint location"
+)
+
+
 class OffsetError(ValueError):
     """An offset that is not ``{"<stream key>": <non-negative integer>, ...}``."""
 
@@ -99,6 +107,8 @@ class SourceOffset:
         positions: dict[StreamKey, int] = {}
         for k, v in doc.items():
             if type(v) is not int or v < 0:  # bool is an int subclass, and no position
+                if k == "by_id":
+                    raise OffsetError(ID_SPACE_MET)
                 raise cls._malformed(qualified, f"{k!r}: {v!r}")
             try:
                 positions[parse_key(k, qualified)] = v

@@ -1,0 +1,191 @@
+"""One stream across bridges, in points of reference: the rules of a failover read (sans-IO).
+
+A producer's message ids strictly increase per stream, and the same id
+is always the same record, so a record is ``(stream id, message id)``
+wherever it is stored. A point of reference ``P`` is an exclusive upper
+bound: "every stable record with an id below ``P``". Every stored record
+carries ``reference``, the stream's point *after* it, so a record belongs
+to the range of points ``(lo, hi]`` iff ``lo < reference <= hi``
+(:func:`belongs`): the same records whichever bridge's log holds them.
+
+A **copy** is one bridge's log of one stream (:class:`Copy`): it holds
+every record whose reference is above ``start`` and whose epoch closed
+before ``complete``. A query's place in a stream is a point; a batch is a
+range of points per stream, cut into :class:`Piece` s each readable
+whole from one copy (:func:`cut`); a point no copy holds, while a copy
+holds later ones, is lost data (:class:`Gap`). A committed point is told
+to each bridge as its own log offset (:func:`commit_offset`), so every
+bridge acks its producers, whichever copy was read.
+
+Nothing here reads a file, a socket or a clock: the failover reader
+(:mod:`aqueduct.bridge.source.failover`) gives it numbers and index
+entries, and the model test drives it the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from aqueduct.bridge.storage.index import IndexEntry
+
+__all__ = [
+    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span",
+]  # fmt: skip
+
+#: The point before a stream's first record: records with no stable id that
+#: open a stream carry reference 0, and ``BEFORE_ALL < 0`` takes them in.
+BEFORE_ALL = -1
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One bridge's log of one stream, as points: records with ``start < reference``, whole epochs below ``complete``."""
+
+    bridge: str
+    start: int
+    complete: int
+
+    def covers(self, point: int) -> bool:
+        """The copy holds the records just after ``point`` (and at least one whole epoch of them)."""
+        return self.start <= point < self.complete
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Records ``(lo, hi]`` of ``stream``, each of ``candidates`` (bridge names, preferred first) holding them all."""
+
+    stream: int
+    lo: int
+    hi: int
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Records ``(lo, hi]`` of ``stream`` that no copy holds while a copy holds later ones: lost."""
+
+    stream: int
+    lo: int
+    hi: int
+
+
+def belongs(reference: int, lo: int, hi: int) -> bool:
+    """Whether a record whose stored ``reference`` (the point after it) is this belongs to ``(lo, hi]``."""
+    return lo < reference <= hi
+
+
+def copy_start(entries: Sequence[IndexEntry]) -> int:
+    """Where a copy starts: the point before its first retained record (:data:`BEFORE_ALL` from the stream's start)."""
+    first = entries[0]
+    if first.first_offset == 0 and first.reference_before == 0:
+        return BEFORE_ALL
+    return first.reference_before
+
+
+def reach(
+    copies: Iterable[Copy], lo: int, held: Iterable[Copy] = ()
+) -> tuple[int, list[tuple[int, int]]]:
+    """How far a stream reads from ``lo`` over ``copies``: the end point and the gaps passed.
+
+    From each point the copy covering it that goes furthest is followed. A
+    point no copy covers is a gap if a copy starts later (the records in
+    between are held by none), unless a copy of ``held`` (a bridge that
+    does not answer, not yet left out) covers it: then the stream waits
+    there. With no copy further on, the stream ends there (nothing more
+    has arrived anywhere yet).
+    """
+    copies, held = list(copies), list(held)
+    point, gaps = lo, []
+    while True:
+        covering = [c.complete for c in copies if c.covers(point)]
+        if covering:
+            point = max(covering)
+            continue
+        if any(c.covers(point) for c in held):
+            return point, gaps
+        later = [c.start for c in copies if c.start > point]
+        if not later:
+            return point, gaps
+        gaps.append((point, min(later)))
+        point = min(later)
+
+
+def cut(
+    stream: int, lo: int, hi: int, copies: Iterable[Copy], preference: Sequence[str]
+) -> list[Piece | Gap]:
+    """``(lo, hi]`` of ``stream`` as pieces, each readable whole from one copy, and gaps.
+
+    Each piece runs from its start to the furthest end of a copy covering
+    it (capped at ``hi``); its candidates are every copy covering it all,
+    in ``preference`` order (bridges not in it last, by name). The end of
+    a piece is a copy's ``complete``, an epoch's end, so no epoch is split.
+    A stretch no copy holds while a later one is held is a :class:`Gap`; a
+    tail no copy holds (its bridge went away since the range was planned)
+    is a piece without candidates, for the reader to find a copy of.
+    """
+    copies = list(copies)
+    rank = {name: i for i, name in enumerate(preference)}
+    order = sorted(copies, key=lambda c: (rank.get(c.bridge, len(rank)), c.bridge))
+    out: list[Piece | Gap] = []
+    point = lo
+    while point < hi:
+        covering = [c.complete for c in copies if c.covers(point)]
+        if not covering:
+            later = [c.start for c in copies if point < c.start < hi]
+            if not later:  # held by none now: whoever holds it at read time serves it
+                out.append(Piece(stream, point, hi, ()))
+                break
+            out.append(Gap(stream, point, min(later)))
+            point = min(later)
+            continue
+        end = min(hi, max(covering))
+        names = tuple(
+            dict.fromkeys(c.bridge for c in order if c.start <= point and c.complete >= end)
+        )
+        out.append(Piece(stream, point, end, names))
+        point = end
+    return out
+
+
+def commit_offset(
+    entries: Sequence[IndexEntry], point: int, reference_at: Callable[[int], int]
+) -> int | None:
+    """The log offset of a copy that says "committed up to ``point``": an epoch's end, never past ``point``.
+
+    The largest end of a closed epoch whose point of reference is at most
+    ``point`` that the index tells directly (an entry's ``complete_after``
+    for the last entry ending at or below ``point``), or the last epoch end
+    inside the next entry when one record lookup (``reference_at``) shows it
+    is not past ``point``. The bridge acks ``reference_at`` of it, so it acks
+    nothing the query has not committed. None: the copy holds no such end.
+    """
+    if not entries:
+        return None
+    k = bisect.bisect_right(entries, point, key=lambda e: e.reference_after) - 1
+    found = entries[k].complete_after if k >= 0 else None
+    if k + 1 < len(entries):
+        inner = entries[k + 1].complete_after
+        inside = entries[k + 1].first_offset < inner < entries[k + 1].end_offset
+        if inside and (found is None or inner > found) and reference_at(inner) <= point:
+            found = inner
+    if found is None or found < entries[0].first_offset:
+        return None
+    return found
+
+
+def read_span(
+    entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int
+) -> tuple[int, int]:
+    """Log offsets ``[start, end)`` of a copy that hold every record of ``(lo, hi]`` in closed epochs.
+
+    Whole index entries (a superset: the reader keeps only the rows that
+    :func:`belongs`), from the first entry reaching past ``lo`` to the last
+    one starting at or below ``hi``, never past the closed epochs.
+    """
+    first = bisect.bisect_right(entries, lo, key=lambda e: e.reference_after)
+    last = bisect.bisect_right(entries, hi, key=lambda e: e.reference_before)
+    end = min(entries[last - 1].end_offset if last else 0, complete_offset)
+    start = entries[first].first_offset if first < len(entries) else end
+    return min(start, end), end
