@@ -286,9 +286,13 @@ class FleetProducer:
         return self.conn.stats.moves
 
     def summary(self) -> str:
+        """Its stall and moves; with records unacked, where it is and why its last connections ended."""
         assert self.conn is not None
-        return (f"p{self.index}: longest ACK stall {self.stall.longest:.2f} s, moves {self.moves}, "
+        said = (f"p{self.index}: longest ACK stall {self.stall.longest:.2f} s, moves {self.moves}, "
                 f"connections {self.conn.stats.connections}, resent {self.conn.resent}")  # fmt: skip
+        if self.unacked:
+            said += f", {self.unacked} unacked on {self.conn.bridge} (last errors {list(self.conn.stats.errors)[-3:]})"
+        return said
 
 
 def rotated(urls: Sequence[str], index: int) -> list[str]:
@@ -421,12 +425,12 @@ def write_bridge_list(path: Path, bridges: Sequence[FleetBridge]) -> None:
 class Verdict:
     """What every failover test ends with: each record once with its payload, all acked, the ACK stalls."""
 
-    result: Verification
+    result: Verification | None  # None: not every record was acked
     producers: list[FleetProducer]
 
     def check(self, max_stall: float | None = None) -> None:
         """Every record exactly once with its payload, nothing unacked; no ACK stall above ``max_stall`` s."""
-        assert self.result.ok, self.result.problems()
+        assert self.result is not None and self.result.ok, self.result and self.result.problems()
         assert all(p.unacked == 0 for p in self.producers), self.report()
         if max_stall is not None:
             assert self.longest_stall <= max_stall, self.report()
@@ -491,7 +495,15 @@ class Fleet:
     async def verdict(self, workload: Workload, timeout: float = TIMEOUT) -> Verdict:
         """Wait for every producer's last ACK and every row in the sink; the verdict on them."""
         assert self.running is not None and self.query is not None
-        await asyncio.wait_for(self.running, timeout)
+        deadline = time.monotonic() + timeout
+        while not self.running.done():
+            self.query.alive()
+            if time.monotonic() > deadline:
+                rows = verify_output(self.query.output, workload.expected()).rows
+                raise AssertionError(f"not every record acked within {timeout} s ({rows} of {workload.total} rows "
+                                     f"in the sink): {Verdict(None, self.producers).report()}")  # fmt: skip
+            await asyncio.sleep(0.25)
+        await self.running
         return Verdict(await self.query.until_all(workload, timeout), self.producers)
 
     async def close(self) -> None:
