@@ -487,6 +487,14 @@ class Fleet:
         """Fail unless every producer is still at work: a fault injected now hits them under load."""
         assert self.running is not None and not self.running.done(), "the producers finished before the fault"
 
+    async def until_moved_off(self, bridge: FleetBridge, timeout: float = TIMEOUT) -> None:
+        """Wait until no producer serves (or tries) ``bridge`` any more."""
+        deadline = time.monotonic() + timeout
+        while any(p.conn is not None and p.conn.bridge == bridge.url for p in self.producers):
+            self.producing()
+            assert time.monotonic() < deadline, f"producers still on {bridge.name}: {Verdict(None, self.producers).report()}"
+            await asyncio.sleep(0.1)
+
     def mark(self) -> None:
         """The fault comes now: the stalls counted from here (:meth:`AckStall.mark`)."""
         for p in self.producers:

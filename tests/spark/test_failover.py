@@ -85,7 +85,7 @@ async def test_a_partition_from_the_producers_moves_them_while_the_query_still_r
 
 
 async def test_a_rolling_restart_of_every_bridge_under_load(spark: object, fleet: Fleet) -> None:
-    """Each bridge in turn stopped (SIGTERM) and started again on its log while the producers send."""
+    """Each bridge in turn stopped (SIGTERM) until its producers moved on, then started again on its log, under load."""
     workload = Workload(producers=4, streams=2, events=2500, epoch=40)
     bridges = await fleet.add_bridges("b1", "b2")
     query = fleet.start_query(spark, bridge_options(bridges))
@@ -95,6 +95,7 @@ async def test_a_rolling_restart_of_every_bridge_under_load(spark: object, fleet
         await query.until_rows(every, query.rows_of(every) + ROWS_BEFORE_FAULT)
         fleet.producing()
         assert await bridge.stop() == 0
+        await fleet.until_moved_off(bridge)
         await bridge.start()
     verdict = await fleet.verdict(workload)
     print(verdict.report())
