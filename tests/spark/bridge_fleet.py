@@ -495,6 +495,12 @@ class Fleet:
             assert time.monotonic() < deadline, f"producers still on {bridge.name}: {Verdict(None, self.producers).report()}"
             await asyncio.sleep(0.1)
 
+    async def until_each_acked(self, workload: Workload, rows: int, timeout: float = TIMEOUT) -> None:
+        """Wait until more than ``rows`` rows of each producer are in the sink: all are past the query's start."""
+        assert self.query is not None
+        for p in range(workload.producers):
+            await self.query.until_rows(workload.stream_ids(p), rows, timeout)
+
     def mark(self) -> None:
         """The fault comes now: the stalls counted from here (:meth:`AckStall.mark`)."""
         for p in self.producers:
@@ -521,3 +527,21 @@ class Fleet:
         if self.query is not None:
             await self.query.stop()
         await asyncio.gather(*(b.stop() for b in self.bridges.values()))
+
+
+async def lose_a_bridge(fleet: Fleet, spark: Any, workload: Workload, timeout: float = TIMEOUT) -> Verdict:
+    """Issue 36's first test: two bridges, SIGKILL one and delete its log under load; the verdict.
+
+    Producers are given both bridges' URLs, half of them starting on each;
+    once more than 100 rows of every producer are in the sink (all past the
+    query's start, so a stall is the kill's), bridge ``b1`` is SIGKILLed
+    and its log directory deleted. Stalls count from the kill.
+    """
+    b1, b2 = await fleet.add_bridges("b1", "b2")
+    fleet.start_query(spark, bridge_options([b1, b2]))
+    fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))
+    await fleet.until_each_acked(workload, 100, timeout)
+    fleet.producing()
+    fleet.mark()
+    await b1.kill(lose_log=True)
+    return await fleet.verdict(workload, timeout)

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from demo.workload import Workload
-from tests.spark.bridge_fleet import Fleet, Partition, bridge_options, rotated, write_bridge_list
+from tests.spark.bridge_fleet import (
+    Fleet,
+    Partition,
+    bridge_options,
+    lose_a_bridge,
+    rotated,
+    write_bridge_list,
+)
 from tests.spark.standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -44,19 +51,10 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_its_
     spark: object, fleet: Fleet
 ) -> None:
     """The new user's test: 4 producers given both URLs, bridge 1 SIGKILLed and its log deleted a few seconds in."""
-    workload = Workload(producers=4, streams=2, events=1500, epoch=40)
-    b1, b2 = await fleet.add_bridges("b1", "b2")
-    query = fleet.start_query(spark, bridge_options([b1, b2]))
-    fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))  # p0, p2 start on b1
-    on_b1 = range(0, 4, 2)
-    await query.until_rows(stream_ids(workload, on_b1), ROWS_BEFORE_FAULT)
-    fleet.producing()
-    fleet.mark()
-    await b1.kill(lose_log=True)
-    verdict = await fleet.verdict(workload)
+    verdict = await lose_a_bridge(fleet, spark, Workload(producers=4, streams=2, events=1500, epoch=40))
     print(verdict.report())
     verdict.check(max_stall=MAX_STALL)
-    assert all(fleet.producers[p].moves >= 1 for p in on_b1), verdict.report()
+    assert all(fleet.producers[p].moves >= 1 for p in range(0, 4, 2)), verdict.report()  # p0, p2 started on b1
 
 
 async def test_a_partition_from_the_producers_moves_them_while_the_query_still_reads_bridge_1(
@@ -67,10 +65,10 @@ async def test_a_partition_from_the_producers_moves_them_while_the_query_still_r
     b1, b2 = await fleet.add_bridges("b1", "b2")
     relay = Partition(b1.tcp_port)
     await relay.start()
-    query = fleet.start_query(spark, bridge_options([b1, b2]))
+    fleet.start_query(spark, bridge_options([b1, b2]))
     fleet.start_producers(workload, lambda p: rotated([relay.url, b2.url], p))
     on_b1 = range(0, 4, 2)
-    await query.until_rows(stream_ids(workload, on_b1), ROWS_BEFORE_FAULT)
+    await fleet.until_each_acked(workload, ROWS_BEFORE_FAULT)
     fleet.producing()
     fleet.mark()
     await relay.cut()
@@ -141,9 +139,9 @@ async def test_a_standalone_cluster_query_across_two_bridges_survives_one_killed
     b1, b2 = await fleet.add_bridges("b1", "b2", root=cluster.hidden / tmp_path.name)
     listing = tmp_path / "bridges.txt"
     write_bridge_list(listing, [b1, b2])
-    query = await fleet.start_driver(cluster.master_url, listing)
+    await fleet.start_driver(cluster.master_url, listing)
     fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))
-    await query.until_rows(workload.stream_ids(0), ROWS_BEFORE_FAULT)
+    await fleet.until_each_acked(workload, ROWS_BEFORE_FAULT)
     fleet.producing()
     fleet.mark()
     await b1.kill()
