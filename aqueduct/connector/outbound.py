@@ -148,6 +148,11 @@ class OutboundStream:
         re-sent, but they stay buffered: only an ACK says they are committed.
         Returns None when there is nothing to do (stream finished with EOS
         and everything up to it durable).
+
+        A worker whose point is below what is already acked (another bridge
+        committed those records, or this one lost them) is notified from the
+        oldest record still unacked: the ids between will never come, and a
+        worker expecting them would hold its point there for good.
         """
         if point is not None:
             self.resume_from = point
@@ -157,7 +162,7 @@ class OutboundStream:
         resend = [m for m in self.unacked if point is None or m.message_id >= point]  # type: ignore[operator]
         if self.closed and not resend:
             return None
-        notify_at = point if point is not None else self.notify_point()
+        notify_at = self.notify_point() if point is None else max(point, self.notify_point())
         return Notify(self.stream_id, self.stream_name, notify_at), resend
 
     def _drop_below(self, point: int) -> None:
@@ -178,10 +183,16 @@ class OutboundStream:
 
 
 class Outbox:
-    """The frames still to send on the current connection, in order."""
+    """The frames still to send on the current connection, in order.
 
-    def __init__(self) -> None:
-        self.streams: dict[int, OutboundStream] = {}
+    ``streams`` may be shared by several outboxes, one per connection of a
+    connector that sends every stream to several workers at once: each
+    plans its own connection's NOTIFYs and re-sends, and an ACK on any of
+    them releases the records for all.
+    """
+
+    def __init__(self, streams: dict[int, OutboundStream] | None = None) -> None:
+        self.streams: dict[int, OutboundStream] = {} if streams is None else streams
         self.refs: dict[int, int] = {}  # points of reference from the latest OK
         self.resent = 0  # messages queued again by reconnects
         #: a NOTIFY, or one stream's records queued together (one for ``send``, a round for ``send_many``)
@@ -208,15 +219,24 @@ class Outbox:
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
         """Open a new stream or re-open one closed by EOS; queue its NOTIFY."""
         stream = self.streams.get(stream_id)
+        reopened = stream is not None
         if stream is None:
             stream = self.streams[stream_id] = OutboundStream(stream_id, name, mode)
-            plan = stream.resume(self.refs.get(stream_id))
         else:
             stream.stream_name, stream.mode, stream.closed = name, mode, False
-            plan = stream.resume(None)  # what is unacked was already sent on this connection
+        self.notify(stream, reopened)
+        return stream
+
+    def notify(self, stream: OutboundStream, reopened: bool) -> None:
+        """Queue the NOTIFY of a stream just opened (by :meth:`open`, this outbox's or another's sharing it).
+
+        A new stream starts from this connection's OK point; a re-opened
+        one from its oldest unacked record (what is unacked was already
+        sent on this connection).
+        """
+        plan = stream.resume(None if reopened else self.refs.get(stream.stream_id))
         assert plan is not None  # an open stream always gets a NOTIFY
         self.push(plan[0])
-        return stream
 
     def push(self, item: Notify | list[ConnectorMessage]) -> None:
         """Queue a NOTIFY, or one stream's records (taken, and handed to the session, together)."""

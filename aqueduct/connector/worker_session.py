@@ -53,6 +53,15 @@ DurableLookup = Callable[[str, str], Iterable[DurableStream]]
 """``(program_name, instance_name) -> streams`` this connector used before."""
 
 
+class HelloRefused(Exception):  # noqa: N818 - a reason, not a failure of ours
+    """Raised by a :data:`DurableLookup` to answer HELLO with ERROR ``str(exc)`` instead of OK.
+
+    A draining bridge turns connectors away so (``busy: retry within ...``):
+    with no OK they resume nothing there, and a reason naming a retry window
+    tells them to come back later or try another bridge, not to give up.
+    """
+
+
 def _nothing_durable(program_name: str, instance_name: str) -> Iterable[DurableStream]:
     return ()
 
@@ -206,7 +215,11 @@ class WorkerSession(WorkerMachine[WorkerEvent]):
         if not hmac.compare_digest(hello.cookie, expected):
             raise self._fail("bad cookie")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
-        for durable in self._durable(hello.program_name, hello.instance_name):
+        try:
+            known = list(self._durable(hello.program_name, hello.instance_name))
+        except HelloRefused as refused:
+            raise self._fail(str(refused)) from None
+        for durable in known:
             self.streams[durable.stream_id] = InboundStream.from_durable(durable)
         refs = tuple(
             StreamRef(s.stream_id, s.stream_name, s.point_of_reference)

@@ -9,28 +9,14 @@ acked once that commit reached the bridge, not before.
 from __future__ import annotations
 
 import asyncio
-import pickle
 from pathlib import Path
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable
-
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
-from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
 from aqueduct.connector.producer.client import Connector
+from tests.stand_in_query import StandInQuery
 from tests.waiting import after, count_calls
 
 TIMEOUT = 30.0  # only turns a hang into a failure
-
-
-def read_and_commit(options: dict[str, str]) -> list[bytes]:
-    """One micro-batch as Spark runs it: plan, read the pickled partitions, commit."""
-    r = pickle.loads(pickle.dumps(AqueductDataSource(options).streamReader(SPARK_STRUCT)))
-    start = r.initialOffset()
-    end = r.next_end(start, ReadAllAvailable())
-    parts = pickle.loads(pickle.dumps(r.partitions(start, end)))
-    payloads = [row["payload"] for p in parts for b in r.read(p) for row in b.to_pylist()]
-    r.commit(end)
-    return payloads
 
 
 async def test_an_ingest_only_bridge_acks_after_the_remote_query_committed(tmp_path: Path) -> None:
@@ -55,7 +41,8 @@ async def test_an_ingest_only_bridge_acks_after_the_remote_query_committed(tmp_p
                 await asyncio.sleep(0.05)
             await after(polls, "reads of the commit files", TIMEOUT, more=2)  # the second began once durable
             assert stream.acked == 0  # durable, not committed: no ack yet
-            payloads = await asyncio.to_thread(read_and_commit, {**options, "consumer": "default"})
+            query = StandInQuery({**options, "consumer": "default"})
+            payloads = [row["payload"] for row in await asyncio.to_thread(query.micro_batch)]
             assert sorted(payloads) == sorted(b"m%d" % i for i in range(10))
             await conn.wait_all_acked(TIMEOUT)  # the commit file the Flight call wrote, polled
             assert stream.acked == 11

@@ -67,6 +67,7 @@ def test_every_command_says_its_version(name: str) -> None:
         (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT or aqueduct://HOST:PORT)"),
         (["tcp://127.0.0.1:70000"], "bridge URL 'tcp://127.0.0.1:70000': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000,tcp://127.0.0.1:x"], "bridge URL 2 of 2 'tcp://127.0.0.1:x': port must be an integer 1-65535"),
+        (["tcp://127.0.0.1:7000", "--replicas", "2"], "replicas must be 1 to the number of bridges (1 bridge given), got 2"),
         (["tcp://127.0.0.1:7000", "MISSING"], "cannot read MISSING: No such file or directory"),
         (["tcp://127.0.0.1:7000", "--cookie-file", "MISSING"],
          "--cookie-file: cannot read MISSING: No such file or directory"),

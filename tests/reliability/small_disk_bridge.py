@@ -38,7 +38,6 @@ import sys
 from pathlib import Path
 
 from aqueduct.bridge.ingest.service import Ingest
-from aqueduct.bridge.source.log_access import LocalLog
 from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.commits import read_committed
 from aqueduct.bridge.storage.log import DurableLog
@@ -46,6 +45,7 @@ from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from aqueduct.connector.worker_session import WorkerConfig
 from aqueduct.runtime.certs import cert_paths
+from tests.spark_stand_in import SparkStandIn
 from tests.stored import stored
 from tests.waiting import count_calls
 
@@ -112,18 +112,14 @@ async def main(args: argparse.Namespace) -> None:
     async def spark_stand_in() -> None:
         # As Spark would: its next commit after a restart comes well after producers
         # reconnected; then every 50 ms, if there are new complete epochs, a micro-batch of them.
-        local = LocalLog(log.path)
+        stand_in = SparkStandIn(log.path, STAND_IN, COMMIT_FILE_TRAILS)
         while not ingest.counters.sessions_started:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.2)
-        batches: list[dict[int, int]] = []  # the micro-batches committed, newest last
         while True:
             positions = {s: log.complete_offset(s) for s in log.stream_ids()}
-            if not batches or positions != batches[-1]:  # a micro-batch with new records
+            if stand_in.commit(positions):  # a micro-batch with new records: the listener's signal too
                 ingest.on_committed(positions)
-                batches = [*batches[-COMMIT_FILE_TRAILS:], positions]
-                if len(batches) > COMMIT_FILE_TRAILS:
-                    local.commit(STAND_IN, batches[-1 - COMMIT_FILE_TRAILS], 0)
             await asyncio.sleep(0.05)
 
     tasks = [asyncio.create_task(ingest.run()), asyncio.create_task(spark_stand_in())]

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.connector.connector_session import ConnectorSession
-from aqueduct.connector.events import Acked, ConnectorEvent
 from aqueduct.connector.producer import client
 from aqueduct.connector.producer.client import Connector
+from tests.recording_session import RecordingSession
 from tests.reliability.faults import Figures, tally
 from tests.reliability.ingest_child import TIMEOUT, IngestChild
 from tests.reliability.injection import fault_env, faults_reached
@@ -37,25 +36,6 @@ PHASES = ("decided", "half", "recorded")
 
 def payload(stream_id: int, message_id: int) -> bytes:
     return b"stream %d message %d" % (stream_id, message_id)
-
-
-class RecordingSession(ConnectorSession):
-    """The producer's real session, noting every ACK it receives: (connection, stream, point)."""
-
-    acks: list[tuple[int, int, int]] = []
-    connections = 0
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        RecordingSession.connections += 1
-        self.connection = RecordingSession.connections
-
-    def receive_data(self, data: bytes) -> list[ConnectorEvent]:
-        events = super().receive_data(data)
-        for event in events:
-            if isinstance(event, Acked):
-                self.acks.extend((self.connection, sid, point) for sid, point in event.refs)
-        return events
 
 
 def free_tcp_port() -> int:

@@ -220,17 +220,22 @@ def _log_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--json", action="store_true", help=json_help)
 
 
+def _log_command(sub: argparse._SubParsersAction, name: str, summary: str, description: str, json_help: str
+                 ) -> argparse.ArgumentParser:  # fmt: skip
+    """A command of one log directory (``status``, ``drain``): its parser with ``--log`` and ``--json``."""
+    p = sub.add_parser(name, help=summary, description=description)
+    _log_and_json(p, json_help)
+    return p
+
+
 def _add_status(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "status",
-        help="show streams, positions, lag and acked points of reference of a log",
-        description=(
-            "Read a bridge's log directory (safe while the bridge runs) and show, per "
-            "stream: its connector, log head, the position Spark committed, the lag "
-            "between them, and the point of reference acked to the producer."
-        ),
-    )
-    _log_and_json(p, "print JSON instead of a table")
+    _log_command(
+        sub, "status", "show streams, positions, lag and acked points of reference of a log",
+        "Read a bridge's log directory (safe while the bridge runs) and show, per stream: its connector, "
+        "log head, the position Spark committed, the lag between them, and the point of reference acked "
+        "to the producer.",
+        "print JSON instead of a table",
+    )  # fmt: skip
 
 
 def _add_consumers(sub: argparse._SubParsersAction) -> None:
@@ -255,17 +260,14 @@ def _add_consumers(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_drain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "drain",
-        help="retire the bridge running on a log: producers move, it exits once all it holds is committed",
-        description=(
-            "Ask the bridge serving --log to drain: it refuses new producers as busy (those given "
-            "several bridges move on), ends every open session with RESTART, keeps serving its "
-            "consumers, and exits 0 once they committed every record it holds. Waits for that, "
-            "showing what the bridge still waits for, unless --no-wait."
-        ),
-    )
-    _log_and_json(p, "print the outcome as JSON")
+    p = _log_command(
+        sub, "drain", "retire the bridge running on a log: producers move, it exits once all it holds is committed",
+        "Ask the bridge serving --log to drain: it refuses new producers as busy (those given several bridges "
+        "move on), ends every open session with RESTART, keeps serving its consumers, and exits 0 once they "
+        "committed every record it holds. Waits for that, showing what the bridge still waits for, unless "
+        "--no-wait.",
+        "print the outcome as JSON",
+    )  # fmt: skip
     p.add_argument("--no-wait", action="store_true", help="only ask; do not wait for the bridge to exit")
     p.add_argument(
         "--timeout", type=positive_float, metavar="SECONDS",

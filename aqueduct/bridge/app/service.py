@@ -417,6 +417,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         logger.error("%s", exc, extra=fields(event="start_failed"))
         await bridge.stop()
         return 1
+    bridge.follow_drain_requests()
     listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
     listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
     if bridge.wallaroo_address:
@@ -432,7 +433,6 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
             "log served over Flight at %s (token in %s)", bridge.flight_address, bridge.flight_token_file,
             extra=fields(event="flight"),
         )  # fmt: skip
-    bridge.follow_drain_requests()
     ends = (stop, bridge.stopped, bridge.drained)
     waiters = [asyncio.create_task(e.wait()) for e in ends]
     last: BridgeProgress | None = None

@@ -57,6 +57,7 @@ from aqueduct.connector.events import (
 )
 from aqueduct.connector.inbound import DurableStream
 from aqueduct.connector.worker.server import WorkerPeer
+from aqueduct.connector.worker_session import HelloRefused
 from aqueduct.logs import fields
 
 __all__ = ["REFUSAL_KINDS", "Ingest", "IngestConfig", "IngestCounters", "connector_name", "refusal_kind"]
@@ -119,7 +120,9 @@ class Ingest:
     # ------------------------------------------------------------ session side
 
     def durable_streams(self, program_name: str, instance_name: str) -> list[DurableStream]:
-        """Streams this connector used before, at their durable points (for OK)."""
+        """Streams this connector used before, at their durable points (for OK); refused while turning away."""
+        if self.turning_away is not None:
+            raise HelloRefused(self.turning_away)
         return [
             DurableStream(sid, name, point)
             for sid, name, point in self.log.references_of(
@@ -134,10 +137,7 @@ class Ingest:
         elif isinstance(event, StreamNotified):
             await self._on_notified(peer, event)
         elif isinstance(event, HelloAccepted):
-            if self.turning_away is None:
-                self._on_hello(peer, event)
-            else:  # the session already queued OK: the ERROR follows it, before any record is taken
-                await peer.fail(self.turning_away)
+            self._on_hello(peer, event)
         elif isinstance(event, SessionEnded):
             self._log_end(peer, event)
             self._forget(peer)
@@ -157,8 +157,9 @@ class Ingest:
     async def turn_away(self, reason: str) -> int:
         """Take no new sessions and send the open ones elsewhere; return how many were ended.
 
-        From now on every HELLO is answered with ERROR ``reason`` (a busy
-        refusal naming when to come back, see :mod:`aqueduct.runtime.retry_hint`);
+        From now on every HELLO is answered with ERROR ``reason`` instead of
+        OK (a busy refusal naming when to come back, see
+        :mod:`aqueduct.runtime.retry_hint`);
         every open session ends with RESTART, so its connector reconnects
         at once, is refused, and moves to another bridge or waits. What the
         sessions sent before stays in the group commit and the log.

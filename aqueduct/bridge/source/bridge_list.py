@@ -25,12 +25,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from aqueduct.bridge.source.options import split_address
-
-__all__ = ["BridgeEntry", "BridgeListError", "Membership", "parse_bridge_list", "read_bridge_list"]
+__all__ = [
+    "BridgeEntry",
+    "BridgeListError",
+    "Membership",
+    "parse_bridge_list",
+    "read_bridge_list",
+    "split_address",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELDS = ("token", "ca")
+
+
+def split_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` to ``(host, port)``; raises ValueError with the reason."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"a bridge address is HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
 
 
 class BridgeListError(ValueError):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,9 +57,9 @@ from pyspark.sql.types import (
 
 from aqueduct.bridge.source.admission import Limit, admit
 from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
+from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
-    RemoteCorruption,
     open_bridges,
 )
 from aqueduct.bridge.source.lag import stored_bytes
@@ -79,7 +78,6 @@ from aqueduct.bridge.storage.consumers import (
 )
 from aqueduct.bridge.storage.offset import SourceOffset, StreamKey, key_text
 from aqueduct.bridge.storage.schema import SPARK_COLUMNS, SPARK_FIELDS
-from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
 
 __all__ = [
@@ -108,24 +106,6 @@ STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxByte
 #: Seconds between looks at the change journal while ``idleWait`` waits for new data.
 IDLE_POLL = 0.005
 REMOTE_IDLE_POLL = 0.05  # seconds between asking an idle bridge again (a Flight call each)
-
-
-class AqueductDataLoss(RuntimeError):
-    """Records the query has not read yet were truncated from the log, or their stored bytes are corrupt."""
-
-
-@contextmanager
-def _corruption_is_data_loss() -> Iterator[None]:
-    """A stored batch failing its checksum, met by any read (records or an epoch question, here or on a bridge).
-
-    The reads themselves already applied ``failOnDataLoss``
-    (:func:`~aqueduct.bridge.storage.corruption.corrupt_handler`): what
-    still raises is the query's data loss, reported the same on every path.
-    """
-    try:
-        yield
-    except (BatchCorrupt, RemoteCorruption) as found:
-        raise AqueductDataLoss(f"aqueduct source: {found} (failOnDataLoss=false skips such batches)") from None
 
 
 def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:
@@ -164,7 +144,7 @@ def _positions(
             f"aqueduct source: {option} names streams the log does not have "
             f"(or the stream filter leaves out): [{', '.join(key_text(k) for k in unknown)}]"
         )
-    with _corruption_is_data_loss():
+    with corruption_is_data_loss():
         return {k: _start_of(s, per_stream.get(k, default), option) for k, s in streams.items()}
 
 
@@ -205,17 +185,16 @@ class AqueductDataSource(DataSource):
         return stream_reader(self.parsed)
 
     def reader(self, schema: StructType) -> AqueductBatchReader:
-        if self.parsed.failover:
-            raise AqueductOptionError(
-                "aqueduct source: failover is for streaming queries (spark.readStream); a batch read "
-                "(spark.read) reads each log as it is: set failover=false"
-            )
         given = sorted(name for name in STREAMING_ONLY if name.lower() in self.parsed.given)
         if given:
             raise AqueductOptionError(
                 f"aqueduct source: {', '.join(given)} only apply to streaming queries "
                 "(spark.readStream); a batch read is no consumer and has no triggers"
             )
+        if self.parsed.failover:
+            from aqueduct.bridge.source.failover import FailoverBatchReader
+
+            return FailoverBatchReader(self.parsed)  # type: ignore[return-value]
         return AqueductBatchReader(self.parsed)
 
 
@@ -247,7 +226,7 @@ def read_partition(
     # 0.1 s on the benchmark machine) on the way to the query's first micro-batch.
     import pyarrow.compute as pc
 
-    with _corruption_is_data_loss():
+    with corruption_is_data_loss():
         for x in partition.slices:
             log = logs[x.key[0] if isinstance(x.key, tuple) else None]
             for batch in log.read(x, skip_corrupt):
@@ -589,7 +568,7 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader):
                 completes[k] = max(completes.get(k, pos), pos)
             completes = {k: c for k, c in completes.items() if c > 0 or k in starts}
             self._turn += 1
-            with _corruption_is_data_loss():  # a budget asks epoch questions
+            with corruption_is_data_loss():  # a budget asks epoch questions
                 ends = admit(starts, completes, streams, max_records, self._turn, limits=limits)
         if self._too_few(starts, ends):
             # No batch yet: what changed must be looked at again next time.

@@ -5,7 +5,7 @@ reference (:mod:`aqueduct.bridge.source.id_space`), with the planner's
 snapshot of each copy that held them all (:class:`PlannedCopy`, preferred
 first) and every other bridge of the query. :func:`read_piece` reads the
 piece from the first copy that covers it, keeps the rows whose stored
-``reference`` lies in the range, and when a bridge cannot be reached (or
+``reference`` puts them in the range, and when a bridge cannot be reached (or
 its log is gone) goes on from the last point it yielded with the next
 copy; when none of the planned copies is left, it looks at every bridge
 afresh (a producer that moved has resent the records to another one),
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 from aqueduct.bridge.source.flight_client import UNREACHABLE
-from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span
+from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span, span_entries
 from aqueduct.bridge.source.log_access import LogAccess
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.index import IndexEntry
@@ -38,6 +39,15 @@ READ_WAIT = 60.0
 
 #: What "this bridge cannot serve now" looks like: Flight unreachable, a log directory gone.
 GONE = (*UNREACHABLE, OSError, NotALog)
+
+
+class StaleCopy(RuntimeError):
+    """A copy's records are not those its planned index entries describe (its log was replaced since)."""
+
+
+#: What makes a reader try the next copy: the bridge gone, its log replaced, or an error it answers
+#: a read with (a range no longer stored); a batch failing its checksum is data loss, not this.
+CANNOT_SERVE = (*GONE, StaleCopy, flight.FlightServerError)
 
 
 class PieceUnavailable(RuntimeError):
@@ -55,19 +65,18 @@ class PlannedCopy:
     copy: Copy
     access: LogAccess
     directory: str
-    entries: tuple[IndexEntry, ...]
+    entries: Sequence[IndexEntry]
     complete_offset: int
 
     @classmethod
     def of(cls, name: str, access: LogAccess, s: StreamIndex, complete: int) -> PlannedCopy:
         """``s`` (a snapshot from ``access``), whose closed epochs end at point ``complete``."""
-        return cls(
-            Copy(name, copy_start(s.entries), complete),
-            access,
-            str(s.directory),
-            tuple(s.entries),
-            s.complete,
-        )
+        return cls(Copy(name, copy_start(s.entries), complete), access, str(s.directory), s.entries, s.complete)
+
+    def for_range(self, lo: int, hi: int) -> PlannedCopy:
+        """The same copy with only the index entries that may hold ``(lo, hi]``: what a partition carries."""
+        first, last = span_entries(self.entries, lo, hi)
+        return PlannedCopy(self.copy, self.access, self.directory, self.entries[first:last], self.complete_offset)
 
 
 @dataclass(frozen=True)
@@ -98,27 +107,45 @@ def complete_point(s: StreamIndex) -> int:
 
 
 def rows_in(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
-    """The Spark rows of ``batch`` that belong to ``(lo, hi]``: ``lo < reference <= hi``, BOUNDARY markers left out."""
+    """The Spark rows of ``batch`` that belong to ``(lo, hi]`` (:func:`~.id_space.belongs`), BOUNDARY markers left out.
+
+    Stable records: ``lo < reference <= hi``; the others: ``lo <= reference < hi``.
+    """
     import pyarrow.compute as pc
 
-    ref = batch.column("reference")
-    keep = pc.and_(
-        pc.invert(batch.column("boundary")), pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi))
-    )
+    ref, stable = batch.column("reference"), batch.column("stable")
+    by_stable = pc.and_(pc.greater(ref, lo), pc.less_equal(ref, hi))
+    by_unstable = pc.and_(pc.greater_equal(ref, lo), pc.less(ref, hi))
+    keep = pc.and_(pc.invert(batch.column("boundary")), pc.if_else(stable, by_stable, by_unstable))
     return batch.filter(keep).select(list(SPARK_COLUMNS))
 
 
 def _read_copy(
     c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read."""
+    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read.
+
+    The records read must be the ones the planner's index entries describe:
+    the first starts at the first entry's point, and the last stable one
+    reaches ``hi``. A log replaced since planning (a bridge restarted on an
+    empty directory, refilled by resends at other offsets) fails this, and
+    raises :class:`StaleCopy` rather than yielding a range with holes.
+    """
     start, end = read_span(c.entries, lo, hi, c.complete_offset)
     if start >= end:
         return
     entries = tuple(e for e in c.entries if e.end_offset > start and e.first_offset < end)
+    seen: int | None = None
     for batch in c.access.read(Slice(c.directory, stream, start, end, entries, 0), skip_corrupt):
-        if batch.num_rows:
-            yield rows_in(batch, lo, hi), batch.column("reference")[-1].as_py()
+        if not batch.num_rows:
+            continue
+        refs = batch.column("reference")
+        if seen is None and not entries[0].reference_before <= refs[0].as_py() <= entries[0].reference_after:
+            raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} is not the one planned on")
+        seen = refs[-1].as_py()
+        yield rows_in(batch, lo, hi), seen
+    if not skip_corrupt and hi > max(lo, c.copy.start) and (seen is None or seen < hi):
+        raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} ends before point {hi}, which it held")
 
 
 def _fresh(
@@ -179,7 +206,7 @@ def read_piece(
                 if rows.num_rows:
                     yield rows
             point = end
-        except GONE as e:
+        except CANNOT_SERVE as e:
             logger.warning(
                 "aqueduct source: bridge %s failed reading stream %d at point %d (%s); trying another",
                 c.copy.bridge, piece.stream, point, e,

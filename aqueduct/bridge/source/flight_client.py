@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from aqueduct.bridge.source.bridge_list import split_address
 from aqueduct.bridge.source.log_access import stream_id
-from aqueduct.bridge.source.options import split_address
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.consumers import ConsumerError, StreamSelection
 from aqueduct.bridge.storage.flight_protocol import AUTH_HEADER, BEARER, RESUME_AT, STREAM_HEAD

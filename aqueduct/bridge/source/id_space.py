@@ -4,9 +4,13 @@ A producer's message ids strictly increase per stream, and the same id
 is always the same record, so a record is ``(stream id, message id)``
 wherever it is stored. A point of reference ``P`` is an exclusive upper
 bound: "every stable record with an id below ``P``". Every stored record
-carries ``reference``, the stream's point *after* it, so a record belongs
-to the range of points ``(lo, hi]`` iff ``lo < reference <= hi``
-(:func:`belongs`): the same records whichever bridge's log holds them.
+carries ``reference``, the stream's point *after* it, so a stable record
+belongs to the range of points ``(lo, hi]`` iff ``lo < reference <= hi``
+(:func:`belongs`): the same records whichever bridge's log holds them. A
+record without a stable id (EPHEMERAL, UNSTABLE_REFERENCE) carries the
+point of the stable record before it and goes with it: it belongs iff
+``lo <= reference < hi``, so one that opens an epoch (after the BOUNDARY
+that ended the range before) is read with its epoch, once.
 
 A **copy** is one bridge's log of one stream (:class:`Copy`): it holds
 every record whose reference is above ``start`` and whose epoch closed
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from aqueduct.bridge.storage.index import IndexEntry
 
 __all__ = [
-    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span",
+    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span", "span_entries",
 ]  # fmt: skip
 
 #: The point before a stream's first record: records with no stable id that
@@ -71,9 +75,13 @@ class Gap:
     hi: int
 
 
-def belongs(reference: int, lo: int, hi: int) -> bool:
-    """Whether a record whose stored ``reference`` (the point after it) is this belongs to ``(lo, hi]``."""
-    return lo < reference <= hi
+def belongs(reference: int, stable: bool, lo: int, hi: int) -> bool:
+    """Whether a record with this stored ``reference`` (the point after it) belongs to ``(lo, hi]``.
+
+    A stable record is the one that moved the point to ``reference``; one
+    without a stable id follows the stable record whose point it carries.
+    """
+    return lo < reference <= hi if stable else lo <= reference < hi
 
 
 def copy_start(entries: Sequence[IndexEntry]) -> int:
@@ -175,17 +183,22 @@ def commit_offset(
     return found
 
 
-def read_span(
-    entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int
-) -> tuple[int, int]:
+def span_entries(entries: Sequence[IndexEntry], lo: int, hi: int) -> tuple[int, int]:
+    """Indexes ``[first, last)`` of the entries that may hold records of ``(lo, hi]`` (see :func:`read_span`)."""
+    first = bisect.bisect_left(entries, lo, key=lambda e: e.reference_after)
+    last = bisect.bisect_right(entries, hi, key=lambda e: e.reference_before)
+    return first, max(first, last)
+
+
+def read_span(entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: int) -> tuple[int, int]:
     """Log offsets ``[start, end)`` of a copy that hold every record of ``(lo, hi]`` in closed epochs.
 
     Whole index entries (a superset: the reader keeps only the rows that
-    :func:`belongs`), from the first entry reaching past ``lo`` to the last
-    one starting at or below ``hi``, never past the closed epochs.
+    :func:`belongs`), from the first entry reaching ``lo`` to the last one
+    starting at or below ``hi``, never past the closed epochs.
     """
-    first = bisect.bisect_right(entries, lo, key=lambda e: e.reference_after)
-    last = bisect.bisect_right(entries, hi, key=lambda e: e.reference_before)
-    end = min(entries[last - 1].end_offset if last else 0, complete_offset)
-    start = entries[first].first_offset if first < len(entries) else end
-    return min(start, end), end
+    first, last = span_entries(entries, lo, hi)
+    if first == last:
+        return 0, 0
+    end = min(entries[last - 1].end_offset, complete_offset)
+    return min(entries[first].first_offset, end), end

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqueduct.bridge.source.bridge_list import BridgeListError, read_bridge_list, split_address
 from aqueduct.bridge.storage.consumers import (
     ALL_STREAMS,
     DEFAULT_CONSUMER,
@@ -98,14 +99,6 @@ class AqueductOptionError(ValueError):
 
 
 _LOG_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def split_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT`` to ``(host, port)``; raises ValueError with the reason."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"a bridge address is HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
 
 
 def _named(text: str, option: str) -> tuple[tuple[str | None, str], ...]:
@@ -214,6 +207,8 @@ class SourceOptions:
             )
         failover = _failover(opts, bridge_list)
         sources = _sources(log, bridge)
+        if bridge_list is not None:
+            _check_list_names(bridge_list, sources)
         for _, kind, where in sources:
             try:
                 check_log_dir(Path(where)) if kind == "log" else split_address(where)
@@ -271,13 +266,21 @@ def _failover(opts: Mapping[str, str], bridge_list: str | None) -> bool:
                 "offsets, which differ between bridges); every trigger reads all complete epochs"
             )
     if bridge_list is not None:
-        from aqueduct.bridge.source.bridge_list import BridgeListError, read_bridge_list
-
         try:
             read_bridge_list(bridge_list)
         except BridgeListError as e:
             raise AqueductOptionError(f"aqueduct source: {e}") from None
     return failover
+
+
+def _check_list_names(bridge_list: str, sources: tuple[tuple[str | None, str, str], ...]) -> None:
+    """A bridge list names no log the ``log``/``bridge`` options name too (they are the query's fixed ones)."""
+    fixed = {name or where for name, _, where in sources}
+    both = sorted(e.name for e in read_bridge_list(bridge_list) if e.name in fixed)
+    if both:
+        raise AqueductOptionError(
+            f"aqueduct source: bridge list {bridge_list!r} names {', '.join(both)}, also named by option log or bridge"
+        )
 
 
 def _bridge_timeout(opts: Mapping[str, str], failover: bool) -> float:

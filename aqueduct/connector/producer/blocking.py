@@ -38,14 +38,14 @@ T = TypeVar("T")
 
 
 class Producer:
-    """A thread-safe, blocking connector; keyword arguments are :class:`Connector`'s.
+    """A thread-safe, blocking connector; ``url`` (one bridge or several) and keyword arguments are :class:`Connector`'s.
 
     Connecting happens in the constructor and raises what ``Connector.connect``
     raises (``ConnectorRefused``, ``TlsRefused``, ``ConnectionError`` after
     ``connect_timeout``); the background thread is stopped again then.
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str | Sequence[str], **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="aqueduct-producer", daemon=True)
         self._thread.start()

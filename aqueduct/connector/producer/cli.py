@@ -10,7 +10,8 @@ progress lines and the summary's ``retries`` say how often) until it
 answers, or until ``--connect-timeout`` if given. Given several bridges
 (``URL,URL,...``), it moves to the next when its own was lost or could not
 be reached for ``--move-after`` seconds (the summary's ``moves``, and
-``bridge``, the one it ended on).
+``bridge``, the one it ended on); ``--replicas 2`` sends every stream to
+two of them at once (``serving``: the bridge of each connection).
 
 Stream ids: a stream belongs to the connector (program/instance) that
 first sent on it, so two producers must not share ids. By default each
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-name", default="produce", help="stream name prefix: streams are PREFIX/0, PREFIX/1, ... (default 'produce')")
     p.add_argument("--mode", choices=[m.value for m in Mode], default="ordered", help="stream delivery mode over Aqueduct")
     p.add_argument("--move-after", type=positive_float, default=DEFAULT_MOVE_AFTER, metavar="SECONDS", help=f"with several bridges: move to the next once this one was lost or unreachable this long, or refuses as busy (default {DEFAULT_MOVE_AFTER:g}; a connection silent this long counts as lost)")
+    p.add_argument("--replicas", type=positive_int, default=1, metavar="N", help="send every stream to N of the bridges at once, each over a connection of its own; a record is done when any of them acks it, so losing one costs no stall (default 1)")
     p.add_argument("--connect-timeout", type=positive_float, default=None, help="give up if no connection within this many seconds (default: retry until the worker answers)")
     p.add_argument("--ack-timeout", type=positive_float, default=60.0, help="seconds to wait for the final acks (default 60)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
@@ -172,7 +174,7 @@ class _Progress:
                 print(f"connecting to {conn.bridge}: {stats.retries} retries ({last})", file=sys.stderr)
                 continue
             acked = _committed(streams, self.start)
-            moves = f" moves {stats.moves} (on {conn.bridge})" if len(conn.bridges) > 1 else ""
+            moves = f" moves {stats.moves} (on {','.join(conn.serving)})" if len(conn.bridges) > 1 else ""
             print(
                 f"sent {self.sent} acked {acked} resent {conn.resent} "
                 f"connections {stats.connections} retries {stats.retries}{moves}",
@@ -230,6 +232,7 @@ async def _produce(args: argparse.Namespace, conn: Connector, files: list[Binary
     summary["retries"] = conn.stats.retries
     summary["moves"] = conn.stats.moves
     summary["bridge"] = conn.bridge
+    summary["serving"] = list(conn.serving)
     return summary
 
 
@@ -292,8 +295,9 @@ def _connector(args: argparse.Namespace) -> Connector:
             connect_timeout=args.connect_timeout,
             quic_backend=args.quic_backend,
             move_after=args.move_after,
+            replicas=args.replicas,
         )
-    except ValueError as exc:  # a URL's scheme, host or port (named); a backend that is not installed
+    except ValueError as exc:  # a URL's scheme, host or port (named); a backend that is not installed; replicas
         raise UsageError(str(exc)) from None
 
 

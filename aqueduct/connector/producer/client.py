@@ -11,7 +11,10 @@
 One background task owns the connection. It handshakes, re-notifies every
 stream from the OK's points of reference and re-sends what they do not cover
 (the sans-IO :class:`~aqueduct.connector.outbound.Outbox` plans that), and
-after RESTART or a lost connection reconnects with exponential backoff. The
+after RESTART or a lost connection reconnects with exponential backoff
+(given several bridges, it moves to the next instead once its own was not
+served for ``move_after`` seconds or refused it as busy: a move is a
+reconnect elsewhere, planned the same way). The
 first connection retries with the same backoff: a fleet of producers
 started before its bridge (or restarted together after an outage) connects
 as soon as the bridge answers, and the jitter spreads their attempts so
@@ -53,8 +56,9 @@ from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.producer.bridges import BridgeAddress, bridge_list
+from aqueduct.connector.producer.rotation import BridgeRotation
 from aqueduct.connector.states import ConnectionState
-from aqueduct.runtime.retry_hint import window_named
+from aqueduct.runtime.retry_hint import RetryWindow, window_named
 
 __all__ = [
     "ORDERED",
@@ -298,6 +302,7 @@ class Connector:
         on_delivery: DeliveryCallback | None = None,
         retry_permanent_errors: bool = False,
         move_after: float = DEFAULT_MOVE_AFTER,
+        replicas: int = 1,
     ) -> None:
         """``url``: the bridge (``tcp://HOST:PORT`` or ``aqueduct://HOST:PORT``),
         or several, as a sequence or one string ``URL,URL,...``; each is checked
@@ -307,7 +312,10 @@ class Connector:
         could not be reached for ``move_after`` seconds, or refuses it as busy
         (a bridge being drained); a connection silent for ``move_after`` counts
         as lost (the idle timeout below is cut to it). With one URL,
-        ``move_after`` plays no part. ``connect_timeout``: seconds ``connect`` keeps retrying the first connection
+        ``move_after`` plays no part. ``replicas``: how many of the bridges
+        every stream is sent to at once, each over a connection of its own
+        (at most one per bridge); a record is done when any of them acks it,
+        so losing one costs no stall. ``connect_timeout``: seconds ``connect`` keeps retrying the first connection
         (``None``, the default: until the worker answers or refuses). ``backoff``:
         (first, cap) seconds between attempts, doubled per failure, each delay
         drawn at random between the first and the current step (full jitter).
@@ -328,9 +336,10 @@ class Connector:
         TLS handshake that failed); for a bridge whose cookie or certificate is
         about to be fixed.
         """
-        if not move_after > 0:
-            raise ValueError(f"move_after must be above 0 seconds, got {move_after}")
         self.bridges = bridge_list(url)
+        if not 1 <= replicas <= len(self.bridges):
+            given = f"{len(self.bridges)} bridge{'s' if len(self.bridges) != 1 else ''} given"
+            raise ValueError(f"replicas must be 1 to the number of bridges ({given}), got {replicas}")
         #: every bridge's URL, separated by commas (one URL: as given)
         self.url = ",".join(b.url for b in self.bridges)
         self.move_after = move_after
@@ -346,13 +355,13 @@ class Connector:
         self.on_delivery = on_delivery
         self.retry_permanent_errors = retry_permanent_errors
         self.stats = Stats()
-        self._outbox = Outbox()
-        self._session: ConnectorSession | None = None
+        #: every stream, shared by the connections' outboxes
+        self._streams: dict[int, OutboundStream] = {}
+        #: the connections, ``replicas`` of them; the i-th starts on the i-th bridge
+        self._lanes = [_Lane(Outbox(self._streams), BridgeRotation(self.bridges, move_after, 0.0, i)) for i in range(replicas)]
         self._fatal: ConnectorRefused | None = None
         self._closing = False
         self._progress = asyncio.Event()  # set (and replaced) on every state change
-        self._kick = asyncio.Event()  # wakes the writer
-        self._runner: asyncio.Task[None] | None = None
         self._undelivered_reported = False  # records left unacked got their error report
         self.idle_timeout = idle_timeout
         #: seconds of silence after which a connection counts as lost (see ``move_after``)
@@ -362,12 +371,16 @@ class Connector:
             _link_opener(b, cafile, self._mode_of, self._silence, quic_backend, certfile, keyfile, len(self.bridges) > 1)
             for b in self.bridges
         ]
-        self._at = 0
 
     @property
     def bridge(self) -> str:
-        """The URL of the bridge the connector serves (or tries) now."""
-        return self.bridges[self._at].url
+        """The URL of the bridge the connector serves (or tries) now (with ``replicas``: the first connection's)."""
+        return self._lanes[0].rotation.current.url
+
+    @property
+    def serving(self) -> tuple[str, ...]:
+        """The URL of the bridge each connection serves (or tries) now, one per replica."""
+        return tuple(lane.rotation.current.url for lane in self._lanes)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -387,7 +400,9 @@ class Connector:
         A worker that refuses the session (ERROR) raises ``ConnectorRefused``
         at once: retrying would not help.
         """
-        self._runner = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        for lane in self._lanes:
+            lane.runner = loop.create_task(self._run(lane))
         try:
             await self.wait_until(lambda: self.connected, self.connect_timeout)
         except TimeoutError:
@@ -407,20 +422,23 @@ class Connector:
 
     @property
     def connected(self) -> bool:
-        return self._session is not None and self._session.state is ConnectionState.STREAMING
+        """A session is up (with ``replicas``: on at least one connection)."""
+        return any(lane.streaming for lane in self._lanes)
 
     async def close(self, flush_timeout: float = 5.0) -> None:
         """Send what is queued (waiting at most ``flush_timeout``), then disconnect."""
-        if self._runner is None:
+        if all(lane.runner is None for lane in self._lanes):
             return
         if self._fatal is None and self.connected:
             with contextlib.suppress(TimeoutError, ConnectorRefused):
-                await self.wait_until(lambda: not self._outbox, flush_timeout)
+                await self.wait_until(lambda: any(lane.streaming and not lane.outbox for lane in self._lanes), flush_timeout)
         self._closing = True
-        self._runner.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._runner
-        self._runner = None
+        for lane in self._lanes:
+            if lane.runner is not None:
+                lane.runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lane.runner
+                lane.runner = None
         self._report_undelivered(ConnectorClosed("the connector closed before the worker committed it"))
 
     async def flush(self, timeout: float | None = None) -> int:
@@ -439,7 +457,7 @@ class Connector:
     @property
     def unacked(self) -> int:
         """Reliable records sent (or queued) that the worker has not committed yet, over all streams."""
-        return sum(len(s.unacked) for s in self._outbox.streams.values())
+        return sum(len(s.unacked) for s in self._streams.values())
 
     # ------------------------------------------------------------ streams
 
@@ -451,20 +469,25 @@ class Connector:
         message on the old one must never race the new ones.
         """
         self._raise_if_fatal()
-        existing = self._outbox.streams.get(stream_id)
+        existing = self._streams.get(stream_id)
         if existing is not None:
             if not existing.closed:
                 return ConnectorStream(self, existing)
             await self.wait_until(lambda: not existing.unacked, self.credits_timeout, CreditTimeout)
-        state = self._outbox.open(stream_id, name, mode)
-        self._kick.set()
+        first, *others = self._lanes
+        state = first.outbox.open(stream_id, name, mode)
+        for lane in others:  # a connection not streaming notifies it after its next OK
+            if lane.streaming:
+                lane.outbox.notify(state, reopened=existing is not None)
+        for lane in self._lanes:
+            lane.kick.set()
         await self.wait_for_credit()
         return ConnectorStream(self, state)
 
     async def wait_all_acked(self, timeout: float | None = None) -> None:
         """Wait until every reliable message sent so far is committed by the worker."""
         await self.wait_until(
-            lambda: all(not s.unacked for s in self._outbox.streams.values()), timeout
+            lambda: all(not s.unacked for s in self._streams.values()), timeout
         )
 
     # ------------------------------------------------------------ StreamHost: what stream handles use
@@ -475,19 +498,26 @@ class Connector:
 
     def credit_room(self) -> int:
         """Records ``send()`` one by one would queue before waiting for credit (at least one)."""
-        session = self._session
-        if session is None or not self.connected:
-            return 1
-        return max(1, session.credits - len(self._outbox) + 1)
+        return max([1] + [lane.session.credits - len(lane.outbox) + 1 for lane in self._lanes if lane.streaming])  # type: ignore[union-attr]
 
     def queue(self, messages: list[ConnectorMessage]) -> bool:
-        """Queue one stream's new records (one from ``send``, a round from ``send_many``).
+        """Queue one stream's new records (one from ``send``, a round from ``send_many``) on every session.
 
-        Returns whether the sender may go on at once: no error and credits
-        for everything queued.
+        A connection between sessions gets them from its next OK's plan (the
+        records are buffered until acked). Returns whether the sender may go
+        on at once: no error and credits for everything queued (with
+        ``replicas``: on one session, so a dead or slow bridge holds no
+        sender back; one whose queue holds more than ``max_buffer`` frames
+        beyond its credits is reconnected, to catch up from the records
+        still unacked, rather than queue without bound).
         """
-        self._outbox.push(messages)
-        self._kick.set()
+        for lane in self._lanes:
+            session = lane.session
+            if session is not None and session.state is ConnectionState.STREAMING:
+                lane.outbox.push(messages)
+                lane.kick.set()
+                if len(self._lanes) > 1 and len(lane.outbox) > self.max_buffer + session.credits:
+                    lane.resync(f"more than max_buffer ({self.max_buffer}) frames behind")
         return self._fatal is None and self._has_credit_for_queue()
 
     async def wait_for_credit(self) -> None:
@@ -512,7 +542,7 @@ class Connector:
             self._raise_if_fatal()
             if predicate():
                 return
-            if self._runner is None or self._runner.done():
+            if all(lane.runner is None or lane.runner.done() for lane in self._lanes):
                 raise ConnectorClosed("connector is closed")
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -523,12 +553,16 @@ class Connector:
     # ------------------------------------------------------------ internals
 
     def _mode_of(self, stream_id: int) -> Mode:
-        stream = self._outbox.streams.get(stream_id)
+        stream = self._streams.get(stream_id)
         return stream.mode if stream is not None else ORDERED
 
     def _has_credit_for_queue(self) -> bool:
-        session = self._session
-        return session is not None and self.connected and len(self._outbox) <= session.credits
+        # Once per record sent one by one: a plain loop, no generator.
+        for lane in self._lanes:
+            session = lane.session
+            if session is not None and session.state is ConnectionState.STREAMING and len(lane.outbox) <= session.credits:
+                return True
+        return False
 
     def _raise_if_fatal(self) -> None:
         if self._fatal is not None:
@@ -538,17 +572,17 @@ class Connector:
         self._progress.set()
         self._progress = asyncio.Event()
 
-    async def _run(self) -> None:
-        """Connect, serve, reconnect with backoff (or move to the next bridge); ends on fatal errors or close()."""
+    async def _run(self, lane: _Lane) -> None:
+        """One connection: connect, serve, reconnect with backoff (or move to the next bridge); ends on fatal errors or close()."""
         loop = asyncio.get_running_loop()
+        rotation = lane.rotation
+        rotation.served(loop.time())  # its move_after counts from now
         failures = 0
-        lost_since = loop.time()  # since when the current bridge has not been served
-        refused_in_a_row = 0  # bridges that refused as busy since the last session: a whole round waits
         try:
             while not self._closing:
                 busy: WorkerBusy | None = None
                 try:
-                    link = await self._openers[self._at]()
+                    link = await self._openers[rotation.at]()
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
                         self._give_up(TlsRefused(str(exc)))
@@ -558,64 +592,39 @@ class Connector:
                     failures += 1
                     busy = exc if isinstance(exc, WorkerBusy) else None
                 else:
-                    ended, handshaken = await self._serve(link)
+                    ended, handshaken = await self._serve(lane, link)
                     busy = None if handshaken else _refused_as_busy(ended)
                     if ended.origin in ("peer", "local") and busy is None and not self.retry_permanent_errors:
                         self._give_up(ConnectorRefused(ended.reason))
                         return
                     self.stats.errors.append(ended.reason)
                     if handshaken:
-                        lost_since = loop.time()
-                        refused_in_a_row = 0
+                        rotation.served(loop.time())
                     else:
                         self.stats.retries += 1
                     if ended.origin == "restart":
                         failures = 0
                         continue
                     failures = 1 if handshaken else failures + 1
-                if self._closing:
-                    return
-                why = self._reason_to_move(busy, loop.time() - lost_since)
-                if why is not None:
-                    self._move(why)
-                    lost_since = loop.time()
+                window = None if busy is None else RetryWindow(busy.retry_not_before, busy.retry_within)
+                moved = rotation.failed(loop.time(), window, self.stats.errors[-1], self._taken_by_others(lane))
+                if moved is not None:
+                    self.stats.moves += 1
+                    logger.warning("moved from %s to %s: %s", moved.before.url, moved.after.url, moved.why)
                     failures = 0
-                    refused_in_a_row = refused_in_a_row + 1 if busy is not None else 0
-                    if busy is not None and refused_in_a_row % len(self.bridges) == 0:  # every one is busy
-                        await asyncio.sleep(random.uniform(busy.retry_not_before, busy.retry_within))
+                    await asyncio.sleep(moved.wait)
                     continue
                 delay = self._delay(failures)
-                if busy is not None:  # the worker named a slot of its schedule: jitter inside it
-                    delay = max(delay, random.uniform(busy.retry_not_before, busy.retry_within))
-                elif len(self.bridges) > 1:  # not past the moment to move on
-                    delay = min(delay, max(0.0, lost_since + self.move_after - loop.time()))
-                await asyncio.sleep(delay)
+                if window is not None:  # the worker named a slot of its schedule: jitter inside it
+                    delay = max(delay, random.uniform(window.not_before, window.within))
+                await asyncio.sleep(min(delay, rotation.time_left(loop.time(), self._taken_by_others(lane))))
         finally:
-            self._session = None
+            lane.session = None
             self._changed()
 
-    def _reason_to_move(self, busy: WorkerBusy | None, unserved: float) -> str | None:
-        """Why the connector leaves its bridge now (None: it retries it).
-
-        Only with other bridges listed: a busy refusal (the bridge drains, or
-        is at its handshake bound: another bridge can take the session at
-        once), or ``move_after`` seconds without a session there.
-        """
-        if len(self.bridges) == 1:
-            return None
-        last = self.stats.errors[-1] if self.stats.errors else "no answer"
-        if busy is not None:
-            return f"refused as busy ({busy})"
-        if unserved >= self.move_after:
-            return f"not served for {unserved:.1f} s (move_after {self.move_after} s; last: {last})"
-        return None
-
-    def _move(self, why: str) -> None:
-        """Serve the next bridge of the list from now on (what a reconnect does follows: OK, NOTIFYs, resends)."""
-        before = self.bridge
-        self._at = (self._at + 1) % len(self.bridges)
-        self.stats.moves += 1
-        logger.warning("moved from %s to %s: %s", before, self.bridge, why)
+    def _taken_by_others(self, lane: _Lane) -> frozenset[int]:
+        """The bridges the connector's other connections serve (none to move to)."""
+        return frozenset(other.rotation.at for other in self._lanes if other is not lane)
 
     def _give_up(self, error: ConnectorRefused) -> None:
         """A permanent error: every waiting call raises it, every unacked record is reported with it."""
@@ -625,7 +634,7 @@ class Connector:
     def _report_acked(self, event: Acked) -> None:
         """Delivery reports for the records an ACK commits (called before the outbox drops them)."""
         for stream_id, point in event.refs:
-            stream = self._outbox.streams.get(stream_id)
+            stream = self._streams.get(stream_id)
             if stream is None:
                 continue
             for record in stream.unacked:  # ids increase along the buffer
@@ -638,7 +647,7 @@ class Connector:
         if self.on_delivery is None or self._undelivered_reported:
             return
         self._undelivered_reported = True
-        for stream in self._outbox.streams.values():
+        for stream in self._streams.values():
             for record in stream.unacked:
                 self._report(error, stream, record)
 
@@ -652,8 +661,8 @@ class Connector:
 
     @property
     def resent(self) -> int:
-        """Messages re-sent automatically after RESTART or a lost connection."""
-        return self._outbox.resent
+        """Messages re-sent automatically after RESTART or a lost connection (or a move)."""
+        return sum(lane.outbox.resent for lane in self._lanes)
 
     def _delay(self, failures: int) -> float:
         """Capped exponential backoff with full jitter.
@@ -665,12 +674,12 @@ class Connector:
         low, high = self.backoff
         return random.uniform(low, min(high, low * 2 ** min(failures, 16)))
 
-    async def _serve(self, link: WorkerLink) -> tuple[SessionEnded, bool]:
-        """Run one session over ``link`` until it ends; also say whether OK arrived."""
+    async def _serve(self, lane: _Lane, link: WorkerLink) -> tuple[SessionEnded, bool]:
+        """Run one session of ``lane`` over ``link`` until it ends; also say whether OK arrived."""
         session = ConnectorSession(self.program, self.instance, self.cookie, self.max_frame_size)
-        self._session = session
+        lane.session, lane.link, lane.resyncing = session, link, None
         session.start()
-        writer = asyncio.get_running_loop().create_task(self._write_loop(session, link))
+        writer = asyncio.get_running_loop().create_task(self._write_loop(lane, session, link))
         ended: SessionEnded | None = None
         handshaken = False
         try:
@@ -689,7 +698,7 @@ class Connector:
                 except (OSError, ConnectionError) as exc:
                     data, reason = b"", str(exc) or type(exc).__name__
                 else:
-                    reason = "connection closed"
+                    reason = lane.resyncing or "connection closed"
                 events = session.receive_data(data) if data else session.connection_lost()
                 for event in events:
                     if isinstance(event, SessionEnded):
@@ -700,8 +709,8 @@ class Connector:
                             handshaken = True
                         elif isinstance(event, Acked) and self.on_delivery is not None:
                             self._report_acked(event)
-                        self._outbox.apply(event)
-                self._kick.set()
+                        lane.outbox.apply(event)
+                lane.kick.set()
                 self._changed()
         finally:
             writer.cancel()
@@ -712,19 +721,43 @@ class Connector:
                 if out:
                     await link.send(out)  # our own ERROR, if any
             await link.close()
-            self._session = None
+            lane.session, lane.link = None, None
             self._changed()
         return ended, handshaken
 
-    async def _write_loop(self, session: ConnectorSession, link: WorkerLink) -> None:
+    async def _write_loop(self, lane: _Lane, session: ConnectorSession, link: WorkerLink) -> None:
         while True:
-            await self._kick.wait()
-            self._kick.clear()
-            self.stats.sent += self._outbox.send_into(session)
+            await lane.kick.wait()
+            lane.kick.clear()
+            self.stats.sent += lane.outbox.send_into(session)
             frames = session.data_to_send()
             if frames:
                 await link.send(frames)
                 self._changed()
+
+
+class _Lane:
+    """One of the connector's connections (``replicas`` of them): its queue, its session, its bridge, its task."""
+
+    def __init__(self, outbox: Outbox, rotation: BridgeRotation) -> None:
+        self.outbox = outbox  # sharing the connector's streams
+        self.rotation = rotation
+        self.session: ConnectorSession | None = None
+        self.link: WorkerLink | None = None
+        self.kick = asyncio.Event()  # wakes the writer
+        self.runner: asyncio.Task[None] | None = None
+        self.resyncing: str | None = None  # why the session is being ended to catch up
+        self._closing: asyncio.Task[None] | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self.session is not None and self.session.state is ConnectionState.STREAMING
+
+    def resync(self, why: str) -> None:
+        """End the session (once): the next one's OK plans the re-sends from what is still unacked."""
+        if self.link is not None and self.resyncing is None:
+            self.resyncing = f"reconnecting: {why}"
+            self._closing = asyncio.get_running_loop().create_task(self.link.close())
 
 
 def _refused_as_busy(ended: SessionEnded) -> WorkerBusy | None:

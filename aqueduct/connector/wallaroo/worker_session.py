@@ -76,7 +76,7 @@ from aqueduct.connector.wallaroo.frames import (
     encode,
     frame_name,
 )
-from aqueduct.connector.worker_session import DurableLookup, WorkerConfig
+from aqueduct.connector.worker_session import DurableLookup, HelloRefused, WorkerConfig
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.records.points import StreamPoints
 
@@ -206,10 +206,11 @@ class WallarooSession(WorkerMachine[WorkerEvent]):
         if not hmac.compare_digest(hello.cookie, expected):
             raise self._fail("bad cookie")
         self.state = step(CONNECTION_TRANSITIONS, self.state, "hello")
-        self._durable_points = {
-            s.stream_id: s.point_of_reference
-            for s in self._durable(hello.program_name, hello.instance_name)
-        }
+        try:
+            known = list(self._durable(hello.program_name, hello.instance_name))
+        except HelloRefused as refused:
+            raise self._fail(str(refused)) from None
+        self._durable_points = {s.stream_id: s.point_of_reference for s in known}
         self._credits = self.config.initial_credits
         self._out += encode(WallarooOk(self._credits))
         self.state = step(CONNECTION_TRANSITIONS, self.state, "ok")

@@ -1,0 +1,270 @@
+"""The bridges behind a failover query: their snapshots, which answer, registration and commits.
+
+:class:`FailoverBridges` is what the failover reader (:mod:`.failover`)
+knows of its bridges on the driver: the fixed ones (``log``, ``bridge``)
+and those of the bridge list (:mod:`.bridge_list`, read again at every
+:meth:`FailoverBridges.refresh`); a snapshot of each one's streams; which
+answered the last refresh, which are held or left out (:class:`Membership`,
+``bridgeTimeout``); and each stream's copies as points (:mod:`.id_space`).
+It registers the query's consumer on each bridge and tells each one the
+query's commits as its own log offsets (:func:`~.id_space.commit_offset`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
+from aqueduct.bridge.source.clock import Clock
+from aqueduct.bridge.source.data_loss import corruption_is_data_loss
+from aqueduct.bridge.source.failover_read import GONE, PlannedCopy, complete_point
+from aqueduct.bridge.source.flight_client import (
+    BridgeCredentialError,
+    RemoteLog,
+    RemoteSnapshots,
+    open_bridges,
+)
+from aqueduct.bridge.source.id_space import BEFORE_ALL, Copy, commit_offset, copy_start
+from aqueduct.bridge.source.log_access import LocalLog, LogAccess, Snapshots
+from aqueduct.bridge.source.options import AqueductOptionError, SourceOptions
+from aqueduct.bridge.storage.consumers import ConsumerError
+from aqueduct.bridge.storage.view import FORMAT_FILE, StreamIndex
+
+__all__ = ["FailoverBridges"]
+
+logger = logging.getLogger(__name__)
+
+
+def _fixed_bridges(options: SourceOptions) -> dict[str, LogAccess]:
+    """The ``log`` and ``bridge`` options' logs by name (one unnamed: named by where it is)."""
+    out: dict[str, LogAccess] = {(name or path): LocalLog(path) for name, path in options.logs}
+    if options.bridges:
+        opened = _open(options, options.bridges)
+        out |= {(name or remote.address): remote for name, remote in opened.items()}
+    return out
+
+
+def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], token: str | None = None,
+          ca: str | None = None) -> dict[str | None, RemoteLog]:  # fmt: skip
+    """:func:`open_bridges` with the options' credentials, calls bounded by ``bridgeTimeout``."""
+    try:
+        opened = open_bridges(
+            bridges, token_file=token or options.bridge_token_file, token_env=options.bridge_token_env,
+            ca_file=ca or options.bridge_ca,
+        )  # fmt: skip
+    except BridgeCredentialError as e:
+        raise AqueductOptionError(f"aqueduct source: {e}") from None
+    for remote in opened.values():
+        remote.call_timeout = remote.reconnect_window = options.bridge_timeout
+    return opened
+
+
+class FailoverBridges:
+    """The query's bridges by name, in preference order (the options' first, then the list's)."""
+
+    def __init__(self, options: SourceOptions, clock: Clock) -> None:
+        self.options = options
+        self.clock = clock
+        self.fixed = _fixed_bridges(options)
+        self.logs: dict[str, LogAccess] = dict(self.fixed)
+        self._reset()
+
+    def _reset(self) -> None:
+        """The driver's caches (not pickled to executors)."""
+        self._snapshots: dict[str, Snapshots] = {}
+        #: each bridge's last snapshot (a bridge left out: none)
+        self.streams: dict[str, dict[int, StreamIndex]] = {}
+        self.answered: set[str] = set()  # bridges whose last load answered
+        self.membership = Membership(self.options.bridge_timeout)
+        self._registered: set[str] = set()
+        self._sent: dict[str, dict[int, int]] = {}  # each bridge's last commit
+        #: the snapshot and the points each bridge's commit was last worked out from (compared by identity)
+        self._told: dict[str, tuple[object, object]] = {}
+        #: (bridge, stream id) -> (closed epochs' end offset, last index entry, their point): see complete_point
+        self._complete: dict[tuple[str, int], tuple[int, object, int]] = {}
+
+    def __getstate__(self) -> dict:
+        return {
+            "options": self.options,
+            "clock": self.clock,
+            "fixed": self.fixed,
+            "logs": self.logs,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _update_list(self) -> None:
+        """Read the bridge list again: open the bridges added, forget the ones removed."""
+        if self.options.bridge_list is None:
+            return
+        try:
+            entries = read_bridge_list(self.options.bridge_list)
+        except BridgeListError as e:
+            logger.error("aqueduct source: %s; the bridges listed before stay", e)
+            return
+        listed = {e.name for e in entries}
+        for name in [n for n in self.logs if n not in self.fixed and n not in listed]:
+            logger.info("aqueduct source: bridge %s left the bridge list; forgotten", name)
+            for table in (self.logs, self._snapshots, self.streams, self._sent, self._told):
+                table.pop(name, None)
+            self.answered.discard(name)
+            self._registered.discard(name)
+            self.membership.forget(name)
+        for e in entries:
+            if e.name in self.logs:
+                continue
+            if e.name in self.fixed:
+                logger.error(
+                    "aqueduct source: the bridge list names %s, also named by an option; left out",
+                    e.name,
+                )
+                continue
+            try:
+                (remote,) = _open(
+                    self.options, ((e.name, e.address),), e.token_file, e.ca_file
+                ).values()
+            except AqueductOptionError as err:
+                logger.error("%s; bridge %s is not read until its list line is fixed", err, e.name)
+                continue
+            logger.info("aqueduct source: bridge %s (%s) joined the bridge list", e.name, e.address)
+            self.logs[e.name] = remote
+
+    def _load(self, name: str) -> dict[int, StreamIndex] | None:
+        """``name``'s streams as of now, None if it cannot be reached (or its log is gone)."""
+        access = self.logs[name]
+        try:
+            if isinstance(access, LocalLog) and not (access.path / FORMAT_FILE).is_file():
+                raise FileNotFoundError(f"{access.path} is no longer a log")
+            if name not in self._snapshots:
+                self._snapshots[name] = access.snapshots(not self.options.fail_on_data_loss)
+            snapshots = self._snapshots[name]
+            before = getattr(snapshots, "failures", 0)
+            streams = snapshots.load()
+            if isinstance(snapshots, RemoteSnapshots) and snapshots.failures != before:
+                return None
+            return streams
+        except GONE as e:
+            logger.warning("aqueduct source: bridge %s cannot be reached (%s)", name, e)
+            self._snapshots.pop(name, None)
+            return None
+
+    def refresh(
+        self, committed: Mapping[int, int] | None
+    ) -> tuple[dict[int, list[Copy]], dict[int, list[Copy]]]:
+        """Every stream's copies on the bridges planning reads, and those on bridges held (not read, waited for).
+
+        A bridge answering for the first time is registered at ``committed`` (the query's points).
+        """
+        self._update_list()
+        now = self.clock.monotonic()
+        self.answered = set()
+        for name in self.logs:
+            streams = self._load(name)
+            if streams is None:
+                self.membership.failed(name, now)
+                self._sent.pop(name, None)  # a commit it missed is sent again when it answers
+                self._told.pop(name, None)
+                if self.membership.left_out(name, now):
+                    self.streams.pop(name, None)
+            else:
+                self.membership.answered(name)
+                self.streams[name] = streams
+                self.answered.add(name)
+        usable: dict[int, list[Copy]] = {}
+        held: dict[int, list[Copy]] = {}
+        reads = self.options.reads
+        with corruption_is_data_loss():
+            for name, streams in self.streams.items():
+                for sid, s in streams.items():
+                    if not s.entries or not reads.selects(sid, s.meta.stream_name):
+                        continue
+                    c = Copy(name, copy_start(s.entries), self.complete_point(name, s))
+                    (usable if name in self.answered else held).setdefault(sid, []).append(c)
+        if committed is not None:  # a bridge new to the query joins at its points
+            for name in self.answered - self._registered:
+                self.register(name, committed)
+        return usable, held
+
+    def complete_point(self, name: str, s: StreamIndex) -> int:
+        """:func:`complete_point`, remembered while the stream's last entry and closed epochs stay the same."""
+        key = (name, s.stream_id)
+        last = s.entries[-1]
+        known = self._complete.get(key)
+        if known is not None and known[0] == s.complete and known[1] is last:
+            return known[2]
+        point = complete_point(s)
+        self._complete[key] = (s.complete, last, point)
+        return point
+
+    def register(self, name: str, points: Mapping[int, int] | None) -> None:
+        """Register the consumer on ``name`` at ``points`` (None: from its earliest records)."""
+        positions = {} if points is None else self.positions(name, points)
+        try:
+            self.logs[name].register(self.options.consumer, positions, self.options.reads)
+            self._registered.add(name)
+        except (*GONE, ConsumerError) as e:
+            logger.warning(
+                "aqueduct source: cannot register %r on bridge %s (%s); next trigger",
+                self.options.consumer,
+                name,
+                e,
+            )
+
+    def positions(self, name: str, points: Mapping[int, int]) -> dict[int, int]:
+        """``points`` as ``name``'s log offsets, for the streams it holds (see :func:`commit_offset`)."""
+        out = {}
+        streams = self.streams.get(name, {})
+        with corruption_is_data_loss():
+            for sid, point in points.items():
+                s = streams.get(sid)
+                if s is None or not s.entries:
+                    continue
+                offset = commit_offset(s.entries, point, s.reference_at)
+                if offset is not None:
+                    out[sid] = offset
+        return out
+
+    def planned_copies(
+        self, starts: Mapping[int, int], ends: Mapping[int, int]
+    ) -> dict[int, list[PlannedCopy]]:
+        """Copies of the streams that move from ``starts`` to ``ends``, on bridges answering or held (not left out)."""
+        copies: dict[int, list[PlannedCopy]] = {}
+        with corruption_is_data_loss():
+            for name, streams in self.streams.items():
+                for sid, s in streams.items():
+                    if ends.get(sid, BEFORE_ALL) > starts.get(sid, BEFORE_ALL) and s.entries:
+                        c = PlannedCopy.of(name, self.logs[name], s, self.complete_point(name, s))
+                        copies.setdefault(sid, []).append(c)
+        return copies
+
+    def preference(self) -> list[str]:
+        """Bridge names, preferred first: the answering ones in their order, held ones after them."""
+        return sorted(self.logs, key=lambda n: n not in self.answered)
+
+    def commit(self, points: Mapping[int, int]) -> None:
+        """Tell every answering bridge holding each stream that the query committed it up to ``points``.
+
+        Worked out again only for a bridge whose snapshot or the points
+        changed (both compared by identity: the reader hands the same dict
+        until the points move), and sent only when its offsets moved.
+        """
+        for name in sorted(self.answered):
+            known, told = self._told.get(name), (self.streams[name], points)
+            if known is not None and known[0] is told[0] and known[1] is told[1]:
+                continue  # the same snapshot and points as last time: nothing new to say
+            self._told[name] = told
+            positions = self.positions(name, points)
+            if not positions or positions == self._sent.get(name):
+                continue
+            try:
+                self.logs[name].commit(self.options.consumer, positions, 0)
+                self._sent[name] = positions
+            except (*GONE, ConsumerError) as e:
+                logger.warning(
+                    "aqueduct source: commit to bridge %s failed (%s); the next one covers it",
+                    name,
+                    e,
+                )
