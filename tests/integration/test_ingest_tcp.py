@@ -229,16 +229,17 @@ async def test_a_producer_faster_than_the_consumer_is_held_back_by_credits(
                 await conn.wait_all_acked(TIMEOUT)
 
         producer = asyncio.create_task(send_all())
-        # Nobody consumes: the producer must stall once the backlog passes max_lag.
-        await eventually(lambda: worker.ingest.counters.withheld_credits > 0, "credits withheld")
-        durable = -1
-        for _ in range(200):  # settle: nothing moves while credits are withheld
+        # Nobody consumes: the producer must stall once the backlog passes max_lag. It has, for
+        # good, once every credit of its session is earned back and withheld: it holds none,
+        # and everything it sent on them is durable.
+        def stalled() -> bool:
+            nonlocal peak_buffered
             peak_buffered = max(peak_buffered, worker.ingest.buffered)
-            if worker.log.durable_end(1) == durable and worker.ingest.buffered == 0:
-                break
-            durable = worker.log.durable_end(1)
-            await asyncio.sleep(0.05)
-        assert not producer.done()
+            return worker.ingest.counters.withheld_credits == credits
+
+        await eventually(stalled, "every credit withheld")
+        durable = worker.log.durable_end(1)
+        assert not producer.done() and worker.ingest.buffered == 0
         assert max_lag < durable <= max_lag + 2 * credits
         assert peak_buffered <= credits
 

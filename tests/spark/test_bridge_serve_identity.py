@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.storage.commits import read_committed
+from aqueduct.bridge.storage.view import load_streams
 from aqueduct.runtime.certs import CertPaths
-from tests.waiting import finish
+from tests.waiting import finish, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -91,8 +93,11 @@ async def test_a_bridge_with_a_client_ca_and_a_cookie_file(tmp_path: Path, certs
         assert code == 0, err
         assert summary["sent"] == summary["acked"] == 1000 and summary["errors"] == []
 
-        # Idle now, everything acked: no table may show lag or a growing "oldest unread" age.
-        await asyncio.sleep(2.0)  # a few more status intervals and triggers with nothing to read
+        # Idle now, everything acked: no table may show lag or a growing "oldest unread" age once
+        # a trigger with nothing to read ran (it writes the commit file of the batch before it).
+        log = tmp_path / "log"
+        await wait_until(lambda: read_committed(log) == {sid: s.complete for sid, s in load_streams(log).items()},
+                         "an idle trigger after the last batch", TIMEOUT)  # fmt: skip
         status = json.loads(subprocess.run([*script("aqueduct-bridge"), "status", "--log", str(tmp_path / "log"),
                                             "--json"], capture_output=True, text=True, timeout=60, check=True).stdout)  # fmt: skip
         assert status["total_lag"] == 0

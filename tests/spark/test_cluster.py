@@ -153,10 +153,14 @@ async def test_one_query_over_two_ingest_only_bridges_survives_a_killed_bridge_e
         # --max-lag to the query's commits) is mid-stream: SIGKILL the bridge, start it again.
         us_streams = set(workload.stream_ids(1))
         await _until(lambda: _rows_of(out, us_streams) > 100, "rows of 'us' in the sink", driver, driver_log)
+        eu_streams = set(workload.stream_ids(0))
         bridges["us"].send_signal(signal.SIGKILL)
         await bridges["us"].wait()
         assert not producers.done()
-        await asyncio.sleep(2)  # the query goes on with "eu" meanwhile; "us" waits
+        # The query goes on with "eu" meanwhile (a micro-batch of its rows commits, planned with
+        # "us" gone); "us" waits.
+        eu_rows = _rows_of(out, eu_streams)
+        await _until(lambda: _rows_of(out, eu_streams) > eu_rows, "a batch of 'eu' without 'us'", driver, driver_log)
         assert driver.returncode is None
         bridges["us"] = await _spawn(bridge_command("us"), tmp_path / "us.log")
         stats = await asyncio.wait_for(producers, TIMEOUT)

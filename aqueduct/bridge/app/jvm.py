@@ -75,6 +75,23 @@ def quiet_accumulator_server(spark: Any) -> None:
         )
 
 
+def quiet_interrupted_shell(spark: Any) -> None:
+    """No Java stack trace when the bridge stops its query while Spark writes a checkpoint file.
+
+    ``query.stop()`` interrupts the query's thread wherever it is. On a
+    local file system without Hadoop's native library, Spark's checkpoint
+    and sink writes set permissions by forking ``chmod`` through Hadoop's
+    ``Shell``, which logs an interrupted wait for it as a warning with a
+    stack trace: fifty lines on every Ctrl-C that lands there, for nothing
+    wrong (the write-then-rename leaves no torn file, and the batch whose
+    commit it cut short is re-run from its checkpoint). Its real failures
+    (a command that exits non-zero) are exceptions, reported where they land.
+    """
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.hadoop.util.Shell", level)
+
+
 def stopped_by_signal(how: str | None) -> bool:
     """True if the JVM ended from a stop request (SIGTERM/SIGINT/SIGHUP), as a service manager sends."""
     return how is not None and any(name in how for name in ("SIGTERM", "SIGINT", "SIGHUP"))

@@ -142,7 +142,11 @@ class SparkQuery:
             ) from None
 
     def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
-        from aqueduct.bridge.app.jvm import launch_detached_gateway, quiet_accumulator_server
+        from aqueduct.bridge.app.jvm import (
+            launch_detached_gateway,
+            quiet_accumulator_server,
+            quiet_interrupted_shell,
+        )
         from aqueduct.bridge.app.pipeline import local_session
         from aqueduct.bridge.app.warmup import warm_up
         from aqueduct.bridge.source import register
@@ -152,6 +156,7 @@ class SparkQuery:
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)
+            quiet_interrupted_shell(self.spark)
         register(self.spark)
         # Before the listener exists (it would be handed the warm-up query's progress too).
         took = warm_up(self.spark)
