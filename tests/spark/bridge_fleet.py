@@ -60,14 +60,18 @@ def _tail(path: Path, chars: int = 3000) -> str:
 class FleetBridge:
     """One ingest-only bridge process; its log under ``root/log``, its stderr in ``root/bridge.log`` (kept).
 
-    ``credits`` and ``max_lag`` pace the producers to the query's commits,
-    so a fault injected a few seconds in finds them mid-stream.
+    ``credits`` keeps few records in flight per session. ``max_lag`` stays
+    above every test's volume: a bridge at its lag bound withholds credits
+    from a producer that moved to it, while a batch planned before the move
+    waits for the records only that producer can resend (a deadlock of the
+    bound with the failover read, reported on issue 36; ``max_lag=200``
+    shows it).
     """
 
     name: str
     root: Path
     credits: int = 64
-    max_lag: int = 200
+    max_lag: int = 100_000
     tcp_port: int = field(default_factory=free_port)
     flight_port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
