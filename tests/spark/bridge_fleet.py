@@ -254,6 +254,11 @@ class AckStall:
             await asyncio.sleep(STALL_SAMPLE)
 
 
+#: unacked records a producer's stream may hold: producers go at the query's pace (its commits ack them),
+#: so a fault a few seconds in finds them mid-stream
+MAX_BUFFER = 200
+
+
 class FleetProducer:
     """Producer ``index`` of ``workload``: a Connector given ``urls`` (its first one first), run by :meth:`run`."""
 
@@ -261,7 +266,7 @@ class FleetProducer:
         self.urls = list(urls)
         self.workload = workload
         self.index = index
-        self.options = connector
+        self.options = {"max_buffer": MAX_BUFFER, **connector}
         self.stall = AckStall()
         self.conn: Connector | None = None
 
