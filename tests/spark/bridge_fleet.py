@@ -538,17 +538,19 @@ class Fleet:
         await asyncio.gather(*(b.stop() for b in self.bridges.values()))
 
 
-async def lose_a_bridge(fleet: Fleet, spark: Any, workload: Workload, timeout: float = TIMEOUT) -> Verdict:
+async def lose_a_bridge(fleet: Fleet, spark: Any, workload: Workload, timeout: float = TIMEOUT,
+                        **connector: Any) -> Verdict:  # fmt: skip
     """Issue 36's first test: two bridges, SIGKILL one and delete its log under load; the verdict.
 
     Producers are given both bridges' URLs, half of them starting on each;
     once more than 100 rows of every producer are in the sink (all past the
     query's start, so a stall is the kill's), bridge ``b1`` is SIGKILLed
     and its log directory deleted. Stalls count from the kill.
+    ``connector``: further Connector options (``replicas=2``).
     """
     b1, b2 = await fleet.add_bridges("b1", "b2")
     fleet.start_query(spark, bridge_options([b1, b2]))
-    fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))
+    fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p), **connector)
     await fleet.until_each_acked(workload, 100, timeout)
     fleet.producing()
     fleet.mark()

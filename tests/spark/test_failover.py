@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 #: the issue's bound on a producer's ACK stall after its bridge is killed (its default move_after is 3 s)
 MAX_STALL = 20.0
+#: the same with replicas=2 (the issue's bound)
+MAX_REPLICATED_STALL = 1.0
 #: committed rows of the affected producers before the fault: the query is past its start, the producers mid-stream
 ROWS_BEFORE_FAULT = 100
 
@@ -55,6 +57,13 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_its_
     print(verdict.report())
     verdict.check(max_stall=MAX_STALL)
     assert all(fleet.producers[p].moves >= 1 for p in range(0, 4, 2)), verdict.report()  # p0, p2 started on b1
+
+
+async def test_with_two_replicas_a_killed_bridge_stalls_no_producer(spark: object, fleet: Fleet) -> None:
+    """``replicas=2``: every stream goes to both bridges, so losing one costs no producer more than a second."""
+    verdict = await lose_a_bridge(fleet, spark, Workload(producers=4, streams=2, events=1500, epoch=40), replicas=2)
+    print(verdict.report())
+    verdict.check(max_stall=MAX_REPLICATED_STALL)
 
 
 async def test_a_partition_from_the_producers_moves_them_while_the_query_still_reads_bridge_1(
