@@ -15,8 +15,11 @@ across bridges), the fleet of the failover tests
   did not, per run; median and max over ``--repeat`` runs, each on fresh
   bridges and a fresh query. Every run ends with the sink checked: every
   record once with its payload.
-- **replicas**: throughput with ``replicas=2`` against 1, measured only if
-  the connector has that option (reported as not measurable otherwise).
+- **replicas**: records acked per second with ``replicas=2`` against 1
+  (every producer sends each stream to both bridges), the same fleet
+  without a fault, alternating ``--repeat`` times on one Spark session,
+  producers with the connector's default buffer; medians and their ratio
+  (reported as not measurable where the connector has no ``replicas``).
 - **planning**: 1, 10 and 50 (``--bridges``) ingest-only bridges, one
   producer on each sending an epoch of 10 records every 0.5 s, one failover
   reader over all of them through a ``bridgeList`` file, driven as Spark's
@@ -33,14 +36,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from aqueduct.connector.producer.client import DEFAULT_MAX_BUFFER
 
 TIMEOUT = 300.0  # seconds: a hang guard only
 
@@ -69,21 +77,29 @@ async def stall_run(spark: Any, root: Path, events: int) -> dict[str, Any]:
         await fleet.close()
 
 
-def stall(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def _session() -> Iterator[Any]:
+    """A ``local[2]`` session with the source registered, stopped at the end."""
     from aqueduct.bridge.app.pipeline import local_session
     from aqueduct.bridge.source import register
 
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable  # workers import aqueduct
     spark = local_session("local[2]", "ERROR", app_name="aqueduct-bench-failover")
     register(spark)
-    runs = []
     try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def stall(args: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    with _session() as spark:
         for i in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="aq-failover-") as tmp:
                 run = asyncio.run(stall_run(spark, Path(tmp) / f"run{i}", args.events))
             runs.append(run)
             _log(f"stall run {i + 1}/{args.repeat}: {run}")
-    finally:
-        spark.stop()
     moved = [r["moved_stall_s"] for r in runs]
     others = [r["others_stall_s"] for r in runs]
     return {
@@ -93,13 +109,45 @@ def stall(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def replicas() -> dict[str, Any]:
-    """The connector's ``replicas`` option, if it has one; else why it is not measured."""
+async def throughput_run(spark: Any, root: Path, events: int, replicas: int) -> float:
+    """Records acked per second, four producers over two bridges with ``replicas``, from their first send."""
+    from demo.workload import Workload
+    from tests.spark.bridge_fleet import Fleet, bridge_options, rotated
+
+    workload = Workload(producers=4, streams=2, events=events, epoch=40)
+    fleet = Fleet(root)
+    try:
+        b1, b2 = await fleet.add_bridges("b1", "b2")
+        fleet.start_query(spark, bridge_options([b1, b2]))
+        started = time.perf_counter()
+        fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p), replicas=replicas,
+                              max_buffer=DEFAULT_MAX_BUFFER)  # fmt: skip
+        verdict = await fleet.verdict(workload, TIMEOUT)
+        verdict.check()
+        return workload.total / (time.perf_counter() - started)
+    finally:
+        await fleet.close()
+
+
+def replicas(args: argparse.Namespace) -> dict[str, Any]:
+    """Throughput with ``replicas=2`` against 1, alternating, on one Spark session; medians and their ratio."""
     from aqueduct.connector import Connector
 
-    if "replicas" in inspect.signature(Connector).parameters:
-        return {"measurable": True, "why": "the connector has replicas now: this script does not measure it yet"}
-    return {"measurable": False, "why": "the connector has no replicas option (issue 36's optional replication)"}
+    if "replicas" not in inspect.signature(Connector).parameters:
+        return {"measurable": False, "why": "the connector has no replicas option"}
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    with _session() as spark:
+        for i in range(args.repeat):
+            for n in (1, 2):
+                with tempfile.TemporaryDirectory(prefix="aq-failover-rep-") as tmp:
+                    rates[n].append(asyncio.run(throughput_run(spark, Path(tmp) / f"r{n}-{i}", args.events, n)))
+                _log(f"replicas={n} run {i + 1}/{args.repeat}: {rates[n][-1]:,.0f} records/s")
+    one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    return {
+        "measurable": True, "events_per_producer": args.events, "replicas_1_records_s": round(one),
+        "replicas_2_records_s": round(two), "ratio": round(two / one, 3),
+        "runs": {str(k): [round(r) for r in v] for k, v in rates.items()},
+    }  # fmt: skip
 
 
 async def _planning_at(root: Path, bridges: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "stall"):
         row["stall"] = stall(args)
     if args.only in (None, "replicas"):
-        row["replicas"] = replicas()
+        row["replicas"] = replicas(args)
     if args.only in (None, "planning"):
         row["planning"] = planning(args)
     print(json.dumps(row, indent=2))
