@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -510,10 +510,22 @@ class Fleet:
         for p in range(workload.producers):
             await self.query.until_rows(workload.stream_ids(p), rows, timeout)
 
-    def mark(self) -> None:
-        """The fault comes now: the stalls counted from here (:meth:`AckStall.mark`)."""
+    async def fault(self, workload: Workload, inject: Callable[[], Awaitable[object]],
+                    timeout: float = TIMEOUT) -> Verdict:  # fmt: skip
+        """``inject()`` under load, then the verdict; stalls counted from the fault.
+
+        The fault comes once more than 100 rows of every producer are in the
+        sink (all past the query's start, so a stall is the fault's) and
+        while they still produce.
+        """
+        await self.until_each_acked(workload, 100, timeout)
+        self.producing()
         for p in self.producers:
             p.stall.mark()
+        await inject()
+        verdict = await self.verdict(workload, timeout)
+        print(verdict.report())
+        return verdict
 
     async def verdict(self, workload: Workload, timeout: float = TIMEOUT) -> Verdict:
         """Wait for every producer's last ACK and every row in the sink; the verdict on them."""
@@ -543,16 +555,11 @@ async def lose_a_bridge(fleet: Fleet, spark: Any, workload: Workload, timeout: f
     """Issue 36's first test: two bridges, SIGKILL one and delete its log under load; the verdict.
 
     Producers are given both bridges' URLs, half of them starting on each;
-    once more than 100 rows of every producer are in the sink (all past the
-    query's start, so a stall is the kill's), bridge ``b1`` is SIGKILLed
-    and its log directory deleted. Stalls count from the kill.
+    bridge ``b1`` is SIGKILLed and its log directory deleted under load
+    (:meth:`Fleet.fault`).
     ``connector``: further Connector options (``replicas=2``).
     """
     b1, b2 = await fleet.add_bridges("b1", "b2")
     fleet.start_query(spark, bridge_options([b1, b2]))
     fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p), **connector)
-    await fleet.until_each_acked(workload, 100, timeout)
-    fleet.producing()
-    fleet.mark()
-    await b1.kill(lose_log=True)
-    return await fleet.verdict(workload, timeout)
+    return await fleet.fault(workload, lambda: b1.kill(lose_log=True), timeout)

@@ -54,7 +54,6 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_its_
 ) -> None:
     """The new user's test: 4 producers given both URLs, bridge 1 SIGKILLed and its log deleted a few seconds in."""
     verdict = await lose_a_bridge(fleet, spark, Workload(producers=4, streams=2, events=1500, epoch=40))
-    print(verdict.report())
     verdict.check(max_stall=MAX_STALL)
     assert all(fleet.producers[p].moves >= 1 for p in range(0, 4, 2)), verdict.report()  # p0, p2 started on b1
 
@@ -62,7 +61,6 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_its_
 async def test_with_two_replicas_a_killed_bridge_stalls_no_producer(spark: object, fleet: Fleet) -> None:
     """``replicas=2``: every stream goes to both bridges, so losing one costs no producer more than a second."""
     verdict = await lose_a_bridge(fleet, spark, Workload(producers=4, streams=2, events=1500, epoch=40), replicas=2)
-    print(verdict.report())
     verdict.check(max_stall=MAX_REPLICATED_STALL)
 
 
@@ -77,12 +75,7 @@ async def test_a_partition_from_the_producers_moves_them_while_the_query_still_r
     fleet.start_query(spark, bridge_options([b1, b2]))
     fleet.start_producers(workload, lambda p: rotated([relay.url, b2.url], p))
     on_b1 = range(0, 4, 2)
-    await fleet.until_each_acked(workload, ROWS_BEFORE_FAULT)
-    fleet.producing()
-    fleet.mark()
-    await relay.cut()
-    verdict = await fleet.verdict(workload)
-    print(verdict.report())
+    verdict = await fleet.fault(workload, relay.cut)
     verdict.check(max_stall=MAX_STALL)
     assert all(fleet.producers[p].moves >= 1 for p in on_b1), verdict.report()
     assert b1.running  # it served its copy all along: the query committed past everything it holds
@@ -150,12 +143,7 @@ async def test_a_standalone_cluster_query_across_two_bridges_survives_one_killed
     write_bridge_list(listing, [b1, b2])
     await fleet.start_driver(cluster.master_url, listing)
     fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))
-    await fleet.until_each_acked(workload, ROWS_BEFORE_FAULT)
-    fleet.producing()
-    fleet.mark()
-    await b1.kill()
-    verdict = await fleet.verdict(workload)
-    print(verdict.report())
+    verdict = await fleet.fault(workload, b1.kill)
     assert cluster.executor_namespaces_hide_the_logs()
     verdict.check(max_stall=MAX_STALL)
     assert fleet.producers[0].moves >= 1, verdict.report()
