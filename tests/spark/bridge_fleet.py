@@ -17,6 +17,10 @@
   bridge list file), into a Parquet sink that :func:`demo.verify.verify_output`
   reads: every (stream id, message id) once with its payload, in id order,
   epochs whole.
+- :class:`Fleet`: one test's bridges, producers and query, a fault injected
+  under load (:meth:`Fleet.fault`) and the :class:`Verdict` every test ends
+  with; :func:`lose_a_bridge` is issue 36's first test, shared with
+  ``bench.failover``.
 """
 
 from __future__ import annotations
@@ -75,7 +79,6 @@ class FleetBridge:
     tcp_port: int = field(default_factory=free_port)
     flight_port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
-    starts: int = 0
 
     @property
     def log_dir(self) -> Path:
@@ -120,7 +123,6 @@ class FleetBridge:
             self.proc = await asyncio.create_subprocess_exec(
                 *DIE_WITH_THE_TESTS, *self.command(), stdout=out, stderr=out, env=cluster_env()
             )
-        self.starts += 1
         deadline = time.monotonic() + TIMEOUT
         while self.stderr.read_text(errors="replace").count("log served over Flight") <= seen:
             if self.proc.returncode is not None or time.monotonic() > deadline:
