@@ -41,21 +41,7 @@ async def produce(
     async with Connector(
         url, program=PROGRAM, instance=f"p{index}", cookie=cookie, cafile=cafile
     ) as conn:
-        sids = workload.stream_ids(index)
-        streams = [await conn.stream(sid, workload.stream_name(sid)) for sid in sids]
-        plans = [workload.steps(i) for i in range(len(sids))]
-        for k in range(max(len(p) for p in plans)):
-            for stream, plan in zip(streams, plans, strict=True):
-                if k >= len(plan) or plan[k].message_id < stream.resume_from:
-                    continue
-                step = plan[k]
-                await stream.send(
-                    None if step.boundary else payload(stream.stream_id, step.message_id),
-                    message_id=step.message_id,
-                    event_time=None if step.boundary else time.time_ns() // 1000,
-                    boundary=step.boundary,
-                    eos=step.last,
-                )
+        await send_share(conn, workload, index)
         sent_at = time.monotonic()
         await conn.wait_all_acked(timeout)
         return {
@@ -66,6 +52,30 @@ async def produce(
             "resent": conn.resent,
             "connections": conn.stats.connections,
         }
+
+
+async def send_share(conn: Connector, workload: Workload, index: int) -> None:
+    """Send producer ``index``'s messages on ``conn``, round-robin over its streams, from each stream's resume point.
+
+    Apart from :func:`produce` so that a test can hand it a connector of its
+    own making (several bridges, a delivery callback) and still send the
+    workload the verifier expects.
+    """
+    sids = workload.stream_ids(index)
+    streams = [await conn.stream(sid, workload.stream_name(sid)) for sid in sids]
+    plans = [workload.steps(i) for i in range(len(sids))]
+    for k in range(max(len(p) for p in plans)):
+        for stream, plan in zip(streams, plans, strict=True):
+            if k >= len(plan) or plan[k].message_id < stream.resume_from:
+                continue
+            step = plan[k]
+            await stream.send(
+                None if step.boundary else payload(stream.stream_id, step.message_id),
+                message_id=step.message_id,
+                event_time=None if step.boundary else time.time_ns() // 1000,
+                boundary=step.boundary,
+                eos=step.last,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

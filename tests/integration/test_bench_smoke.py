@@ -164,3 +164,9 @@ def test_bridges_scaleout_script_explains_itself():
     proc = run_module("bench.bridges_scaleout", "--help")
     assert proc.returncode == 0
     assert "--quick" in proc.stdout and "--json" in proc.stdout
+
+
+def test_failover_bench_explains_itself():
+    proc = run_module("bench.failover", "--help")
+    assert proc.returncode == 0
+    assert "--quick" in proc.stdout and "--json" in proc.stdout
