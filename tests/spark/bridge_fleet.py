@@ -439,12 +439,10 @@ class Verdict:
     result: Verification | None  # None: not every record was acked
     producers: list[FleetProducer]
 
-    def check(self, max_stall: float | None = None) -> None:
-        """Every record exactly once with its payload, nothing unacked; no ACK stall above ``max_stall`` s."""
+    def check(self) -> None:
+        """Every record exactly once with its payload, nothing unacked (the stalls are figures, not asserted)."""
         assert self.result is not None and self.result.ok, self.result and self.result.problems()
         assert all(p.unacked == 0 for p in self.producers), self.report()
-        if max_stall is not None:
-            assert self.longest_stall <= max_stall, self.report()
 
     @property
     def longest_stall(self) -> float:
