@@ -111,6 +111,24 @@ def test_each_record_once_across_copies_and_every_bridge_told_the_commit(logs: t
     assert acked_point(b, BOUNDED) == 20
 
 
+def epochs_read(*logs: str) -> list[tuple[int, int, int]]:
+    """Every record of both streams as (stream, id, epoch), the copies preferred in the order given."""
+    r = reader(log=",".join(logs))
+    start = r.initialOffset()
+    end = json.loads(json.dumps(r.latestOffset()))
+    parts = through_spark(r.partitions(start, end))
+    return sorted((x["stream_id"], x["message_id"], x["epoch"]) for p in parts for b in r.read(p) for x in b.to_pylist())
+
+
+def test_an_epoch_is_named_by_the_point_where_it_starts_the_same_from_every_copy(logs: tuple[Path, Path]) -> None:
+    a, b = logs  # b's own epoch counter starts again at 0 with id 8: its epochs must not take a's numbers
+    rows = epochs_read(f"a={a}", f"b={b}")
+    bounded = [(BOUNDED, i, -1 if i < 4 else i - i % 4) for i in range(20) if i % 4 != 3]
+    per_record = [(PER_RECORD, i, i or -1) for i in range(20)]
+    assert rows == bounded + per_record
+    assert epochs_read(f"b={b}", f"a={a}") == rows  # ids 8..11 read from b this time: the same epochs
+
+
 def test_a_planned_batch_whose_only_copy_died_is_data_loss_never_a_gap(logs: tuple[Path, Path]) -> None:
     a, b = logs
     clock = ManualClock()
