@@ -321,3 +321,48 @@ def test_a_task_whose_bridge_stops_answering_reads_the_piece_from_another_over_f
         assert sorted(rows) == sorted(expected(range(0, 12)))
     finally:
         flight.close()
+
+
+def test_a_bridge_stopping_cancels_calls_and_counts_as_unreachable(tmp_path: Path) -> None:
+    """A bridge stopping (SIGTERM) answers calls in flight with CANCELLED: the query goes on from the other copy."""
+    import pyarrow.flight as pa_flight
+
+    from aqueduct.bridge.network.flight_server import LogFlightServer
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 12))
+    write(b, range(0, 12))  # a replica: b holds everything a does
+    flight = FlightLogs(tmp_path / "flight")
+
+    class Stopping(LogFlightServer):
+        """Answers every call as gRPC answers calls in flight while the server shuts down."""
+
+        stopping = False
+
+        def do_get(self, context, ticket):  # type: ignore[no-untyped-def]
+            if Stopping.stopping:
+                raise pa_flight.FlightCancelledError("Flight cancelled call, with message: CANCELLED")
+            return super().do_get(context, ticket)
+
+        def do_action(self, context, action):  # type: ignore[no-untyped-def]
+            if Stopping.stopping:
+                raise pa_flight.FlightCancelledError("Flight cancelled call, with message: CANCELLED")
+            return super().do_action(context, action)
+
+    certs = flight.certs
+    flight.servers[a] = Stopping(a, "127.0.0.1", 0, flight.token, certs.server_cert, certs.server_key)
+    try:
+        r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout="10s", **flight.credentials())
+        start = r.initialOffset()
+        end = json.loads(json.dumps(r.latestOffset()))
+        parts = through_spark(r.partitions(start, end))
+        assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+        Stopping.stopping = True
+        rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+        assert sorted(rows) == sorted(expected(range(0, 12)))  # read from b
+        r.commit(end)
+        assert acked_point(b, BOUNDED) == 12
+        assert r.latestOffset() == end  # planning goes on: a is held, not fatal
+        assert "a" not in r.bridges.answered
+    finally:
+        flight.close()

@@ -47,7 +47,8 @@ RECONNECT_WINDOW = 60.0
 DEFAULT_TOKEN_ENV = "AQUEDUCT_BRIDGE_TOKEN"
 
 #: A bridge that does not answer: planning keeps its last snapshot, a commit waits for the next.
-UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
+#: A call cancelled is one too: a bridge stopping (SIGTERM) cancels the calls it has in flight.
+UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
 
 
 #: What the bridge's error says when a stored batch failed its checksum.
