@@ -366,3 +366,33 @@ def test_a_bridge_stopping_cancels_calls_and_counts_as_unreachable(tmp_path: Pat
         assert "a" not in r.bridges.answered
     finally:
         flight.close()
+
+
+def test_a_dead_bridge_does_not_stall_a_batch_another_copy_covers(tmp_path: Path) -> None:
+    """Planned on a, a dies: the batch is read and committed from the replica at once, not after ``bridgeTimeout``."""
+    import time
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 12))
+    write(b, range(0, 12))  # a replica
+    flight = FlightLogs(tmp_path / "flight")
+    try:
+        r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout="30s", **flight.credentials())
+        start = r.initialOffset()
+        end = json.loads(json.dumps(r.latestOffset()))
+        parts = through_spark(r.partitions(start, end))
+        assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+        flight.servers[a].shutdown()  # killed: its calls are refused from now on
+        began = time.monotonic()
+        rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+        r.commit(end)
+        write(b, range(12, 16))
+        nxt = json.loads(json.dumps(r.latestOffset()))
+        later = [x["message_id"] for p in r.partitions(end, nxt) for b_ in r.read(p) for x in b_.to_pylist()]
+        took = time.monotonic() - began
+        assert sorted(rows) == sorted(expected(range(0, 12)))
+        assert acked_point(b, BOUNDED) == 12
+        assert sorted(later) == sorted([i for i in range(12, 16) if i % 4 != 3] + list(range(12, 16)))
+        assert took < 5, f"{took:.1f} s: the read waited for the dead bridge (bridgeTimeout is 30 s)"
+    finally:
+        flight.close()

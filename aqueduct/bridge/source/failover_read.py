@@ -60,6 +60,20 @@ class StaleCopy(RuntimeError):
 CANNOT_SERVE = (*GONE, StaleCopy, flight.FlightServerError)
 
 
+#: Bridges (name, address) whose last read in this process failed: the pieces read next try them last,
+#: so a dead bridge costs one failed call per worker, not one per piece. A read it serves clears it.
+_FAILED: set[tuple[str, str]] = set()
+
+
+def _key(c: PlannedCopy) -> tuple[str, str]:
+    return c.copy.bridge, str(getattr(c.access, "address", c.directory))
+
+
+def failed_last(copies: Sequence[PlannedCopy]) -> list[PlannedCopy]:
+    """``copies`` in their order, those on a bridge whose last read here failed moved to the back."""
+    return sorted(copies, key=lambda c: _key(c) in _FAILED)
+
+
 class PieceUnavailable(RuntimeError):
     """No bridge of the query held a planned piece's records within :data:`READ_WAIT` seconds."""
 
@@ -200,14 +214,14 @@ def read_piece(
     at all within ``wait`` seconds raises :class:`PieceUnavailable`.
     """
     piece = planned.piece
-    point, copies, failed = piece.lo, list(planned.copies), set()
+    point, copies, failed = piece.lo, failed_last(planned.copies), set()
     carry = EpochCarry.at(piece.lo)
     everyone = [(c.copy.bridge, c.access) for c in planned.copies] + list(planned.others)
     deadline, pause = time.monotonic() + wait, 0.1
     while point < piece.hi:
         c = next((c for c in copies if c.copy.bridge not in failed and c.copy.covers(point)), None)
         if c is None:
-            copies, failed = _fresh(piece.stream, everyone, skip_corrupt), set()
+            copies, failed = failed_last(_fresh(piece.stream, everyone, skip_corrupt)), set()
             if any(c.copy.covers(point) for c in copies):
                 continue
             _, gaps = reach([c.copy for c in copies], point)
@@ -222,7 +236,7 @@ def read_piece(
                     f"after {wait:.0f} s (bridges: {', '.join(n for n, _ in everyone)}); Spark retries the task"
                 )
             time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            pause = min(pause * 2, 0.5)
             continue
         end = min(piece.hi, c.copy.complete)
         try:
@@ -231,7 +245,9 @@ def read_piece(
                 if rows.num_rows:
                     yield rows
             point, carry = end, EpochCarry.at(end)
+            _FAILED.discard(_key(c))
         except CANNOT_SERVE as e:
+            _FAILED.add(_key(c))
             carry = EpochCarry.at(point) if point == end else carry.other_copy(carry.closed)
             logger.warning(
                 "aqueduct source: bridge %s failed reading stream %d at point %d (%s); trying another",
