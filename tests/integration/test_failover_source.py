@@ -323,6 +323,20 @@ def test_a_task_whose_bridge_stops_answering_reads_the_piece_from_another_over_f
         flight.close()
 
 
+def planned_on_a(flight: FlightLogs, a: Path, b: Path, timeout: str) -> tuple[FailoverStreamReader, dict, list]:
+    """A reader of bridges a and b (a preferred) and its first batch, planned: its end and partitions."""
+    r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout=timeout, **flight.credentials())
+    start = r.initialOffset()
+    end = json.loads(json.dumps(r.latestOffset()))
+    parts = through_spark(r.partitions(start, end))
+    assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+    return r, end, parts
+
+
+def rows_of(r: FailoverStreamReader, parts: list) -> list[tuple[int, int, bytes]]:
+    return [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+
+
 def test_a_bridge_stopping_cancels_calls_and_counts_as_unreachable(tmp_path: Path) -> None:
     """A bridge stopping (SIGTERM) answers calls in flight with CANCELLED: the query goes on from the other copy."""
     import pyarrow.flight as pa_flight
@@ -352,14 +366,9 @@ def test_a_bridge_stopping_cancels_calls_and_counts_as_unreachable(tmp_path: Pat
     certs = flight.certs
     flight.servers[a] = Stopping(a, "127.0.0.1", 0, flight.token, certs.server_cert, certs.server_key)
     try:
-        r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout="10s", **flight.credentials())
-        start = r.initialOffset()
-        end = json.loads(json.dumps(r.latestOffset()))
-        parts = through_spark(r.partitions(start, end))
-        assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+        r, end, parts = planned_on_a(flight, a, b, "10s")
         Stopping.stopping = True
-        rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
-        assert sorted(rows) == sorted(expected(range(0, 12)))  # read from b
+        assert sorted(rows_of(r, parts)) == sorted(expected(range(0, 12)))  # read from b
         r.commit(end)
         assert acked_point(b, BOUNDED) == 12
         assert r.latestOffset() == end  # planning goes on: a is held, not fatal
@@ -377,14 +386,10 @@ def test_a_dead_bridge_does_not_stall_a_batch_another_copy_covers(tmp_path: Path
     write(b, range(0, 12))  # a replica
     flight = FlightLogs(tmp_path / "flight")
     try:
-        r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout="30s", **flight.credentials())
-        start = r.initialOffset()
-        end = json.loads(json.dumps(r.latestOffset()))
-        parts = through_spark(r.partitions(start, end))
-        assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+        r, end, parts = planned_on_a(flight, a, b, "30s")
         flight.servers[a].shutdown()  # killed: its calls are refused from now on
         began = time.monotonic()
-        rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+        rows = rows_of(r, parts)
         r.commit(end)
         write(b, range(12, 16))
         nxt = json.loads(json.dumps(r.latestOffset()))
