@@ -79,7 +79,8 @@ class RemoteLog:
         self._token = token
         self._ca = ca
         self._flight: flight.FlightClient | None = None
-        #: seconds a call may take, and a read waits for the bridge to come back (a failover query shortens both)
+        #: seconds a call may take, and a read waits for the bridge to come back (a failover query: bridgeTimeout,
+        #: and no wait, since another copy may serve the read)
         self.call_timeout = CALL_TIMEOUT
         self.reconnect_window = RECONNECT_WINDOW
 
