@@ -111,6 +111,24 @@ def test_each_record_once_across_copies_and_every_bridge_told_the_commit(logs: t
     assert acked_point(b, BOUNDED) == 20
 
 
+def epochs_read(*logs: str) -> list[tuple[int, int, int]]:
+    """Every record of both streams as (stream, id, epoch), the copies preferred in the order given."""
+    r = reader(log=",".join(logs))
+    start = r.initialOffset()
+    end = json.loads(json.dumps(r.latestOffset()))
+    parts = through_spark(r.partitions(start, end))
+    return sorted((x["stream_id"], x["message_id"], x["epoch"]) for p in parts for b in r.read(p) for x in b.to_pylist())
+
+
+def test_an_epoch_is_named_by_the_point_where_it_starts_the_same_from_every_copy(logs: tuple[Path, Path]) -> None:
+    a, b = logs  # b's own epoch counter starts again at 0 with id 8: its epochs must not take a's numbers
+    rows = epochs_read(f"a={a}", f"b={b}")
+    bounded = [(BOUNDED, i, -1 if i < 4 else i - i % 4) for i in range(20) if i % 4 != 3]
+    per_record = [(PER_RECORD, i, i or -1) for i in range(20)]
+    assert rows == bounded + per_record
+    assert epochs_read(f"b={b}", f"a={a}") == rows  # ids 8..11 read from b this time: the same epochs
+
+
 def test_a_planned_batch_whose_only_copy_died_is_data_loss_never_a_gap(logs: tuple[Path, Path]) -> None:
     a, b = logs
     clock = ManualClock()
@@ -301,5 +319,85 @@ def test_a_task_whose_bridge_stops_answering_reads_the_piece_from_another_over_f
         write(b, range(8, 12))  # the producer moved to b and resent what a held
         rows = [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
         assert sorted(rows) == sorted(expected(range(0, 12)))
+    finally:
+        flight.close()
+
+
+def planned_on_a(flight: FlightLogs, a: Path, b: Path, timeout: str) -> tuple[FailoverStreamReader, dict, list]:
+    """A reader of bridges a and b (a preferred) and its first batch, planned: its end and partitions."""
+    r = reader(bridge=f"a={flight.address(a)},b={flight.address(b)}", bridgeTimeout=timeout, **flight.credentials())
+    start = r.initialOffset()
+    end = json.loads(json.dumps(r.latestOffset()))
+    parts = through_spark(r.partitions(start, end))
+    assert all(piece.piece.candidates[0] == "a" for p in parts for piece in p.pieces)
+    return r, end, parts
+
+
+def rows_of(r: FailoverStreamReader, parts: list) -> list[tuple[int, int, bytes]]:
+    return [(x["stream_id"], x["message_id"], x["payload"]) for p in parts for b_ in r.read(p) for x in b_.to_pylist()]
+
+
+def test_a_bridge_stopping_cancels_calls_and_counts_as_unreachable(tmp_path: Path) -> None:
+    """A bridge stopping (SIGTERM) answers calls in flight with CANCELLED: the query goes on from the other copy."""
+    import pyarrow.flight as pa_flight
+
+    from aqueduct.bridge.network.flight_server import LogFlightServer
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 12))
+    write(b, range(0, 12))  # a replica: b holds everything a does
+    flight = FlightLogs(tmp_path / "flight")
+
+    class Stopping(LogFlightServer):
+        """Answers every call as gRPC answers calls in flight while the server shuts down."""
+
+        stopping = False
+
+        def do_get(self, context, ticket):  # type: ignore[no-untyped-def]
+            if Stopping.stopping:
+                raise pa_flight.FlightCancelledError("Flight cancelled call, with message: CANCELLED")
+            return super().do_get(context, ticket)
+
+        def do_action(self, context, action):  # type: ignore[no-untyped-def]
+            if Stopping.stopping:
+                raise pa_flight.FlightCancelledError("Flight cancelled call, with message: CANCELLED")
+            return super().do_action(context, action)
+
+    certs = flight.certs
+    flight.servers[a] = Stopping(a, "127.0.0.1", 0, flight.token, certs.server_cert, certs.server_key)
+    try:
+        r, end, parts = planned_on_a(flight, a, b, "10s")
+        Stopping.stopping = True
+        assert sorted(rows_of(r, parts)) == sorted(expected(range(0, 12)))  # read from b
+        r.commit(end)
+        assert acked_point(b, BOUNDED) == 12
+        assert r.latestOffset() == end  # planning goes on: a is held, not fatal
+        assert "a" not in r.bridges.answered
+    finally:
+        flight.close()
+
+
+def test_a_dead_bridge_does_not_stall_a_batch_another_copy_covers(tmp_path: Path) -> None:
+    """Planned on a, a dies: the batch is read and committed from the replica at once, not after ``bridgeTimeout``."""
+    import time
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 12))
+    write(b, range(0, 12))  # a replica
+    flight = FlightLogs(tmp_path / "flight")
+    try:
+        r, end, parts = planned_on_a(flight, a, b, "30s")
+        flight.servers[a].shutdown()  # killed: its calls are refused from now on
+        began = time.monotonic()
+        rows = rows_of(r, parts)
+        r.commit(end)
+        write(b, range(12, 16))
+        nxt = json.loads(json.dumps(r.latestOffset()))
+        later = [x["message_id"] for p in r.partitions(end, nxt) for b_ in r.read(p) for x in b_.to_pylist()]
+        took = time.monotonic() - began
+        assert sorted(rows) == sorted(expected(range(0, 12)))
+        assert acked_point(b, BOUNDED) == 12
+        assert sorted(later) == sorted([i for i in range(12, 16) if i % 4 != 3] + list(range(12, 16)))
+        assert took < 5, f"{took:.1f} s: the read waited for the dead bridge (bridgeTimeout is 30 s)"
     finally:
         flight.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aqueduct.bridge.source.bridge_list import (
@@ -15,12 +16,14 @@ from aqueduct.bridge.source.bridge_list import (
 from aqueduct.bridge.source.id_space import (
     BEFORE_ALL,
     Copy,
+    EpochCarry,
     Gap,
     Piece,
     belongs,
     commit_offset,
     copy_start,
     cut,
+    epoch_points,
     reach,
     read_span,
 )
@@ -178,3 +181,35 @@ def test_failover_options(tmp_path: Path) -> None:
     listed.write_text("x h:3 oops\n")
     with pytest.raises(AqueductOptionError, match=r"line 1: unknown field 'oops'"):
         SourceOptions.parse({"bridgeList": str(listed)})
+
+
+def points_of(epochs: list[int], references: list[int], carry: EpochCarry) -> tuple[list[int], EpochCarry]:
+    out, carry = epoch_points(np.array(epochs), np.array(references), carry)
+    return out.tolist(), carry
+
+
+def test_an_epoch_is_the_point_where_it_starts_whatever_the_copy_counts_or_how_it_is_cut() -> None:
+    # ids 4..11, BOUNDARY at 7 and 11 (references are id + 1); piece (4, 12] starts at the end of the epoch before
+    refs = list(range(5, 13))
+    want = [4, 4, 4, 4, 8, 8, 8, 8]
+    assert points_of([1, 1, 1, 1, 2, 2, 2, 2], refs, EpochCarry.at(4))[0] == want
+    # another copy counting from 0, read in two record batches carried across
+    first, carry = points_of([0, 0, 0], refs[:3], EpochCarry.at(4))
+    second, _ = points_of([0, 1, 1, 1, 1], refs[3:], carry)
+    assert first + second == want
+    # a copy whose read starts earlier (ids 0..3 of the epoch before, left out later by the range)
+    assert points_of([5] * 4 + [6] * 4 + [7] * 4, list(range(1, 13)), EpochCarry.at(4))[0][4:] == want
+
+
+def test_a_stream_without_boundaries_has_an_epoch_per_record() -> None:
+    assert points_of([9, 10, 11], [5, 6, 7], EpochCarry.at(4))[0] == [4, 5, 6]
+
+
+def test_epochs_go_on_in_another_copy_from_where_the_failed_one_stopped() -> None:
+    refs = list(range(5, 13))  # as above: epochs start at 4 and 8
+    read, carry = points_of([1, 1], refs[:2], EpochCarry.at(4))  # ids 4, 5, then the copy fails mid-epoch
+    on = carry.other_copy(closed=False)
+    assert read + points_of([0, 0, 1, 1, 1, 1], refs[2:], on)[0] == [4, 4, 4, 4, 8, 8, 8, 8]
+    # it failed right after the BOUNDARY (id 7): the next copy's first row starts an epoch
+    read, carry = points_of([1, 1, 1, 1], refs[:4], EpochCarry.at(4))
+    assert points_of([0, 0, 0, 0], refs[4:], carry.other_copy(closed=True))[0] == [8, 8, 8, 8]

@@ -8,16 +8,19 @@ Bridges are killed (their copy gone) and truncate what the query
 committed there. The query plans a batch with the failover rules
 (:func:`reach`, :func:`cut`), runs it (tasks may fail and the batch is
 run again, from other copies, even after the planned ones died), reads
-each piece by :func:`read_span` and :func:`belongs`, and commits: every
-bridge holding the stream is told :func:`commit_offset`, and acks the
-point of reference there. After every step: the sink holds each id once,
-in id order, epochs whole, and no stable record is ever lost.
+each piece by :func:`read_span` and :func:`belongs`, names each row's
+epoch by :func:`epoch_points` from the copy's own epoch counter, and
+commits: every bridge holding the stream is told :func:`commit_offset`,
+and acks the point of reference there. After every step: the sink holds
+each id once, in id order, epochs whole and each named by the point where
+it starts whichever copy it came from, and no stable record is ever lost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -42,6 +45,8 @@ class Stored:
     entries: list[IndexEntry] = field(default_factory=list)
     committed: int | None = None  # the offset the query committed here
     boundaries: bool = True  # False: a stream without BOUNDARY records, an epoch per record
+    epochs: list[int] = field(default_factory=list)  # each record's epoch in this copy's own counter
+    next_epoch: int = 0
 
     @property
     def end(self) -> int:
@@ -65,6 +70,9 @@ class Stored:
     def append(self, records: list[tuple[int, bool]]) -> None:
         first, before = self.end, self.point
         self.records += records
+        for _, boundary in records:
+            self.epochs.append(self.next_epoch)
+            self.next_epoch += boundary or not self.boundaries
         self.entries.append(entry(first, len(records), before, self.point, self.complete))
 
     def copy(self, name: str) -> rules.Copy:
@@ -76,6 +84,7 @@ class Stored:
         while len(self.entries) > 1 and self.committed is not None and self.entries[0].end_offset <= self.committed:
             dropped = self.entries.pop(0)
             self.records = self.records[dropped.count :]
+            self.epochs = self.epochs[dropped.count :]
             self.base, self.before = dropped.end_offset, dropped.reference_after
 
 
@@ -90,6 +99,8 @@ class FailoverModel(RuleBasedStateMachine):
         self.point = rules.BEFORE_ALL  # the query's committed point
         self.planned: tuple[int, int] | None = None  # (lo, hi] of the batch planned, not yet committed
         self.sink: list[list[int]] = []  # the ids of each committed batch
+        self.epoch_of: dict[int, int] = {}  # each committed id's epoch column
+        self.read_epochs: dict[int, int] = {}  # the last run's
         self.boundaries = True
 
     @initialize(boundaries=st.booleans())
@@ -162,10 +173,17 @@ class FailoverModel(RuleBasedStateMachine):
                 return None
             stored = self.bridges[item.candidates[-1]]  # any candidate serves: take the least preferred
             start, end = rules.read_span(stored.entries, item.lo, item.hi, stored.complete)
-            for offset in range(start, end):
-                mid, boundary = stored.records[offset - stored.base]
+            rows = range(start - stored.base, end - stored.base)
+            points, _ = rules.epoch_points(
+                np.array([stored.epochs[k] for k in rows], dtype=np.int64),
+                np.array([stored.records[k][0] + 1 for k in rows], dtype=np.int64),
+                rules.EpochCarry.at(item.lo),
+            )
+            for k, point in zip(rows, points.tolist(), strict=True):
+                mid, boundary = stored.records[k]
                 if not boundary and rules.belongs(mid + 1, True, item.lo, item.hi):
                     ids.append(mid)
+                    self.read_epochs[mid] = point
         return ids
 
     @precondition(lambda self: self.planned is not None)
@@ -177,6 +195,7 @@ class FailoverModel(RuleBasedStateMachine):
         if ids is None or not commit:
             return
         self.sink.append(ids)
+        self.epoch_of |= {i: self.read_epochs[i] for i in ids}
         self.point = self.planned[1]
         self.planned = None
         for stored in self.bridges.values():
@@ -207,6 +226,13 @@ class FailoverModel(RuleBasedStateMachine):
                 epoch.append(i)
         for e in epochs:
             assert len({batch_of.get(i) for i in e}) <= 1, f"epoch {e} split across batches"
+        start = 0  # the point where each id's epoch starts (-1: the stream's first, read from its start)
+        for i in range(self.next_id):
+            want = start or rules.BEFORE_ALL
+            if i in self.epoch_of:
+                assert self.epoch_of[i] == want, f"id {i}: epoch {self.epoch_of[i]}, not {want}"
+            if self.boundary_every[i] or not self.boundaries:
+                start = i + 1
 
     def teardown(self) -> None:
         """Drain: the query reads to the end; every id the producer wrote reaches the sink."""

@@ -47,7 +47,13 @@ def _fixed_bridges(options: SourceOptions) -> dict[str, LogAccess]:
 
 def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], token: str | None = None,
           ca: str | None = None) -> dict[str | None, RemoteLog]:  # fmt: skip
-    """:func:`open_bridges` with the options' credentials, calls bounded by ``bridgeTimeout``."""
+    """:func:`open_bridges` with the options' credentials, calls bounded by ``bridgeTimeout``.
+
+    A read does not wait for a bridge that went away to come back
+    (``reconnect_window`` 0): the reader goes on at once with another copy,
+    and waits for any bridge to hold the records only when none does
+    (:func:`~.failover_read.read_piece`).
+    """
     try:
         opened = open_bridges(
             bridges, token_file=token or options.bridge_token_file, token_env=options.bridge_token_env,
@@ -56,7 +62,8 @@ def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], t
     except BridgeCredentialError as e:
         raise AqueductOptionError(f"aqueduct source: {e}") from None
     for remote in opened.values():
-        remote.call_timeout = remote.reconnect_window = options.bridge_timeout
+        remote.call_timeout = options.bridge_timeout
+        remote.reconnect_window = 0.0
     return opened
 
 
@@ -163,6 +170,8 @@ class FailoverBridges:
         self.answered = set()
         for name in self.logs:
             streams = self._load(name)
+            if streams is not None and not self._points_known(name, streams):
+                streams = None
             if streams is None:
                 self.membership.failed(name, now)
                 self._sent.pop(name, None)  # a commit it missed is sent again when it answers
@@ -188,6 +197,19 @@ class FailoverBridges:
                 self.register(name, committed)
         return usable, held
 
+    def _points_known(self, name: str, streams: dict[int, StreamIndex]) -> bool:
+        """Work out the ends of ``name``'s copies (a record lookup each, remembered); False if it went away meanwhile."""
+        try:
+            with corruption_is_data_loss():
+                for s in streams.values():
+                    if s.entries:
+                        self.complete_point(name, s)
+        except GONE as e:
+            logger.warning("aqueduct source: bridge %s cannot be reached (%s)", name, e)
+            self._snapshots.pop(name, None)
+            return False
+        return True
+
     def complete_point(self, name: str, s: StreamIndex) -> int:
         """:func:`complete_point`, remembered while the stream's last entry and closed epochs stay the same."""
         key = (name, s.stream_id)
@@ -201,8 +223,8 @@ class FailoverBridges:
 
     def register(self, name: str, points: Mapping[int, int] | None) -> None:
         """Register the consumer on ``name`` at ``points`` (None: from its earliest records)."""
-        positions = {} if points is None else self.positions(name, points)
         try:
+            positions = {} if points is None else self.positions(name, points)
             self.logs[name].register(self.options.consumer, positions, self.options.reads)
             self._registered.add(name)
         except (*GONE, ConsumerError) as e:
@@ -256,13 +278,15 @@ class FailoverBridges:
             if known is not None and known[0] is told[0] and known[1] is told[1]:
                 continue  # the same snapshot and points as last time: nothing new to say
             self._told[name] = told
-            positions = self.positions(name, points)
-            if not positions or positions == self._sent.get(name):
-                continue
             try:
+                positions = self.positions(name, points)
+                if not positions or positions == self._sent.get(name):
+                    continue
                 self.logs[name].commit(self.options.consumer, positions, 0)
                 self._sent[name] = positions
             except (*GONE, ConsumerError) as e:
+                self._told.pop(name, None)  # worked out and sent again next time
+                self.answered.discard(name)  # not preferred by the batch planned next
                 logger.warning(
                     "aqueduct source: commit to bridge %s failed (%s); the next one covers it",
                     name,

@@ -16,16 +16,26 @@ stable records from any bridge.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from aqueduct.bridge.source.flight_client import UNREACHABLE
-from aqueduct.bridge.source.id_space import Copy, Piece, copy_start, reach, read_span, span_entries
+from aqueduct.bridge.source.id_space import (
+    Copy,
+    EpochCarry,
+    Piece,
+    copy_start,
+    epoch_points,
+    reach,
+    read_span,
+    span_entries,
+)
 from aqueduct.bridge.source.log_access import LogAccess
 from aqueduct.bridge.source.planning import Slice
 from aqueduct.bridge.storage.index import IndexEntry
@@ -48,6 +58,20 @@ class StaleCopy(RuntimeError):
 #: What makes a reader try the next copy: the bridge gone, its log replaced, or an error it answers
 #: a read with (a range no longer stored); a batch failing its checksum is data loss, not this.
 CANNOT_SERVE = (*GONE, StaleCopy, flight.FlightServerError)
+
+
+#: Bridges (name, address) whose last read in this process failed: the pieces read next try them last,
+#: so a dead bridge costs one failed call per worker, not one per piece. A read it serves clears it.
+_FAILED: set[tuple[str, str]] = set()
+
+
+def _key(c: PlannedCopy) -> tuple[str, str]:
+    return c.copy.bridge, str(getattr(c.access, "address", c.directory))
+
+
+def failed_last(copies: Sequence[PlannedCopy]) -> list[PlannedCopy]:
+    """``copies`` in their order, those on a bridge whose last read here failed moved to the back."""
+    return sorted(copies, key=lambda c: _key(c) in _FAILED)
 
 
 class PieceUnavailable(RuntimeError):
@@ -120,16 +144,27 @@ def rows_in(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     return batch.filter(keep).select(list(SPARK_COLUMNS))
 
 
+def with_epoch_points(batch: pa.RecordBatch, carry: EpochCarry) -> tuple[pa.RecordBatch, EpochCarry]:
+    """``batch`` (stored columns, BOUNDARY rows included) with its ``epoch`` column as points (:func:`~.id_space.epoch_points`)."""
+    epochs = batch.column("epoch").to_numpy(zero_copy_only=False)
+    references = batch.column("reference").to_numpy(zero_copy_only=False)
+    points, carry = epoch_points(epochs, references, carry)
+    at = batch.schema.get_field_index("epoch")
+    return batch.set_column(at, batch.schema.field(at), pa.array(points, pa.int64())), carry
+
+
 def _read_copy(
-    c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool
-) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read.
+    c: PlannedCopy, stream: int, lo: int, hi: int, skip_corrupt: bool, carry: EpochCarry
+) -> Iterator[tuple[pa.RecordBatch, int, EpochCarry]]:
+    """Rows of ``(lo, hi]`` from copy ``c``, each batch with the last point of reference it read and the epochs' carry.
 
     The records read must be the ones the planner's index entries describe:
     the first starts at the first entry's point, and the last stable one
     reaches ``hi``. A log replaced since planning (a bridge restarted on an
     empty directory, refilled by resends at other offsets) fails this, and
-    raises :class:`StaleCopy` rather than yielding a range with holes.
+    raises :class:`StaleCopy` rather than yielding a range with holes. The
+    carry says whether the last row read ended its epoch (a BOUNDARY, or a
+    stream without them), for the copy that may have to go on from there.
     """
     start, end = read_span(c.entries, lo, hi, c.complete_offset)
     if start >= end:
@@ -143,7 +178,10 @@ def _read_copy(
         if seen is None and not entries[0].reference_before <= refs[0].as_py() <= entries[0].reference_after:
             raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} is not the one planned on")
         seen = refs[-1].as_py()
-        yield rows_in(batch, lo, hi), seen
+        batch, carry = with_epoch_points(batch, carry)
+        holder = entries[min(bisect.bisect_left(entries, seen, key=lambda e: e.reference_after), len(entries) - 1)]
+        closed = batch.column("boundary")[-1].as_py() or not holder.uses_boundaries
+        yield rows_in(batch, lo, hi), seen, replace(carry, closed=closed)
     if not skip_corrupt and hi > max(lo, c.copy.start) and (seen is None or seen < hi):
         raise StaleCopy(f"bridge {c.copy.bridge}'s log of stream {stream} ends before point {hi}, which it held")
 
@@ -176,13 +214,14 @@ def read_piece(
     at all within ``wait`` seconds raises :class:`PieceUnavailable`.
     """
     piece = planned.piece
-    point, copies, failed = piece.lo, list(planned.copies), set()
+    point, copies, failed = piece.lo, failed_last(planned.copies), set()
+    carry = EpochCarry.at(piece.lo)
     everyone = [(c.copy.bridge, c.access) for c in planned.copies] + list(planned.others)
     deadline, pause = time.monotonic() + wait, 0.1
     while point < piece.hi:
         c = next((c for c in copies if c.copy.bridge not in failed and c.copy.covers(point)), None)
         if c is None:
-            copies, failed = _fresh(piece.stream, everyone, skip_corrupt), set()
+            copies, failed = failed_last(_fresh(piece.stream, everyone, skip_corrupt)), set()
             if any(c.copy.covers(point) for c in copies):
                 continue
             _, gaps = reach([c.copy for c in copies], point)
@@ -197,16 +236,19 @@ def read_piece(
                     f"after {wait:.0f} s (bridges: {', '.join(n for n, _ in everyone)}); Spark retries the task"
                 )
             time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            pause = min(pause * 2, 0.5)
             continue
         end = min(piece.hi, c.copy.complete)
         try:
-            for rows, last in _read_copy(c, piece.stream, point, end, skip_corrupt):
-                point = max(point, min(last, end))
+            for rows, last, after in _read_copy(c, piece.stream, point, end, skip_corrupt, carry):
+                point, carry = max(point, min(last, end)), after
                 if rows.num_rows:
                     yield rows
-            point = end
+            point, carry = end, EpochCarry.at(end)
+            _FAILED.discard(_key(c))
         except CANNOT_SERVE as e:
+            _FAILED.add(_key(c))
+            carry = EpochCarry.at(point) if point == end else carry.other_copy(carry.closed)
             logger.warning(
                 "aqueduct source: bridge %s failed reading stream %d at point %d (%s); trying another",
                 c.copy.bridge, piece.stream, point, e,

@@ -47,7 +47,8 @@ RECONNECT_WINDOW = 60.0
 DEFAULT_TOKEN_ENV = "AQUEDUCT_BRIDGE_TOKEN"
 
 #: A bridge that does not answer: planning keeps its last snapshot, a commit waits for the next.
-UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
+#: A call cancelled is one too: a bridge stopping (SIGTERM) cancels the calls it has in flight.
+UNREACHABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
 
 
 #: What the bridge's error says when a stored batch failed its checksum.
@@ -78,7 +79,8 @@ class RemoteLog:
         self._token = token
         self._ca = ca
         self._flight: flight.FlightClient | None = None
-        #: seconds a call may take, and a read waits for the bridge to come back (a failover query shortens both)
+        #: seconds a call may take, and a read waits for the bridge to come back (a failover query: bridgeTimeout,
+        #: and no wait, since another copy may serve the read)
         self.call_timeout = CALL_TIMEOUT
         self.reconnect_window = RECONNECT_WINDOW
 

@@ -21,6 +21,12 @@ holds later ones, is lost data (:class:`Gap`). A committed point is told
 to each bridge as its own log offset (:func:`commit_offset`), so every
 bridge acks its producers, whichever copy was read.
 
+A copy's ``epoch`` column is its own counter, so a producer that moved
+leaves two epochs with one number on two bridges. A failover read names an
+epoch by the point where it starts instead, the reference before its
+first record (:func:`epoch_points`): the same from every copy, shared by
+the rows of one epoch, increasing along the stream.
+
 Nothing here reads a file, a socket or a clock: the failover reader
 (:mod:`aqueduct.bridge.source.failover`) gives it numbers and index
 entries, and the model test drives it the same way.
@@ -30,12 +36,15 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from aqueduct.bridge.storage.index import IndexEntry
 
 __all__ = [
-    "BEFORE_ALL", "Copy", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "reach", "read_span", "span_entries",
+    "BEFORE_ALL", "Copy", "EpochCarry", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "epoch_points",
+    "reach", "read_span", "span_entries",
 ]  # fmt: skip
 
 #: The point before a stream's first record: records with no stable id that
@@ -202,3 +211,52 @@ def read_span(entries: Sequence[IndexEntry], lo: int, hi: int, complete_offset: 
         return 0, 0
     end = min(entries[last - 1].end_offset, complete_offset)
     return min(entries[first].first_offset, end), end
+
+
+@dataclass(frozen=True)
+class EpochCarry:
+    """Where :func:`epoch_points` left off: what the next row of the stream needs from the rows before it.
+
+    ``point`` names the open epoch, ``reference`` is the last row's;
+    ``epoch`` is the last row's value in the copy's own counter (None when
+    the next row comes from another copy, whose counter differs: then
+    ``closed`` says whether the last row ended its epoch).
+    """
+
+    point: int
+    reference: int
+    epoch: int | None = None
+    closed: bool = False
+
+    @classmethod
+    def at(cls, lo: int) -> EpochCarry:
+        """Before the first record after ``lo``, an epoch's end (where pieces start): its epoch starts at ``lo``."""
+        return cls(lo, lo, None, True)
+
+    def other_copy(self, closed: bool) -> EpochCarry:
+        """The same place, the next rows read from another copy; ``closed``: the last row ended its epoch."""
+        return replace(self, epoch=None, closed=closed)
+
+
+def epoch_points(epochs: np.ndarray, references: np.ndarray, carry: EpochCarry) -> tuple[np.ndarray, EpochCarry]:
+    """Each row's epoch as the point where it starts (the reference before its first record), and the carry on.
+
+    ``epochs`` is one copy's own epoch counter of consecutive rows (BOUNDARY
+    rows included: they end the epoch they are in), ``references`` their
+    stored points. A row whose counter differs from the row before starts
+    an epoch, at the point the row before carries; the others inherit it.
+    The counter changes where the producer's epochs do, so every copy gives
+    the same points.
+    """
+    n = len(epochs)
+    if n == 0:
+        return np.empty(0, np.int64), carry
+    starts = np.empty(n, dtype=bool)
+    starts[1:] = epochs[1:] != epochs[:-1]
+    starts[0] = carry.closed if carry.epoch is None else bool(epochs[0] != carry.epoch)
+    before = np.empty(n, dtype=np.int64)
+    before[0] = carry.reference
+    before[1:] = references[:-1]
+    last_start = np.maximum.accumulate(np.where(starts, np.arange(n), -1))
+    points = np.where(last_start >= 0, before[np.maximum(last_start, 0)], carry.point)
+    return points, EpochCarry(int(points[-1]), int(references[-1]), int(epochs[-1]), False)
