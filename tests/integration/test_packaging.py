@@ -196,6 +196,15 @@ def command_lines(pid: int) -> dict[int, bytes]:
     return lines
 
 
+def exec_command_line(pid: int) -> bytes:
+    """A child's command line once its exec finished (a process in the middle of execve reads as empty)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (line := Path(f"/proc/{pid}/cmdline").read_bytes()):
+        assert time.monotonic() < deadline, f"process {pid} shows no command line"
+        time.sleep(0.01)
+    return line
+
+
 def wait_for_line(path: Path, text: str, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + TIMEOUT
     while text not in path.read_text():
@@ -231,7 +240,7 @@ def test_serve_and_produce_from_the_virtualenv_deliver_exactly_once_with_no_secr
              str(certs.ca), "--program", "packaged", "--ack-timeout", str(TIMEOUT), "--json", "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=clean_env(venv) | {"AQUEDUCT_COOKIE": cookie},
         )  # fmt: skip
-        argv = {"producer": Path(f"/proc/{producer.pid}/cmdline").read_bytes()}
+        argv = {"producer": exec_command_line(producer.pid)}
         out, err = producer.communicate(timeout=TIMEOUT)
         assert producer.returncode == 0, err
         argv |= {f"bridge process {pid}": line for pid, line in command_lines(bridge.pid).items()}
