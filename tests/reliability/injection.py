@@ -8,15 +8,17 @@ from pathlib import Path
 INJECT_DIR = Path(__file__).parent / "inject"
 
 
-def fault_env(fault: str, mark: Path) -> dict[str, str]:
+def fault_env(fault: str, mark: Path, log: Path | None = None) -> dict[str, str]:
     """Environment for a child that meets ``fault`` (see ``inject/sitecustomize.py``) and notes it in ``mark``.
 
     The directory goes first on ``PYTHONPATH``, so Python imports its
     ``sitecustomize`` at start, in the child and the Python processes it
-    starts; the product itself has no hook.
+    starts; the product itself has no hook. ``log``: only that log's
+    files meet the fault (a bridge's warm-up query reads a throw-away log).
     """
     path = os.pathsep.join(p for p in (str(INJECT_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "AQUEDUCT_TEST_FAULT": fault, "AQUEDUCT_TEST_FAULT_MARK": str(mark)}
+    env = {"PYTHONPATH": path, "AQUEDUCT_TEST_FAULT": fault, "AQUEDUCT_TEST_FAULT_MARK": str(mark)}
+    return env if log is None else env | {"AQUEDUCT_TEST_FAULT_LOG": str(log)}
 
 
 def faults_reached(mark: Path) -> list[str]:

@@ -325,7 +325,7 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
     coming (the source writes a batch's commit file when the next one runs).
     """
     mark = tmp_path / "faults"
-    fault = fault_env("commit-file:1", mark)
+    fault = fault_env("commit-file:1", mark, log=tmp_path / "log")
     sent: dict[int, bytes] = {}
     stop = asyncio.Event()
     async with bridge_process(tmp_path, certs, tcp=True, env=fault) as bridge:

@@ -14,7 +14,8 @@ inherit the environment), and wraps the write at that point:
     both (``recorded``: durable, the ACKs not sent yet).
 ``commit-file:<n>``
     the ``n``-th write of a source commit file (``LOG/commits/<consumer>.json``)
-    in this process: the process stops itself (SIGSTOP) once the new
+    in this process (of the log ``AQUEDUCT_TEST_FAULT_LOG`` names, when set:
+    not the warm-up query's own throw-away log): the process stops itself (SIGSTOP) once the new
     content is on disk under its temporary name, before the rename, after
     creating ``AQUEDUCT_TEST_FAULT_MARK``; the test then SIGKILLs the
     whole bridge, the stopped process included.
@@ -70,13 +71,19 @@ def _acked(phase: str, nth: int) -> None:
     acked.write_atomically = copy_write
 
 
+def _in_log(path: Path) -> bool:
+    """Is ``path`` in the log the test names (any log if it names none)?"""
+    log = os.environ.get("AQUEDUCT_TEST_FAULT_LOG")
+    return log is None or path.resolve().parent.parent == Path(log).resolve()
+
+
 def _commit_file(nth: int) -> None:
     writes = 0
     replace = os.replace
 
     def stopping_replace(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal writes
-        if Path(dst).parent.name == "commits" and Path(dst).suffix == ".json":
+        if Path(dst).parent.name == "commits" and Path(dst).suffix == ".json" and _in_log(Path(dst)):
             writes += 1
             if writes == nth:
                 _reached(signal.SIGSTOP)
