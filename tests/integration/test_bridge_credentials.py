@@ -26,6 +26,7 @@ from aqueduct.bridge.ingest.producer_auth import ProducerAuth
 from aqueduct.connector.errors import ConnectorRefused, TlsRefused
 from aqueduct.connector.producer.client import Connector
 from aqueduct.runtime.certs import CertPaths
+from tests.ingest_only_bridge import bridge_without_spark
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 KEY = Ed25519PrivateKey.generate()
@@ -53,14 +54,8 @@ async def bridge(tmp_path: Path, certs: CertPaths) -> AsyncIterator[Bridge]:
         keyfile=certs.server_key, client_cafile=certs.ca, token_key=tmp_path / "token.pub",
         acl=tmp_path / "acl", token_revoked=tmp_path / "revoked", metrics=("127.0.0.1", 0),
     )  # fmt: skip
-    b = Bridge(config)
-    await b.start(run_query=False)
-    assert b.positions is not None
-    b.positions.register("reports", acks=True)
-    try:
+    async with bridge_without_spark(config) as b:
         yield b
-    finally:
-        await b.stop()
 
 
 def url(b: Bridge) -> str:

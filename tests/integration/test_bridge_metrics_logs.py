@@ -27,6 +27,7 @@ from aqueduct.bridge.app.service import Bridge, BridgeConfig
 from aqueduct.connector.errors import ConnectorRefused, TlsRefused
 from aqueduct.connector.producer.client import Connector
 from aqueduct.runtime.certs import generate_certs
+from tests.ingest_only_bridge import bridge_without_spark
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
@@ -38,14 +39,8 @@ async def bridge(tmp_path: Path) -> AsyncIterator[Bridge]:
         log_dir=tmp_path / "log", tcp=("127.0.0.1", 0), quic=("127.0.0.1", 0), cookie=b"secret",
         metrics=("127.0.0.1", 0),
     )  # fmt: skip
-    b = Bridge(config)
-    await b.start(run_query=False)
-    assert b.positions is not None
-    b.positions.register("reports", acks=True)
-    try:
+    async with bridge_without_spark(config) as b:
         yield b
-    finally:
-        await b.stop()
 
 
 def tcp_url(b: Bridge) -> str:
