@@ -670,7 +670,6 @@ class Connector:
             return
         dropped = stream.refuse(event.rule)
         lane.gave_up = stream.refused
-        logger.warning("stream %d (%r) refused by the worker: %s", stream.stream_id, stream.stream_name, event.rule)
         if self.on_delivery is not None:
             for record in dropped:
                 self._report(stream.refused, stream, record)
