@@ -28,6 +28,7 @@ _LAZY = {
     "CreditTimeout": "errors",
     "Delivery": "producer.client",
     "TlsRefused": "errors",
+    "StreamRefused": "errors",
     "Producer": "producer.blocking",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",
