@@ -192,9 +192,14 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
         self._events.append(Acked(ack.credits, ack.refs))
 
     def _on_error(self, error: Error) -> None:
-        """The worker's ERROR ends the session; one refusing a single stream also says which."""
+        """The worker's ERROR ends the session; one refusing a stream this session notified also says which.
+
+        A refusal of a stream the session never notified is the worker
+        refusing the connector: a plain ERROR (the connector never sends a
+        refused stream again, so it cannot come back to it).
+        """
         refused = parse_stream_refusal(error.reason)
-        if refused is not None:
+        if refused is not None and refused[0] in self.streams:
             self._events.append(NotifyRefused(*refused))
         super()._on_error(error)
 

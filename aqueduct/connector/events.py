@@ -76,7 +76,7 @@ class Acked:
 
 @dataclass(frozen=True, slots=True)
 class NotifyRefused:
-    """Connector side: the worker refused one stream (ERROR ``stream N refused: RULE``).
+    """Connector side: the worker refused one stream the session notified (ERROR ``stream N refused: RULE``).
 
     The session ends with it (a :class:`SessionEnded` follows), but only
     that stream is given up: the connector reconnects and goes on with the

@@ -45,7 +45,18 @@ def test_the_worker_refuses_a_stream_with_the_form_and_the_connector_reads_which
     connector = ConnectorSession("p", "i")
     connector.start()
     connector.receive_data(encode(Ok(8, ())))
+    connector.send(Notify(9, "billing-9", 0))
     assert connector.receive_data(encode(error)) == [NotifyRefused(9, RULE), SessionEnded(error.reason, "peer")]
+
+
+def test_a_refusal_of_a_stream_the_session_never_notified_refuses_the_connector() -> None:
+    """The connector never notifies a refused stream again: refusing one it did not notify is refusing it."""
+    connector = ConnectorSession("p", "i")
+    connector.start()
+    connector.receive_data(encode(Ok(8, ())))
+    connector.send(Notify(8, "orders-8", 0))
+    reason = stream_refusal(9, RULE)
+    assert connector.receive_data(encode(Error(reason))) == [SessionEnded(reason, "peer")]
     other = ConnectorSession("p", "i")
     other.start()
     assert other.receive_data(encode(Error("bad cookie"))) == [SessionEnded("bad cookie", "peer")]

@@ -661,14 +661,12 @@ class Connector:
     def _refuse_stream(self, lane: _Lane, event: NotifyRefused) -> None:
         """Give up the refused stream for good; each record it leaves is reported with the refusal.
 
-        Only a stream of this connector not refused before counts
-        (``lane.gave_up``): a worker refusing another, or the same again, is
-        refusing the connector, and that is final as any ERROR.
+        The lane then comes back at once without it (``lane.gave_up``); the
+        session reports only streams it notified, and a refused stream is
+        never notified again, so that happens once per stream and connection.
         """
-        stream = self._streams.get(event.stream_id)
-        if stream is None or stream.refused is not None:
-            return
-        dropped = stream.refuse(event.rule)
+        stream = self._streams[event.stream_id]
+        dropped = stream.refuse(event.rule)  # nothing the second time (another connection's refusal)
         lane.gave_up = stream.refused
         if self.on_delivery is not None:
             for record in dropped:
