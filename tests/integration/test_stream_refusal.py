@@ -124,3 +124,24 @@ async def test_aqueduct_produce_names_the_refused_stream_and_its_rule_and_sends_
     assert (summary["refused"], summary["errors"], summary["acked"]) == (rule, [f"refused: {rule}"], 25)
     assert stored_10 == [(i, b"10:%d " % i + b"x" * (100 - len(b"10:%d " % i))) for i in range(25)]
     assert ids == {10}
+
+
+async def test_with_replicas_each_connection_gives_the_refused_stream_up_and_goes_on(tmp_path: Path) -> None:
+    """Both bridges refuse the stream, each over its own connection; the connector gives it up once."""
+    grant = token("orders", streams=("orders-*",))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with guarded_bridge(tmp_path / "a", "tcp") as a, guarded_bridge(tmp_path / "b", "tcp") as b:
+        async with Connector([a.url, b.url], program="orders", instance="p0", token=grant, replicas=2) as conn:
+            kept, outside = await conn.stream(1, "orders-1"), await conn.stream(2, "billing-2")
+            await _send(outside, range(5))
+            for i in range(RECORDS):
+                await kept.send(b"%d" % i)
+            with pytest.raises(StreamRefused, match="^stream_not_allowed: stream 'billing-2' "):
+                await conn.wait_all_acked(TIMEOUT)
+            assert kept.acked == RECORDS and list(conn.refused) == [2]
+        for bridge in (a, b):  # a record is done when either bridge acks it: the other may still lag
+            assert set(bridge.log.stream_ids()) <= {1}
+        # at most one refusal per connection (one that came up after the other's refusal never notified it)
+        assert 1 <= a.ingest.counters.refusals["stream_not_allowed"] + b.ingest.counters.refusals["stream_not_allowed"] <= 2
+        assert a.ingest.counters.refusals["stream_not_allowed"] <= 1 and b.ingest.counters.refusals["stream_not_allowed"] <= 1
