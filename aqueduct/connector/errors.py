@@ -3,8 +3,8 @@
 :class:`ConnectorRefused` ends a producer for good (retrying would not help;
 :class:`TlsRefused` when its TLS handshake failed, which a link reports as
 :class:`HandshakeFailed`); :class:`StreamRefused` ends one stream for good,
-its connector going on with the others; :class:`ConnectorClosed` is a record's delivery
-error when the connector closed first;
+its connector going on with the others; :class:`ConnectorClosed` is a
+record's delivery error when the connector closed first;
 :class:`WorkerBusy` asks it to come back later; :class:`CreditTimeout` is a
 ``send`` that waited too long for a credit. Keeping them apart from the
 client breaks the import cycle a transport raising ``WorkerBusy`` would make.

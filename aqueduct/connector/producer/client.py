@@ -26,10 +26,11 @@ is bounded (``max_buffer``) so memory stays bounded when the worker is slow.
 ``on_delivery`` is confluent-kafka's delivery report: called once per
 reliable record, with ``None`` when an ACK says the record is committed
 downstream, or with the error when it never will be (the worker refused
-the session or the record's stream, or the connector closed first). A
-refused stream (:class:`~aqueduct.connector.errors.StreamRefused`) is given
-up alone: the connector reconnects at once and goes on with the others. ``flush(timeout)`` waits for
-those reports and returns how many records are still waiting.
+the session or the record's stream, or the connector closed first).
+``flush(timeout)`` waits for those reports and returns how many records
+are still waiting. A refused stream
+(:class:`~aqueduct.connector.errors.StreamRefused`) is given up alone: the
+connector reconnects at once and goes on with the others.
 """
 
 from __future__ import annotations
