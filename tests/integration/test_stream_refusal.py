@@ -23,6 +23,16 @@ import pytest
 
 from aqueduct.auth import decode_token
 from aqueduct.connector.errors import StreamRefused
+from aqueduct.connector.frames import (
+    PROTOCOL_VERSION,
+    Ack,
+    Error,
+    FrameSplitter,
+    Hello,
+    Notify,
+    Ok,
+    encode,
+)
 from aqueduct.connector.producer.client import Connector, Delivery
 from aqueduct.runtime.certs import CertPaths
 from tests.integration.test_ingest_credentials import TIMEOUT, Bridge, guarded_bridge, token
@@ -145,3 +155,25 @@ async def test_with_replicas_each_connection_gives_the_refused_stream_up_and_goe
         # at most one refusal per connection (one that came up after the other's refusal never notified it)
         assert 1 <= a.ingest.counters.refusals["stream_not_allowed"] + b.ingest.counters.refusals["stream_not_allowed"] <= 2
         assert a.ingest.counters.refusals["stream_not_allowed"] <= 1 and b.ingest.counters.refusals["stream_not_allowed"] <= 1
+
+
+async def test_on_the_wire_the_refusal_is_one_error_naming_the_stream_and_its_rule(tmp_path: Path) -> None:
+    """What any connector reads, this library's or an older one's: ERROR ``stream N refused: RULE``, then the end."""
+    grant = token("orders", streams=("orders-*",))
+    async with guarded_bridge(tmp_path, "tcp") as bridge:
+        host, port = bridge.url.removeprefix("tcp://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(encode(Hello(PROTOCOL_VERSION, grant.encode(), "orders", "p0")) + encode(Notify(9, "billing-9", 0)))
+            data = await asyncio.wait_for(reader.read(), TIMEOUT)  # until the bridge closes the connection
+        finally:
+            writer.close()
+    splitter = FrameSplitter()
+    splitter.push(data)
+    frames, bad = splitter.drain()
+    assert bad is None and isinstance(frames[0], Ok)
+    assert all(isinstance(f, Ack) for f in frames[1:-1])  # the NOTIFY's credit may come back first
+    assert frames[-1:] == [Error(
+        f"stream 9 refused: stream_not_allowed: stream 'billing-9' (id 9) is not in streams orders-* of token "
+        f"{decode_token(grant).token_id} (subject 'orders')"
+    )]  # fmt: skip
