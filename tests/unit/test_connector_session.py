@@ -41,6 +41,7 @@ from aqueduct.connector.states import (
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.rangeset import RangeSet
+from tests.connector_link import Link
 
 
 def sent(session: ConnectorSession) -> list:
@@ -240,18 +241,14 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
     faults = [*faults, ("step", 10_000)]
 
     for kind, budget in faults:
-        conn = ConnectorSession("p", "i")
-        worker = WorkerSession(WorkerConfig(initial_credits=credits), log.lookup)
-        conn.start()
-        to_worker = b"".join(b for _, b in conn.data_to_send())
+        link = Link(outbox, WorkerSession(WorkerConfig(initial_credits=credits), log.lookup))
+        worker = link.worker
         for _ in range(budget):
-            for event in worker.receive_data(to_worker):
+            for event in link.to_worker():
                 if isinstance(event, RecordsAccepted):
                     worker.ack(log.store(event), credits=len(event.records))
-            to_worker = b""
-            for event in conn.receive_data(worker.data_to_send()):
-                outbox.apply(event)
-            if conn.ended:
+            link.to_connector()
+            if link.conn.ended:
                 break
             if 1 not in outbox.streams:
                 outbox.open(1, "s1", ORDERED)
@@ -263,13 +260,11 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
                 else:
                     outbox.push(stream.make_messages(payloads[created : created + n], None, False))
                 created += n
-            outbox.send_into(conn)
-            to_worker = b"".join(b for _, b in conn.data_to_send())
-            if created == total and not stream.unacked and not to_worker:
+            link.send()
+            if created == total and not stream.unacked and not link.in_flight:
                 break
         if kind == "restart" and worker.state is ConnectionState.STREAMING:
             worker.restart()
-            for event in conn.receive_data(worker.data_to_send()):
-                outbox.apply(event)
+            link.to_connector()
         # "drop" and the end of "step": the connection dies with bytes in flight.
     assert log.rows.get(1, []) == payloads
