@@ -3,7 +3,7 @@
 Producers -> ``aqueduct-bridge serve --ingest-only`` processes -> one query
 reading every bridge with ``failover=true`` (one stream per stream id
 across bridges), the fleet of the failover tests
-(:mod:`tests.spark.bridge_fleet`). Three figures:
+(:mod:`bench.fleet_processes`). Three figures:
 
 - **stall**: two bridges, four producers (two starting on each, every one
   given both URLs, the connector's default ``move_after`` of 3 s), the
@@ -58,9 +58,9 @@ def _log(text: str) -> None:
 
 
 async def stall_run(spark: Any, root: Path, events: int) -> dict[str, Any]:
-    """One kill (:func:`~tests.spark.bridge_fleet.lose_a_bridge`): the longest ACK stalls since it."""
+    """One kill (:func:`~bench.fleet_processes.lose_a_bridge`): the longest ACK stalls since it."""
+    from bench.fleet_processes import Fleet, lose_a_bridge
     from demo.workload import Workload
-    from tests.spark.bridge_fleet import Fleet, lose_a_bridge
 
     fleet = Fleet(root)
     try:
@@ -111,8 +111,8 @@ def stall(args: argparse.Namespace) -> dict[str, Any]:
 
 async def throughput_run(spark: Any, root: Path, events: int, replicas: int) -> float:
     """Records acked per second, four producers over two bridges with ``replicas``, from their first send."""
+    from bench.fleet_processes import Fleet, bridge_options, rotated
     from demo.workload import Workload
-    from tests.spark.bridge_fleet import Fleet, bridge_options, rotated
 
     workload = Workload(producers=4, streams=2, events=events, epoch=40)
     fleet = Fleet(root)
@@ -154,7 +154,7 @@ async def _planning_at(root: Path, bridges: int, args: argparse.Namespace) -> di
     """Trigger times of one failover reader over ``bridges`` bridges while each gets an epoch every 0.5 s."""
     from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
     from aqueduct.connector import Connector
-    from tests.spark.bridge_fleet import Fleet, write_bridge_list
+    from bench.fleet_processes import Fleet, write_bridge_list
 
     fleet = Fleet(root)
     senders: list[asyncio.Task[None]] = []

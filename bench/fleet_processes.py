@@ -1,9 +1,13 @@
-"""The failover tests' world: ingest-only bridges as processes, producers that know all of them, one query.
+"""A fleet of real processes for failover: ingest-only bridges, producers that know all of them, one query.
+
+What ``bench.failover`` measures and the failover tests (tests/spark,
+tests/integration) check, run the same way by both:
 
 - :class:`FleetBridge`: one ``aqueduct-bridge serve --ingest-only`` process
-  (TCP listener, log, Flight server), on ports outside the ephemeral range
-  (:mod:`tests.ports`) so it can come back on the same numbers; killed,
-  stopped, restarted and drained as an operator would.
+  (TCP listener, optionally QUIC, log, Flight server), on ports outside the
+  ephemeral range (:func:`bench.processes.free_port`) so it can come back
+  on the same numbers; killed, stopped, restarted and drained as an
+  operator would.
 - :class:`Partition`: a TCP relay in front of a bridge's listener; cut, it
   resets the producers' connections and stops accepting new ones, while the
   bridge itself (and its Flight server, which the query reaches directly)
@@ -16,17 +20,19 @@
   every bridge (``failover=true``, the bridges named in options or in a
   bridge list file), into a Parquet sink that :func:`demo.verify.verify_output`
   reads: every (stream id, message id) once with its payload, in id order,
-  epochs whole.
-- :class:`Fleet`: one test's bridges, producers and query, a fault injected
-  under load (:meth:`Fleet.fault`) and the :class:`Verdict` every test ends
-  with; :func:`lose_a_bridge` is issue 36's first test, shared with
-  ``bench.failover``.
+  epochs whole. :class:`SessionQuery` runs it on a SparkSession of this
+  process; a test may run it elsewhere (a driver on a cluster).
+- :class:`Fleet`: one run's bridges, producers and query, a fault injected
+  under load (:meth:`Fleet.fault`) and the :class:`Verdict` every run ends
+  with; :func:`lose_a_bridge` is issue 36's first test, which
+  ``bench.failover`` repeats to measure the ACK stall.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -38,12 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from aqueduct.connector import Connector
+from bench.processes import DIE_WITH_THE_PARENT, free_port
 from demo.producer import PROGRAM, send_share
 from demo.sinkfiles import read_committed
 from demo.verify import Verification, verify_output
 from demo.workload import Workload
-from tests.ports import free_port
-from tests.spark.standalone import DIE_WITH_THE_TESTS, cluster_env
 
 TIMEOUT = 180.0  # seconds: only turns a hang into a failure
 #: how often a producer's ACK stall is sampled: the stall's resolution
@@ -56,7 +61,8 @@ def bridge_program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.app.cli"]
 
 
-def _tail(path: Path, chars: int = 3000) -> str:
+def tail(path: Path, chars: int = 3000) -> str:
+    """The last ``chars`` characters of a process's output file, for a failure message."""
     return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
@@ -64,20 +70,19 @@ def _tail(path: Path, chars: int = 3000) -> str:
 class FleetBridge:
     """One ingest-only bridge process; its log under ``root/log``, its stderr in ``root/bridge.log`` (kept).
 
-    ``credits`` keeps few records in flight per session. ``max_lag`` stays
-    above every test's volume: a bridge at its lag bound withholds credits
-    from a producer that moved to it, while a batch planned before the move
-    waits for the records only that producer can resend (a deadlock of the
-    bound with the failover read, reported on issue 36; ``max_lag=200``
-    shows it).
+    ``credits`` and ``max_lag`` are its ``--credits`` and ``--max-lag``
+    (None: the bridge's defaults); the fleet's few credits per session keep
+    a producer mid-stream at the query's pace. ``quic_port``: a QUIC
+    listener too.
     """
 
     name: str
     root: Path
-    credits: int = 64
-    max_lag: int = 100_000
+    credits: int | None = 64
+    max_lag: int | None = None
     tcp_port: int = field(default_factory=free_port)
     flight_port: int = field(default_factory=free_port)
+    quic_port: int | None = None
     proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -90,7 +95,15 @@ class FleetBridge:
 
     @property
     def url(self) -> str:
+        """Its TCP listener's URL."""
         return f"tcp://127.0.0.1:{self.tcp_port}"
+
+    def url_for(self, scheme: str) -> str:
+        """The URL of its ``tcp`` listener, or of its QUIC one (``aqueduct``, with ``quic_port``)."""
+        if scheme == "tcp":
+            return self.url
+        assert scheme == "aqueduct" and self.quic_port is not None, f"bridge {self.name} has no {scheme}:// listener"
+        return f"aqueduct://127.0.0.1:{self.quic_port}"
 
     @property
     def flight(self) -> str:
@@ -108,12 +121,23 @@ class FleetBridge:
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
+    def durable(self) -> int:
+        """Records durable in its log, as its latest status line says (one a second)."""
+        counts = re.findall(r"\| durable ([\d,]+) \|", self.stderr.read_text(errors="replace"))
+        return int(counts[-1].replace(",", "")) if counts else 0
+
     def command(self) -> list[str]:
-        return [
+        argv = [
             *bridge_program(), "serve", "--ingest-only", "--tcp", f"127.0.0.1:{self.tcp_port}",
             "--log", str(self.log_dir), "--flight", self.flight, "--status-interval", "1",
-            "--credits", str(self.credits), "--max-lag", str(self.max_lag),
         ]  # fmt: skip
+        if self.quic_port is not None:
+            argv += ["--quic", f"127.0.0.1:{self.quic_port}"]
+        if self.credits is not None:
+            argv += ["--credits", str(self.credits)]
+        if self.max_lag is not None:
+            argv += ["--max-lag", str(self.max_lag)]
+        return argv
 
     async def start(self) -> None:
         """Start the process and return once it serves its log over Flight (its listeners are up before)."""
@@ -121,12 +145,12 @@ class FleetBridge:
         seen = self.stderr.read_text(errors="replace").count("log served over Flight") if self.stderr.exists() else 0
         with open(self.stderr, "ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                *DIE_WITH_THE_TESTS, *self.command(), stdout=out, stderr=out, env=cluster_env()
+                *DIE_WITH_THE_PARENT, *self.command(), stdout=out, stderr=out
             )
         deadline = time.monotonic() + TIMEOUT
         while self.stderr.read_text(errors="replace").count("log served over Flight") <= seen:
             if self.proc.returncode is not None or time.monotonic() > deadline:
-                raise AssertionError(f"bridge {self.name} did not start: {_tail(self.stderr)}")
+                raise AssertionError(f"bridge {self.name} did not start: {tail(self.stderr)}")
             await asyncio.sleep(0.1)
 
     async def kill(self, *, lose_log: bool = False) -> None:
@@ -326,8 +350,8 @@ class FailoverQuery:
 
     Reading every bridge with ``failover=true`` as consumer ``default`` (its
     commits ack the producers). Subclasses run it: :class:`SessionQuery` on
-    the tests' Spark session, :class:`DriverQuery` as a driver process on a
-    standalone cluster.
+    a Spark session of this process, the cluster test's ``DriverQuery`` as a
+    driver process on a standalone cluster.
     """
 
     def __init__(self, root: Path) -> None:
@@ -366,7 +390,7 @@ class FailoverQuery:
 
 
 class SessionQuery(FailoverQuery):
-    """The query on a SparkSession of this process (the tests' shared ``local[2]`` one)."""
+    """The query on a SparkSession of this process (the tests' shared ``local[2]`` one, or the benchmark's)."""
 
     def __init__(self, spark: Any, root: Path, options: dict[str, str], trigger_interval: float = 0.5) -> None:
         from aqueduct.bridge.app.pipeline import start_sink
@@ -383,45 +407,6 @@ class SessionQuery(FailoverQuery):
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.query.stop)
-
-
-class DriverQuery(FailoverQuery):
-    """The query in a driver process on a standalone cluster (``failover_driver.py``), over a bridge list file."""
-
-    def __init__(self, root: Path, proc: asyncio.subprocess.Process, stderr: Path, stop_file: Path) -> None:
-        super().__init__(root)
-        self.proc, self.stderr, self.stop_file = proc, stderr, stop_file
-
-    @classmethod
-    async def start(cls, master: str, bridge_list: Path, root: Path) -> DriverQuery:
-        """The driver started, once its query runs."""
-        stderr, stop_file = root / "driver.log", root / "STOP"
-        with open(stderr, "ab") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *DIE_WITH_THE_TESTS, sys.executable, str(Path(__file__).with_name("failover_driver.py")), master,
-                str(bridge_list), str(root / "out"), str(root / "checkpoint"), str(stop_file),
-                stdout=out, stderr=out, env=cluster_env(),
-            )  # fmt: skip
-        query = cls(root, proc, stderr, stop_file)
-        deadline = time.monotonic() + TIMEOUT
-        while "query started" not in stderr.read_text(errors="replace"):
-            query.alive()
-            assert time.monotonic() < deadline, f"the driver's query did not start: {_tail(stderr)}"
-            await asyncio.sleep(0.25)
-        return query
-
-    def alive(self) -> None:
-        assert self.proc.returncode is None, f"the driver exited ({self.proc.returncode}): {_tail(self.stderr)}"
-
-    async def stop(self) -> None:
-        """The stop file, then the driver's own exit: 0 when its query was alive to the end."""
-        if self.proc.returncode is None:
-            self.stop_file.write_text("stop")
-            try:
-                await asyncio.wait_for(self.proc.wait(), TIMEOUT)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
 
 
 def write_bridge_list(path: Path, bridges: Sequence[FleetBridge]) -> None:
@@ -480,11 +465,6 @@ class Fleet:
     def start_query(self, spark: Any, options: dict[str, str], trigger_interval: float = 0.5) -> FailoverQuery:
         """The query on ``spark`` over the bridges ``options`` name."""
         self.query = SessionQuery(spark, self.root, options, trigger_interval)
-        return self.query
-
-    async def start_driver(self, master: str, bridge_list: Path) -> FailoverQuery:
-        """The query in a driver process on the cluster at ``master``, over the bridges of ``bridge_list``."""
-        self.query = await DriverQuery.start(master, bridge_list, self.root)
         return self.query
 
     def start_producers(self, workload: Workload, urls: Callable[[int], Sequence[str]], **connector: Any) -> None:
