@@ -70,16 +70,14 @@ def tail(path: Path, chars: int = 3000) -> str:
 class FleetBridge:
     """One ingest-only bridge process; its log under ``root/log``, its stderr in ``root/bridge.log`` (kept).
 
-    ``credits`` and ``max_lag`` are its ``--credits`` and ``--max-lag``
-    (None: the bridge's defaults); the fleet's few credits per session keep
-    a producer mid-stream at the query's pace. ``quic_port``: a QUIC
-    listener too.
+    ``credits`` is its ``--credits`` (None: the bridge's default), few by
+    default, the rest of its settings the bridge's defaults. ``quic_port``:
+    a QUIC listener too.
     """
 
     name: str
     root: Path
     credits: int | None = 64
-    max_lag: int | None = None
     tcp_port: int = field(default_factory=free_port)
     flight_port: int = field(default_factory=free_port)
     quic_port: int | None = None
@@ -135,8 +133,6 @@ class FleetBridge:
             argv += ["--quic", f"127.0.0.1:{self.quic_port}"]
         if self.credits is not None:
             argv += ["--credits", str(self.credits)]
-        if self.max_lag is not None:
-            argv += ["--max-lag", str(self.max_lag)]
         return argv
 
     async def start(self) -> None:
@@ -451,7 +447,7 @@ class Fleet:
                           **settings: Any) -> list[FleetBridge]:  # fmt: skip
         """Bridges ``names`` under ``root`` (default: the fleet's), started together unless ``start`` is false.
 
-        ``settings``: further :class:`FleetBridge` fields (credits, max_lag).
+        ``settings``: further :class:`FleetBridge` fields (``credits``).
         """
         added = [FleetBridge(n, (root or self.root) / n, **settings) for n in names]
         self.bridges |= {b.name: b for b in added}
