@@ -39,8 +39,9 @@ ORDERED = Mode.ORDERED
 UNORDERED = Mode.UNORDERED
 UNRELIABLE = Mode.UNRELIABLE
 
-#: the fewest records of one stream a turn of the re-sends after a new OK takes (see :meth:`Outbox.connected`):
-#: a turn goes to the session as one run, so a small OK grant does not cut the re-sends into single records
+#: the fewest records of one stream a turn of the re-sends after a new OK takes (see :meth:`Outbox.connected`),
+#: and the pieces a turn is queued in: a turn goes to the session as one run, so a small OK grant does not cut
+#: the re-sends into single records
 RESEND_TURN = 16
 
 
@@ -233,8 +234,11 @@ class Outbox:
         turn = max(RESEND_TURN, credits // max(1, len(resends)))
         for start in range(0, max(map(len, resends), default=0), turn):  # bounded by the longest buffer
             for resend in resends:
-                if start < len(resend):  # a turn is one run: a buffer's worth as one would be copied at every split
-                    self.push(resend[start : start + turn])
+                end = min(start + turn, len(resend))
+                # In pieces, which the session gets as one run (``send_into``): a whole turn
+                # as one would be copied at every split where the credits end.
+                for at in range(start, end, RESEND_TURN):
+                    self.push(resend[at : min(at + RESEND_TURN, end)])
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
         """Open a new stream or re-open one closed by EOS; queue its NOTIFY."""

@@ -190,6 +190,26 @@ def test_an_ack_drops_exactly_the_records_below_its_point(steps: list[int], poin
         assert list(stream.unacked) == kept
 
 
+def test_after_a_new_ok_the_streams_resends_take_turns_oldest_first() -> None:
+    """Every NOTIFY first, then a share of the OK's credits per stream per turn, each turn one run on the wire."""
+    outbox = Outbox()
+    for sid in (1, 2):
+        outbox.streams[sid] = OutboundStream(sid, f"s{sid}")
+        outbox.streams[sid].make_messages([b"x"] * 40, None, False)
+    outbox.connected((), credits=64)  # two streams: turns of 32
+    frames = [item if isinstance(item, Notify) else (item[0].stream_id, item[0].message_id, len(item))
+              for item in outbox.take(len(outbox))]  # fmt: skip
+    assert frames[:2] == [Notify(1, "s1", 0), Notify(2, "s2", 0)]
+    turns = [(sid, first) for sid, first, _ in frames[2:] if first % 32 == 0]
+    assert turns == [(1, 0), (2, 0), (1, 32), (2, 32)]
+    assert sum(n for _, _, n in frames[2:]) == 80
+    outbox.connected((), credits=64)
+    session = streaming(credits=100)
+    outbox.send_into(session)
+    runs = [(f.stream_id, f.first_id, len(f)) for f, _ in session.data_to_send() if not isinstance(f, Notify)]
+    assert runs == [(1, 0, 32), (2, 0, 32), (1, 32, 8), (2, 32, 8)]
+
+
 def test_finished_stream_is_not_renotified() -> None:
     stream = OutboundStream(1, "s")
     stream.keep([ConnectorMessage.build(1, b"a", message_id=stream.claim(1, False), eos=True)])
