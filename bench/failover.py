@@ -12,7 +12,9 @@ across bridges), the fleet of the failover tests
   figure is the longest ACK stall since the kill (the longest time a
   producer held unacked records while no ACK came; a stall under way at
   the kill counts whole) of every producer, of those that moved and of
-  those that did not, per run; median and max over ``--repeat`` runs with
+  those that did not, and (the pace it is measured against) the longest
+  between every producer's first ACK and the kill, per run; median and max
+  over ``--repeat`` runs with
   ``replicas=1`` and as many with ``replicas=2`` (every stream sent to both
   bridges: nobody moves), alternating, each on fresh bridges and a fresh
   query. Every run ends with the sink checked: every record once with its
@@ -74,6 +76,7 @@ async def stall_run(spark: Any, root: Path, events: int, replicas: int) -> dict[
         stayed = [p.stall.longest for p in fleet.producers if not p.moves]
         return {
             "replicas": replicas, "stall_s": round(verdict.longest_stall, 2),
+            "before_kill_s": round(max(p.stall.before_fault for p in fleet.producers), 2),
             "moved_stall_s": round(max(moved), 2) if moved else None,
             "others_stall_s": round(max(stayed), 2) if stayed else None,
             "moved": len(moved), "run_s": round(time.monotonic() - killed, 2),
@@ -109,7 +112,7 @@ def stall(args: argparse.Namespace) -> dict[str, Any]:
                 _log(f"stall run {i + 1}/{args.repeat}, replicas={n}: {run}")
     row: dict[str, Any] = {"events_per_producer": args.events}
     for n, done in runs.items():
-        for key in ("stall_s", "moved_stall_s", "others_stall_s"):
+        for key in ("stall_s", "moved_stall_s", "others_stall_s", "before_kill_s"):
             values = [r[key] for r in done if r[key] is not None]
             if values:
                 row[f"replicas_{n}_{key[:-2]}_median_s"] = statistics.median(values)

@@ -250,19 +250,27 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 @dataclass
 class AckStall:
-    """The longest time a producer held unacked records while no ACK arrived, sampled every ``STALL_SAMPLE`` s."""
+    """The longest time a producer held unacked records while no ACK arrived, sampled every ``STALL_SAMPLE`` s.
+
+    Counted from its first ACK (the wait for the query to start is no
+    stall); :meth:`mark` keeps the longest until then in ``before_fault``,
+    the pace of ACKs the fault is measured against.
+    """
 
     longest: float = 0.0
     last_ack: float = field(default_factory=time.monotonic)
     acked: int = 0
+    before_fault: float = 0.0
 
     def mark(self) -> None:
         """Count only stalls still going on now or later (a stall under way counts whole): the fault comes now."""
-        self.longest = 0.0
+        self.before_fault, self.longest = self.longest, 0.0
 
     def delivered(self, error: Exception | None, _delivery: object) -> None:
         """The connector's delivery callback: an ACK (``error`` None) is progress."""
         if error is None:
+            if not self.acked:
+                self.longest = 0.0
             self.acked += 1
             self.last_ack = time.monotonic()
 
