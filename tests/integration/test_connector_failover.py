@@ -57,7 +57,7 @@ class QueriedBridge:
 
     @classmethod
     def at(cls, root: Path, name: str) -> QueriedBridge:
-        """One under ``root/name``, with the bridge's own credits and lag bound."""
+        """One under ``root/name``, with the bridge's default credits."""
         return cls(FleetBridge(name, root / name, credits=None, quic_port=free_port(socket.SOCK_DGRAM)))
 
     def url(self, scheme: str) -> str:
