@@ -40,6 +40,11 @@ ORDERED = Mode.ORDERED
 UNORDERED = Mode.UNORDERED
 UNRELIABLE = Mode.UNRELIABLE
 
+#: the fewest records of one stream a turn of the re-sends after a new OK takes (see :meth:`Outbox.connected`),
+#: and the pieces a turn is queued in: a turn goes to the session as one run, so a small OK grant does not cut
+#: the re-sends into single records
+RESEND_TURN = 16
+
 
 @dataclass
 class OutboundStream:
@@ -225,19 +230,38 @@ class Outbox:
     def __len__(self) -> int:
         return self._frames
 
-    def connected(self, refs: Iterable[StreamRef]) -> None:
-        """A new session started: re-notify every stream and re-send what OK does not cover."""
+    def connected(self, refs: Iterable[StreamRef], credits: int = 0) -> None:
+        """A new session started: re-notify every stream and re-send what OK does not cover, round robin.
+
+        Every NOTIFY goes first, then the re-sends take turns across the
+        streams, oldest first, each turn an equal share of the ``credits``
+        the OK granted (at least :data:`RESEND_TURN` records). A query
+        waiting for this producer's records (a batch planned on a bridge
+        that died since) needs the oldest of *each* stream: stream after
+        stream, the bridge would have to admit all of one stream's buffer
+        before the next stream's first record, so one over ``--max-lag``
+        (which admits a share of it) could wait for good.
+        """
         self.refs = {ref.stream_id: ref.point_of_reference for ref in refs}
         self._queue.clear()  # unsent EPHEMERAL messages die with the connection
         self._frames = 0
+        resends: list[list[ConnectorMessage]] = []
         for stream in self.streams.values():
             plan = stream.resume(self.refs.get(stream.stream_id))
             if plan is not None:
                 notify, resend = plan
                 self.push(notify)
-                for record in resend:  # one by one: a buffer's worth as one run would be copied at every split
-                    self.push([record])
+                if resend:
+                    resends.append(resend)
                 self.resent += len(resend)
+        turn = max(RESEND_TURN, credits // max(1, len(resends)))
+        for start in range(0, max(map(len, resends), default=0), turn):  # bounded by the longest buffer
+            for resend in resends:
+                end = min(start + turn, len(resend))
+                # In pieces, which the session gets as one run (``send_into``): a whole turn
+                # as one would be copied at every split where the credits end.
+                for at in range(start, end, RESEND_TURN):
+                    self.push(resend[at : min(at + RESEND_TURN, end)])
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
         """Open a new stream or re-open one closed by EOS; queue its NOTIFY (a refused one raises its refusal)."""
@@ -287,7 +311,7 @@ class Outbox:
     def apply(self, event: ConnectorEvent) -> None:
         """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
         if isinstance(event, SessionAccepted):
-            self.connected(event.refs)
+            self.connected(event.refs, event.credits)
         elif isinstance(event, Acked):
             for stream_id, point in event.refs:
                 stream = self.streams.get(stream_id)
