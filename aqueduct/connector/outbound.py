@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.errors import StreamRefused
 from aqueduct.connector.events import Acked, ConnectorEvent, SessionAccepted
 from aqueduct.connector.frames import (
     EOS,
@@ -59,6 +60,8 @@ class OutboundStream:
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
     unacked: deque[ConnectorMessage] = field(default_factory=deque)
+    #: why the worker refused the stream, for good (None: not refused); see :meth:`refuse`
+    refused: StreamRefused | None = None
 
     def claim(self, count: int, ephemeral: bool, message_id: int | None = None) -> int | None:
         """Take the ids of the next ``count`` records; return the first (None: EPHEMERAL records have none).
@@ -67,7 +70,10 @@ class OutboundStream:
         record and a run: nothing after EOS, only EPHEMERAL records on an
         UNRELIABLE stream, ids that increase (UNORDERED: one by one).
         ``message_id`` is an explicit first id; by default the next one.
+        A refused stream takes nothing: its refusal is raised.
         """
+        if self.refused is not None:
+            raise self.refused
         if self.closed:
             raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
         if ephemeral:
@@ -137,6 +143,21 @@ class OutboundStream:
             ]
         )
 
+    def refuse(self, rule: str) -> list[ConnectorMessage]:
+        """The worker refused the stream for ``rule``: give it up; return the records it will never commit.
+
+        From now on it sends nothing (:meth:`claim` raises the refusal) and
+        is never notified again (:meth:`resume` plans nothing); the records
+        buffered are dropped, for the caller to report. A second refusal
+        (another connection's) changes nothing.
+        """
+        if self.refused is not None:
+            return []
+        self.refused = StreamRefused(self.stream_id, self.stream_name, rule)
+        dropped = list(self.unacked)
+        self.unacked.clear()
+        return dropped
+
     def notify_point(self) -> int:
         """Where a (re-)NOTIFY resumes: the oldest unacked id, else the next id."""
         return self.unacked[0].message_id if self.unacked else self.next_id  # type: ignore[return-value]
@@ -152,7 +173,7 @@ class OutboundStream:
         Messages below ``point`` are durable on the worker, so they are not
         re-sent, but they stay buffered: only an ACK says they are committed.
         Returns None when there is nothing to do (stream finished with EOS
-        and everything up to it durable).
+        and everything up to it durable, or refused by a worker).
 
         A worker whose point is below what is already acked (another bridge
         committed those records, or this one lost them) is notified from the
@@ -164,6 +185,8 @@ class OutboundStream:
             self.next_id = max(self.next_id, point)
         elif self.resume_from is None:
             self.resume_from = self.next_id
+        if self.refused is not None:
+            return None
         resend = [m for m in self.unacked if point is None or m.message_id >= point]  # type: ignore[operator]
         if self.closed and not resend:
             return None
@@ -241,8 +264,10 @@ class Outbox:
                     self.push(resend[at : min(at + RESEND_TURN, end)])
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
-        """Open a new stream or re-open one closed by EOS; queue its NOTIFY."""
+        """Open a new stream or re-open one closed by EOS; queue its NOTIFY (a refused one raises its refusal)."""
         stream = self.streams.get(stream_id)
+        if stream is not None and stream.refused is not None:
+            raise stream.refused
         reopened = stream is not None
         if stream is None:
             stream = self.streams[stream_id] = OutboundStream(stream_id, name, mode)
