@@ -1,0 +1,77 @@
+"""A partitioned bridge (its host drops packets: not dead, silent) behind a failover query costs each trigger
+at most ``bridgeConnectTimeout``, not ``bridgeTimeout``.
+
+The partitioned host is a listener that accepts nothing: its accept queue
+is full, so the kernel drops every further SYN, as a firewall dropping
+packets would, and a connection attempt hangs until someone gives up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_failover_source import batch, expected, reader, write
+from tests.log_locations import FlightLogs
+
+BRIDGE_TIMEOUT = 60  # seconds
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[int]:
+    """A loopback port whose SYNs are dropped (a listener with a full accept queue that never accepts)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = []
+    try:
+        for _ in range(3):  # fill the accept queue (and the SYN queue's way to it)
+            s = socket.socket()
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                s.connect(("127.0.0.1", port))
+            queued.append(s)
+        with pytest.raises(TimeoutError):  # the precondition: a connect to it hangs
+            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+        yield port
+    finally:
+        for s in queued:
+            s.close()
+        listener.close()
+
+
+def test_a_partitioned_bridge_costs_each_trigger_the_connect_timeout_not_the_bridge_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = tmp_path / "a"
+    write(a, range(0, 8))
+    flight = FlightLogs(tmp_path / "flight")
+    try:
+        with silent_host() as port, caplog.at_level(logging.WARNING):
+            r = reader(
+                bridge=f"a={flight.address(a)},x=127.0.0.1:{port}", bridgeTimeout=f"{BRIDGE_TIMEOUT}s",
+                bridgeConnectTimeout="1s", **flight.credentials(),
+            )  # fmt: skip
+            began = time.monotonic()
+            start = r.initialOffset()
+            end, rows = batch(r, start)
+            write(a, range(8, 12))
+            end, more = batch(r, json.loads(json.dumps(end)))
+            r.latestOffset()
+            took = time.monotonic() - began
+        assert sorted(rows + more) == sorted(expected(range(0, 12)))  # a's streams never waited for x
+        assert "x" not in r.bridges.answered and r.bridges.membership.held("x", time.monotonic())
+        assert any("bridge x cannot be reached" in m for m in caplog.messages)
+        # four triggers, each asking x once and giving up after the connect timeout (1 s): together less
+        # than one call that waited for bridgeTimeout (what each trigger waited without a connect timeout)
+        assert took < BRIDGE_TIMEOUT, took
+    finally:
+        flight.close()
