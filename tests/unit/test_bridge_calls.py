@@ -12,7 +12,7 @@ from aqueduct.bridge.source.bridge_calls import BridgeCalls
 
 def test_calls_to_bridges_overlap() -> None:
     """Four calls that each wait for all four to have started: they complete only if they run at once."""
-    together = threading.Barrier(4, timeout=30)  # a hang guard: sequential calls would break it
+    together = threading.Barrier(4, timeout=10)  # a hang guard: sequential calls would break it
     calls = BridgeCalls(4)
     assert calls.each(["a", "b", "c", "d"], lambda name: (together.wait(), name)[1]) == {
         "a": "a", "b": "b", "c": "c", "d": "d",
