@@ -1,5 +1,6 @@
-"""A partitioned bridge (its host drops packets: not dead, silent) behind a failover query costs each trigger
-at most ``bridgeConnectTimeout``, not ``bridgeTimeout``.
+"""How a failover query's planning calls its bridges, with real Flight servers: side by side, and a
+partitioned bridge (its host drops packets: not dead, silent) costing each trigger at most
+``bridgeConnectTimeout``, not ``bridgeTimeout``.
 
 The partitioned host is a listener that accepts nothing: its accept queue
 is full, so the kernel drops every further SYN, as a firewall dropping
@@ -12,12 +13,14 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.network.flight_server import LogFlightServer
 from tests.integration.test_failover_source import batch, expected, reader, write
 from tests.log_locations import FlightLogs
 
@@ -73,5 +76,30 @@ def test_a_partitioned_bridge_costs_each_trigger_the_connect_timeout_not_the_bri
         # four triggers, each asking x once and giving up after the connect timeout (1 s): together less
         # than one call that waited for bridgeTimeout (what each trigger waited without a connect timeout)
         assert took < BRIDGE_TIMEOUT, took
+    finally:
+        flight.close()
+
+
+def test_a_trigger_asks_every_bridge_at_once(tmp_path: Path) -> None:
+    """Three bridges whose index answers each wait until all three were asked: planning ends only if it asks them together."""
+    logs = [tmp_path / n for n in "abc"]
+    for i, log in enumerate(logs):
+        write(log, range(4 * i, 4 * i + 4), start=4 * i)
+    asked = threading.Barrier(3, timeout=10)  # a hang guard: a planner asking one after another breaks it
+
+    class Together(LogFlightServer):
+        def do_action(self, context, action):  # type: ignore[no-untyped-def]
+            if action.type == "streams":
+                asked.wait()
+            return super().do_action(context, action)
+
+    flight = FlightLogs(tmp_path / "flight")
+    for log in logs:
+        flight.servers[log] = Together(log, "127.0.0.1", 0, flight.token, flight.certs.server_cert, flight.certs.server_key)
+    try:
+        r = reader(bridge=",".join(f"{log.name}={flight.address(log)}" for log in logs), **flight.credentials())
+        end, rows = batch(r, r.initialOffset())
+        assert r.bridges.answered == {"a", "b", "c"}
+        assert sorted(rows) == sorted(expected(range(0, 12)))
     finally:
         flight.close()
