@@ -15,7 +15,9 @@ the planner before it called them side by side), all on the same fleet
 at the same time, their triggers taken in turn (the first one first, then
 the next, the order rotating every trigger), so that they meet the same
 machine load: a before and after in one run. Each reader is its own
-consumer.
+consumer. ``cpu_median_ms`` is this process's CPU time during a trigger
+(the planner's threads, and the producers' sends meanwhile): what calling
+bridges side by side cannot overlap on the driver.
 
 ``bench.failover --only planning`` runs this with its defaults.
 Progress goes to stderr; ``--json`` writes the rows.
@@ -38,11 +40,12 @@ def _log(text: str) -> None:
     print(f"failover planning: {text}", file=sys.stderr, flush=True)
 
 
-def _summary(times: list[float]) -> dict[str, float]:
+def _summary(times: list[float], cpu: list[float]) -> dict[str, float]:
     times = sorted(times)
     return {
         "median_ms": round(1000 * statistics.median(times), 1),
         "p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 1),
+        "cpu_median_ms": round(1000 * statistics.median(cpu), 1),
     }
 
 
@@ -76,21 +79,22 @@ async def planning_at(root: Path, bridges: int, calls: list[int], triggers: int,
             consumer = "default" if limit == max(calls) else f"calls{limit}"  # the bridges ack from "default"
             reader = AqueductDataSource({"bridgeList": str(listing), "consumer": consumer}).streamReader(SPARK_STRUCT)
             reader.bridges.calls.limit = limit
-            readers.append([limit, reader, await asyncio.to_thread(reader.initialOffset), [], []])
+            readers.append([limit, reader, await asyncio.to_thread(reader.initialOffset), [], [], []])
         for turn in range(triggers):
             await asyncio.sleep(interval)
             for k in range(len(readers)):
                 entry = readers[(turn + k) % len(readers)]
-                _, reader, start, times, parts = entry
-                t = time.perf_counter()
+                _, reader, start, times, cpu, parts = entry
+                t, c = time.perf_counter(), time.process_time()
                 end = await asyncio.to_thread(reader.latestOffset)
                 planned = await asyncio.to_thread(reader.partitions, start, end)
                 times.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
                 parts.append(len(planned))
                 entry[2] = end
         row: dict[str, Any] = {"bridges": bridges, "triggers": triggers}
-        for limit, _, _, times, parts in readers:
-            row[f"calls_{limit}"] = _summary(times) | {"partitions_median": statistics.median(parts)}
+        for limit, _, _, times, cpu, parts in readers:
+            row[f"calls_{limit}"] = _summary(times, cpu) | {"partitions_median": statistics.median(parts)}
         return row
     finally:
         for task in senders:
