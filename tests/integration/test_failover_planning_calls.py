@@ -25,6 +25,7 @@ from tests.integration.test_failover_source import batch, expected, reader, writ
 from tests.log_locations import FlightLogs
 
 BRIDGE_TIMEOUT = 60  # seconds
+CONNECT_TIMEOUT = 3  # seconds: below bridgeTimeout (4 s), what a trigger waiting for x would take
 
 
 @contextlib.contextmanager
@@ -101,5 +102,44 @@ def test_a_trigger_asks_every_bridge_at_once(tmp_path: Path) -> None:
         end, rows = batch(r, r.initialOffset())
         assert r.bridges.answered == {"a", "b", "c"}
         assert sorted(rows) == sorted(expected(range(0, 12)))
+    finally:
+        flight.close()
+
+
+def test_a_bridge_left_out_is_asked_in_the_background_and_read_again_once_it_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Left out (silent for bridgeTimeout), x costs the triggers nothing; b, stopped then started again, is read again."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 8))
+    write(b, range(8, 12), start=8)
+    flight = FlightLogs(tmp_path / "flight")
+    b_address = flight.address(b)
+    try:
+        with silent_host() as port:
+            r = reader(
+                bridge=f"a={flight.address(a)},b={b_address},x=127.0.0.1:{port}", bridgeTimeout="4s",
+                bridgeConnectTimeout=f"{CONNECT_TIMEOUT}s", **flight.credentials(),
+            )  # fmt: skip
+            start = r.initialOffset()  # x's first failure: it is held from now on
+            flight.servers.pop(b).shutdown()  # b refuses from now on
+            deadline = time.monotonic() + 60  # a hang guard
+            while not {"b", "x"} <= {n for n in r.bridges.logs if r.bridges.membership.left_out(n, time.monotonic())}:
+                assert time.monotonic() < deadline
+                r.latestOffset()
+            for _ in range(3):  # x is asked at every trigger, none waits for it
+                began = time.monotonic()
+                r.latestOffset()
+                assert time.monotonic() - began < CONNECT_TIMEOUT
+            flight.servers[b] = LogFlightServer(
+                b, "127.0.0.1", int(b_address.rsplit(":", 1)[1]), flight.token, flight.certs.server_cert,
+                flight.certs.server_key,
+            )  # fmt: skip
+            while "b" not in r.bridges.answered:  # asked in the background, then read again
+                assert time.monotonic() < deadline
+                r.latestOffset()
+            end, rows = batch(r, start)
+        assert sorted(rows) == sorted(expected(range(0, 12)))
+        assert "x" not in r.bridges.answered
     finally:
         flight.close()

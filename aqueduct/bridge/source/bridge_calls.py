@@ -12,7 +12,8 @@ of the others.
 Threads, not asyncio: pyarrow Flight's Python client is blocking (its
 ``as_async()`` offers ``get_flight_info`` only, not the ``do_action``
 and ``do_get`` the source uses), and a blocking gRPC call releases the
-GIL while it waits, so N calls on threads overlap their waits. The pool
+GIL while it waits, so N calls on threads overlap their waits
+(:meth:`BridgeCalls.start` runs one without waiting for it). The pool
 is bounded (:data:`CONCURRENT_CALLS`): what each call does in Python
 (decoding index bytes) holds the GIL, so more threads than that would buy
 nothing on a driver's cores but contention and open connections. With one
@@ -56,11 +57,18 @@ class BridgeCalls:
         names = list(names)
         if self.limit == 1 or len(names) <= 1:
             return {name: call(name) for name in names}
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="aqueduct-bridge-call")
-        futures: dict[str, Future[R]] = {name: self._pool.submit(call, name) for name in names}
+        futures: dict[str, Future[R]] = {name: self._started().submit(call, name) for name in names}
         errors = [f.exception() for f in futures.values()]  # waits for every call
         first = next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
         return {name: f.result() for name, f in futures.items()}
+
+    def start(self, name: str, call: Callable[[str], R]) -> Future[R]:
+        """``call(name)`` on the pool, not waited for (a bridge left out is asked without holding a trigger back)."""
+        return self._started().submit(call, name)
+
+    def _started(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="aqueduct-bridge-call")
+        return self._pool

@@ -11,7 +11,9 @@ query's commits as its own log offsets (:func:`~.id_space.commit_offset`),
 with the records ``failOnDataLoss=false`` skipped. The calls of a refresh
 or a commit go to every bridge at once (:mod:`.bridge_calls`): a trigger
 waits for the slowest bridge, and a partitioned one costs it at most
-``bridgeConnectTimeout`` once its connection is gone.
+``bridgeConnectTimeout`` once its connection is gone. A bridge left out
+is still asked at every refresh, to notice when it is back, but in the
+background: it costs the triggers nothing.
 
 Which streams it reads: ORDERED ones (a stream's points of reference are
 the same records on every bridge only when its ids arrive in order); an
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import Future
 
 from aqueduct.bridge.source.bridge_calls import BridgeCalls
 from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
@@ -117,6 +120,8 @@ class FailoverBridges:
         #: records skipped as lost (failOnDataLoss=false) not yet told to the bridge that holds what follows
         self._skips: dict[str, int] = {}
         self._unstable_warned: set[int] = set()  # streams said to hold no stable record
+        #: left-out bridges' visits under way in the background (see _asked_meanwhile)
+        self._asking: dict[str, Future[dict[int, StreamIndex] | None]] = {}
 
     def __getstate__(self) -> dict:
         return {
@@ -143,7 +148,7 @@ class FailoverBridges:
         listed = {e.name for e in entries}
         for name in [n for n in self.logs if n not in self.fixed and n not in listed]:
             logger.info("aqueduct source: bridge %s left the bridge list; forgotten", name)
-            for table in (self.logs, self._snapshots, self.streams, self._sent, self._told, self._skips):
+            for table in (self.logs, self._snapshots, self.streams, self._sent, self._told, self._skips, self._asking):
                 table.pop(name, None)
             self.answered.discard(name)
             self._registered.discard(name)
@@ -166,6 +171,7 @@ class FailoverBridges:
                 continue
             logger.info("aqueduct source: bridge %s (%s) joined the bridge list", e.name, e.address)
             self.logs[e.name] = remote
+            self._snapshots.pop(e.name, None)  # a visit still under way when it left may have put one back
 
     def _load(self, name: str) -> dict[int, StreamIndex] | None:
         """``name``'s streams as of now, None if it cannot be reached (or its log is gone)."""
@@ -191,12 +197,16 @@ class FailoverBridges:
     ) -> tuple[dict[int, list[Copy]], dict[int, list[Copy]]]:
         """Every stream's copies on the bridges planning reads, and those on bridges held (not read, waited for).
 
-        Every bridge is asked at once (:meth:`_visit`). A bridge answering
-        for the first time is registered at ``committed`` (the query's points).
+        Every bridge is asked at once (:meth:`_visit`), and waited for but
+        those left out (:meth:`_asked_meanwhile`). A bridge answering for the
+        first time is registered at ``committed`` (the query's points).
         """
         self._update_list()
         now = self.clock.monotonic()
-        loaded = self.calls.each(self.logs, self._visit)
+        loaded = self.calls.each([n for n in self.logs if not self.membership.left_out(n, now)], self._visit)
+        for name in self.logs:
+            if name not in loaded:
+                loaded[name] = self._asked_meanwhile(name)
         self.answered = set()
         for name, streams in loaded.items():
             if streams is None:
@@ -253,6 +263,25 @@ class FailoverBridges:
         except GONE:
             pass  # gone since it answered: the next refresh sees it
         return streams
+
+    def _asked_meanwhile(self, name: str) -> dict[int, StreamIndex] | None:
+        """A left-out bridge's streams if the visit an earlier refresh started in the background found it back.
+
+        None otherwise (then a visit starts, unless one is under way): a
+        bridge that was left out is asked at every refresh to notice its
+        return, without a trigger waiting for a host that drops packets. Its
+        streams, a trigger old at most, are a snapshot like any other.
+        """
+        asking = self._asking.get(name)
+        if asking is not None and not asking.done():
+            return None
+        self._asking.pop(name, None)
+        if asking is not None:
+            found = asking.result()  # a visit's own errors (a dropped consumer) are the query's
+            if found is not None:
+                return found
+        self._asking[name] = self.calls.start(name, self._visit)
+        return None
 
     def _warn_unstable(self, stable: Mapping[int, bool]) -> None:
         """Say once per stream that one holding records but none with a stable id is not read yet (and why)."""
