@@ -24,13 +24,9 @@ across bridges), the fleet of the failover tests
   without a fault, alternating ``--repeat`` times on one Spark session,
   producers with the connector's default buffer; medians and their ratio
   (reported as not measurable where the connector has no ``replicas``).
-- **planning**: 1, 10 and 50 (``--bridges``) ingest-only bridges, one
-  producer on each sending an epoch of 10 records every 0.5 s, one failover
-  reader over all of them through a ``bridgeList`` file, driven as Spark's
-  planner worker drives it (``latestOffset``, which first commits the
-  previous batch to every bridge, then ``partitions``) once per
-  ``--interval``; median and p90 of ``--triggers`` triggers, in this process
-  without Spark.
+- **planning**: 1, 10 and 50 (``--bridges``) ingest-only bridges behind
+  one failover reader, per trigger, the bridges called one after the other
+  and side by side: :mod:`bench.failover_planning`.
 
 Progress goes to stderr; ``--json`` writes the rows; ``--quick`` is a
 smoke run (one stall run, 1 and 3 bridges).
@@ -162,64 +158,12 @@ def replicas(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def _planning_at(root: Path, bridges: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Trigger times of one failover reader over ``bridges`` bridges while each gets an epoch every 0.5 s."""
-    from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
-    from aqueduct.connector import Connector
-    from bench.fleet_processes import Fleet, write_bridge_list
-
-    fleet = Fleet(root)
-    senders: list[asyncio.Task[None]] = []
-    try:
-        started = time.monotonic()
-        for first in range(0, bridges, 10):  # ten at a time: fifty at once would starve each other's start
-            await fleet.add_bridges(*(f"b{i}" for i in range(first, min(first + 10, bridges))))
-        _log(f"{bridges} bridges up in {time.monotonic() - started:.1f} s")
-        listing = root / "bridges.txt"
-        write_bridge_list(listing, list(fleet.bridges.values()))
-
-        async def send(index: int, url: str) -> None:
-            async with Connector(url, program="bench-failover", instance=f"p{index}") as conn:
-                stream = await conn.stream(index + 1, f"planning/{index}")
-                while True:
-                    await stream.send_many([b"x" * 100] * 10)
-                    await stream.send(None, boundary=True)
-                    await asyncio.sleep(0.5)
-
-        senders = [asyncio.create_task(send(i, b.url)) for i, b in enumerate(fleet.bridges.values())]
-        reader = AqueductDataSource({"bridgeList": str(listing), "consumer": "default"}).streamReader(SPARK_STRUCT)
-        start = await asyncio.to_thread(reader.initialOffset)
-        times, pieces = [], []
-        for _ in range(args.triggers):
-            await asyncio.sleep(args.interval)
-            t = time.perf_counter()
-            end = await asyncio.to_thread(reader.latestOffset)
-            parts = await asyncio.to_thread(reader.partitions, start, end)
-            times.append(time.perf_counter() - t)
-            pieces.append(len(parts))
-            start = end
-        times.sort()
-        return {
-            "bridges": bridges, "triggers": len(times),
-            "median_ms": round(1000 * statistics.median(times), 1),
-            "p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 1),
-            "partitions_median": statistics.median(pieces),
-        }  # fmt: skip
-    finally:
-        for task in senders:
-            task.cancel()
-        await asyncio.gather(*senders, return_exceptions=True)
-        await fleet.close()
-
-
 def planning(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    for n in args.bridges:
-        with tempfile.TemporaryDirectory(prefix="aq-failover-plan-") as tmp:
-            row = asyncio.run(_planning_at(Path(tmp), n, args))
-        rows.append(row)
-        _log(f"planning over {n} bridges: {row}")
-    return rows
+    """The planning figure: :mod:`bench.failover_planning` (sequential and concurrent bridge calls, same run)."""
+    from aqueduct.bridge.source.bridge_calls import CONCURRENT_CALLS
+    from bench.failover_planning import planning as planning_rows
+
+    return planning_rows(args.bridges, [1, CONCURRENT_CALLS], args.triggers, args.interval)
 
 
 def main(argv: list[str] | None = None) -> int:
