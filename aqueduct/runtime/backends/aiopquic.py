@@ -15,7 +15,13 @@ dropped: mutual TLS (a client cannot present a certificate, a server
 cannot verify one), a server on one chosen address (aiopquic binds every
 interface, so only a wildcard host is accepted, see :func:`check_server`)
 and a bound on handshakes in progress (picoquic runs them in C on its
-thread). A picoquic server's stateless resets do not outlive its process
+thread). So a picoquic server never names a retry window
+(:mod:`~aqueduct.runtime.retry_hint`): its only refusal is picoquic's own,
+in C, once its connection table (:data:`MAX_CONNECTIONS`) is full, a
+CONNECTION_REFUSED with no reason phrase, and aiopquic gives Python no
+say before picoquic accepts or refuses an Initial (its only admission
+switches are that table's size and a Retry for every Initial). Refused
+producers fall back on their own backoff (full jitter, capped at 5 s). A picoquic server's stateless resets do not outlive its process
 (see :mod:`~aqueduct.runtime.backends.stateless_reset`). Close reasons are not sent (picoquic's application close carries
 only the code) and PINGs are picoquic's own keep-alive, configured when
 the connection or server is made.
