@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -129,13 +130,18 @@ async def bridge_role(args: argparse.Namespace) -> None:
     from aqueduct.bridge.ingest.service import Ingest
     from aqueduct.bridge.storage.log import DurableLog
 
+    commits: list[tuple[float, float, int]] = []  # (wall clock at its start, seconds, streams), each group commit
+
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
 
         async def group_commit(self) -> dict[int, int]:
+            started, began = time.time(), time.perf_counter()
             ends = await super().group_commit()  # no boundaries: every record is its own epoch
             self.on_committed(ends)
             self.truncate_below(ends)
+            if ends:
+                commits.append((started, time.perf_counter() - began, len(ends)))
             return ends
 
     ticker = LagTicker()
@@ -220,6 +226,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 elif line.startswith("storm "):  # a storm's window (wall clock): what this bridge did in it
                     since, until = map(float, line.split()[1:])
                     print(json.dumps({
+                        "group_commits": commit_summary(commits, since, until),
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
@@ -240,6 +247,20 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             log.close()
+
+
+def commit_summary(commits: list[tuple[float, float, int]], since: float, until: float) -> dict[str, float]:
+    """The group commits that started between ``since`` and ``until``: how many, how long, how far apart, how wide."""
+    mine = [c for c in commits if since <= c[0] <= until]
+    starts = [c[0] for c in mine]
+    seconds = [c[1] for c in mine]
+    return {
+        "count": len(mine),
+        "seconds_p50": percentile(seconds, 0.5),
+        "seconds_max": max(seconds, default=0.0),
+        "gap_max_s": max((b - a for a, b in itertools.pairwise(starts)), default=0.0),
+        "streams_max": max((c[2] for c in mine), default=0),
+    }
 
 
 def _worker_config(args: argparse.Namespace) -> Any:
