@@ -129,19 +129,31 @@ async def bridge_role(args: argparse.Namespace) -> None:
     """Serve connectors into a durable log; answer ``report`` and ``stop`` on stdin."""
     from aqueduct.bridge.ingest.service import Ingest
     from aqueduct.bridge.storage.log import DurableLog
+    from aqueduct.connector.events import RecordsAccepted
 
-    commits: list[tuple[float, float, int]] = []  # (wall clock at its start, seconds, streams), each group commit
+    #: each group commit: (wall clock at its start, its seconds, streams it touched, seconds its
+    #: oldest record had waited in the bridge when it became durable)
+    commits: list[tuple[float, float, int, float]] = []
 
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
 
+        oldest: float | None = None  # when the oldest record not in a group commit yet arrived (perf_counter)
+
+        async def handle(self, peer: Any, event: Any) -> None:
+            if self.oldest is None and isinstance(event, RecordsAccepted):
+                self.oldest = time.perf_counter()
+            await super().handle(peer, event)
+
         async def group_commit(self) -> dict[int, int]:
             started, began = time.time(), time.perf_counter()
+            oldest, self.oldest = self.oldest, None  # later records go to the next group
             ends = await super().group_commit()  # no boundaries: every record is its own epoch
             self.on_committed(ends)
             self.truncate_below(ends)
             if ends:
-                commits.append((started, time.perf_counter() - began, len(ends)))
+                done = time.perf_counter()
+                commits.append((started, done - began, len(ends), done - (oldest or began)))
             return ends
 
     ticker = LagTicker()
@@ -249,17 +261,26 @@ async def bridge_role(args: argparse.Namespace) -> None:
             log.close()
 
 
-def commit_summary(commits: list[tuple[float, float, int]], since: float, until: float) -> dict[str, float]:
-    """The group commits that started between ``since`` and ``until``: how many, how long, how far apart, how wide."""
+def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:
+    """The group commits that started between ``since`` and ``until``.
+
+    How many, how long each took, how far apart they started, how many
+    streams one touched at most, and how long a group's oldest record had
+    waited in the bridge when it became durable (p99, max): the bridge's
+    share of an ACK's latency, apart from the producers'.
+    """
     mine = [c for c in commits if since <= c[0] <= until]
     starts = [c[0] for c in mine]
     seconds = [c[1] for c in mine]
+    waited = [c[3] for c in mine]
     return {
         "count": len(mine),
-        "seconds_p50": percentile(seconds, 0.5),
-        "seconds_max": max(seconds, default=0.0),
-        "gap_max_s": max((b - a for a, b in itertools.pairwise(starts)), default=0.0),
+        "seconds_p50": round(percentile(seconds, 0.5), 4),
+        "seconds_max": round(max(seconds, default=0.0), 4),
+        "gap_max_s": round(max((b - a for a, b in itertools.pairwise(starts)), default=0.0), 4),
         "streams_max": max((c[2] for c in mine), default=0),
+        "oldest_waited_p99_s": round(percentile(waited, 0.99), 4),
+        "oldest_waited_max_s": round(max(waited, default=0.0), 4),
     }
 
 
