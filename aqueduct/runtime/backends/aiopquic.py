@@ -21,10 +21,12 @@ in C, once its connection table (:data:`MAX_CONNECTIONS`) is full, a
 CONNECTION_REFUSED with no reason phrase, and aiopquic gives Python no
 say before picoquic accepts or refuses an Initial (its only admission
 switches are that table's size and a Retry for every Initial). Refused
-producers fall back on their own backoff (full jitter, capped at 5 s). A picoquic server's stateless resets do not outlive its process
-(see :mod:`~aqueduct.runtime.backends.stateless_reset`). Close reasons are not sent (picoquic's application close carries
-only the code) and PINGs are picoquic's own keep-alive, configured when
-the connection or server is made.
+producers fall back on their own backoff (full jitter, capped at 5 s).
+A picoquic server's stateless resets do not outlive its process (see
+:mod:`~aqueduct.runtime.backends.stateless_reset`). Close reasons are not
+sent (picoquic's application close carries only the code) and PINGs are
+picoquic's own keep-alive, configured when the connection or server is
+made.
 """
 
 from __future__ import annotations
