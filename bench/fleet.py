@@ -159,7 +159,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
     ticker = LagTicker()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:
-        log = DurableLog(args.log or Path(tmp) / "log")
+        log = DurableLog(args.log or Path(tmp) / "log", **({"max_open_streams": args.max_open_streams} if args.max_open_streams else {}))
         opened = time.perf_counter() - started
         ingest = AckingIngest(log)
         # A bridge restarted on a log: Spark (infinitely fast) committed all that is durable.
@@ -543,7 +543,10 @@ async def start_bridge(
     With ``--profile`` a bridge prints its cProfile when stopped (not when killed).
     """
     log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-fleet-log-")
-    bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
+    bridge_args = [
+        *common, "--log", log_dir.name, *(["--profile"] if args.profile else []),
+        *(["--max-open-streams", str(args.max_open_streams)] if args.max_open_streams else []),
+    ]  # fmt: skip
     return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
 
 
@@ -690,6 +693,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
     p.add_argument("--certs", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--max-open-streams", type=int,
+        help="streams whose files the bridge's log keeps open between group commits (default: the log's, 512)",
+    )  # fmt: skip
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
