@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -128,20 +129,37 @@ async def bridge_role(args: argparse.Namespace) -> None:
     """Serve connectors into a durable log; answer ``report`` and ``stop`` on stdin."""
     from aqueduct.bridge.ingest.service import Ingest
     from aqueduct.bridge.storage.log import DurableLog
+    from aqueduct.connector.events import RecordsAccepted
+
+    #: each group commit: (wall clock at its start, its seconds, streams it touched, seconds its
+    #: oldest record had waited in the bridge when it became durable)
+    commits: list[tuple[float, float, int, float]] = []
 
     class AckingIngest(Ingest):
         """The bridge's ingest, committed downstream the moment it is durable."""
 
+        oldest: float | None = None  # when the oldest record not in a group commit yet arrived (perf_counter)
+
+        async def handle(self, peer: Any, event: Any) -> None:
+            if self.oldest is None and isinstance(event, RecordsAccepted):
+                self.oldest = time.perf_counter()
+            await super().handle(peer, event)
+
         async def group_commit(self) -> dict[int, int]:
+            started, began = time.time(), time.perf_counter()
+            oldest, self.oldest = self.oldest, None  # later records go to the next group
             ends = await super().group_commit()  # no boundaries: every record is its own epoch
             self.on_committed(ends)
             self.truncate_below(ends)
+            if ends:
+                done = time.perf_counter()
+                commits.append((started, done - began, len(ends), done - (oldest or began)))
             return ends
 
     ticker = LagTicker()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:
-        log = DurableLog(args.log or Path(tmp) / "log")
+        log = DurableLog(args.log or Path(tmp) / "log", **({"max_open_streams": args.max_open_streams} if args.max_open_streams else {}))
         opened = time.perf_counter() - started
         ingest = AckingIngest(log)
         # A bridge restarted on a log: Spark (infinitely fast) committed all that is durable.
@@ -220,6 +238,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 elif line.startswith("storm "):  # a storm's window (wall clock): what this bridge did in it
                     since, until = map(float, line.split()[1:])
                     print(json.dumps({
+                        "group_commits": commit_summary(commits, since, until),
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
@@ -240,6 +259,29 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             log.close()
+
+
+def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:
+    """The group commits that started between ``since`` and ``until``.
+
+    How many, how long each took, how far apart they started, how many
+    streams one touched at most, and how long a group's oldest record had
+    waited in the bridge when it became durable (p99, max): the bridge's
+    share of an ACK's latency, apart from the producers'.
+    """
+    mine = [c for c in commits if since <= c[0] <= until]
+    starts = [c[0] for c in mine]
+    seconds = [c[1] for c in mine]
+    waited = [c[3] for c in mine]
+    return {
+        "count": len(mine),
+        "seconds_p50": round(percentile(seconds, 0.5), 4),
+        "seconds_max": round(max(seconds, default=0.0), 4),
+        "gap_max_s": round(max((b - a for a, b in itertools.pairwise(starts)), default=0.0), 4),
+        "streams_max": max((c[2] for c in mine), default=0),
+        "oldest_waited_p99_s": round(percentile(waited, 0.99), 4),
+        "oldest_waited_max_s": round(max(waited, default=0.0), 4),
+    }
 
 
 def _worker_config(args: argparse.Namespace) -> Any:
@@ -501,7 +543,10 @@ async def start_bridge(
     With ``--profile`` a bridge prints its cProfile when stopped (not when killed).
     """
     log_dir = tempfile.TemporaryDirectory(prefix="aqueduct-fleet-log-")
-    bridge_args = [*common, "--log", log_dir.name, *(["--profile"] if args.profile else [])]
+    bridge_args = [
+        *common, "--log", log_dir.name, *(["--profile"] if args.profile else []),
+        *(["--max-open-streams", str(args.max_open_streams)] if args.max_open_streams else []),
+    ]  # fmt: skip
     return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
 
 
@@ -648,6 +693,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["quic", "tcp"], help=argparse.SUPPRESS)
     p.add_argument("--certs", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--max-open-streams", type=int,
+        help="streams whose files the bridge's log keeps open between group commits (default: the log's, 512)",
+    )  # fmt: skip
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)

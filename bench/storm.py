@@ -26,11 +26,19 @@ Per storm:
   connected" are the ones the new bridge has admitted: their latency is
   what a storm does to the sessions a bridge already serves, measured on
   the same bridge process, loop and log as the storm;
+  ``connected_send_wait_p99_s``: of that, the time ``send`` waited (for
+  credits) before the record left; and the group commits that started in
+  the same window (how many, their duration, the longest gap between two,
+  the most streams one touched): where a stalled ACK waited;
 - the new bridge's loop lag over the same window, its handshakes per
   second over time (from its sessions started), its CPU seconds, and the
   producers' CPU seconds (their processes', apart);
 - the refusals the producers were told, ``busy: retry within W s``: how
-  many, and the windows W named (min / median / max).
+  many, and the windows W named (min / median / max);
+- ``lost_by``: how each producer learned that its connection to the killed
+  bridge was gone (the first end after the kill): ``stateless reset`` (the
+  new bridge answered its next packet), ``idle timeout`` (it heard nothing
+  for its idle timeout), or ``other`` (a TCP reset, a refused attempt).
 
 At the end every producer stops, waits for its last ACK, and exactly-once
 is checked from the log read back: each stream holds ids ``0..sent-1``
@@ -50,6 +58,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from aqueduct.runtime.backends.stateless_reset import STATELESS_RESET
 from bench.fleet import (
     PROGRAM,
     LagTicker,
@@ -67,6 +76,14 @@ from bench.fleet import (
 
 ROUND = 4  # decimals of the seconds the producers report
 BUSY = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")  # a busy bridge's refusal, as producers log it
+IDLE = re.compile(r"idle timeout|no OK within", re.IGNORECASE)  # the QUIC stacks' words for silence, and the client's
+
+
+def lost_by(reason: str) -> str:
+    """How a producer learned its connection was gone, from the reason it logged."""
+    if STATELESS_RESET in reason:
+        return "stateless reset"
+    return "idle timeout" if IDLE.search(reason) else "other"
 
 
 # ---------------------------------------------------------------- producers' role
@@ -83,6 +100,7 @@ class Producers:
         self.acked_at: dict[int, float] = {}  # stream -> wall clock of its latest ACK
         self.back_at: dict[int, float] = {}  # stream -> first ACK after the latest kill
         self.latencies: list[tuple[float, int, float]] = []  # (sent at, stream, latency) since the latest kill
+        self.send_waits: list[tuple[float, int, float]] = []  # (sent at, stream, seconds send() waited: credits)
         self.killed = float("inf")  # wall clock of the latest kill
         self.stopping = asyncio.Event()
 
@@ -113,8 +131,10 @@ class Producers:
         stream = await conn.stream(i, f"fleet/{i}")
         n, due = stream.resume_from, loop.time()
         while not self.stopping.is_set():
-            self.sent_at[i][n] = time.time()
+            self.sent_at[i][n] = sent = time.time()
             await stream.send(payload(i, n), message_id=n)
+            if sent > self.killed:
+                self.send_waits.append((sent, i, time.time() - sent))
             n += 1
             self.sent[i] = n
             due = max(due + 1 / self.args.rate, loop.time())  # paced, without a catch-up burst
@@ -129,6 +149,7 @@ class Producers:
         self.killed = killed
         self.back_at.clear()
         self.latencies.clear()
+        self.send_waits.clear()
         for conn in self.conns.values():
             conn.stats.errors.clear()  # from now on: this storm's refusals only
         return time.process_time()
@@ -142,13 +163,14 @@ class Producers:
             "back_s": sorted(round(t - self.killed, ROUND) for t in self.back_at.values()),
             "busy_windows": windows,
             "failed_attempts": sum(len(c.stats.errors) for c in self.conns.values()),
+            "lost_by": Counter(lost_by(c.stats.errors[0]) for c in self.conns.values() if c.stats.errors),
             "producers_cpu_s": time.process_time() - cpu_before,
         }
 
-    def latencies_between(self, since: float, until: float) -> list[float]:
-        """ACK latencies of records sent by producers already back, between ``since`` and ``until``."""
+    def latencies_between(self, since: float, until: float, samples: list[tuple[float, int, float]]) -> list[float]:
+        """``samples`` (latencies, waits) of records sent by producers already back, between ``since`` and ``until``."""
         return [
-            round(latency, ROUND) for sent, stream, latency in self.latencies
+            round(latency, ROUND) for sent, stream, latency in samples
             if since <= sent <= until and sent >= self.back_at.get(stream, float("inf"))
         ]
 
@@ -171,6 +193,7 @@ async def producers_role(args: argparse.Namespace) -> None:
     while line := (await reader.readline()).decode().split():
         if line[0] == "kill":
             cpu = fleet.storm_started(float(line[1]))
+            print(json.dumps({"storm_started": True}), flush=True)  # errors from now on are this storm's
             deadline = time.time() + args.limit
             while len(fleet.back_at) < len(mine) and time.time() < deadline:
                 await asyncio.sleep(0.05)
@@ -178,7 +201,8 @@ async def producers_role(args: argparse.Namespace) -> None:
         elif line[0] == "window":
             since, until = float(line[1]), float(line[2])
             print(json.dumps({
-                "latencies": fleet.latencies_between(since, until),
+                "latencies": fleet.latencies_between(since, until, fleet.latencies),
+                "send_waits": fleet.latencies_between(since, until, fleet.send_waits),
                 "producer_lag_p99_s": ticker.summary(since, until)["lag_p99_s"],
             }), flush=True)
         elif line[0] == "stop":
@@ -208,6 +232,8 @@ async def _storm(
     killed = time.time()
     for p in procs:
         _say(p, f"kill {killed}")
+    for p in procs:  # forgot the last storm's errors before the new bridge can reset anyone
+        await _json_line(p, 60)
     bridge = await _spawn("--role", "bridge", *bridge_args)
     listening = await _json_line(bridge, 600)
     listening_s = time.time() - killed
@@ -220,6 +246,7 @@ async def _storm(
     _say(bridge, f"storm {killed} {last_back}")
     seen = await _json_line(bridge, 60)
     latencies = sorted(t for w in windows for t in w["latencies"])
+    send_waits = sorted(t for w in windows for t in w["send_waits"])
     busy = sorted(w for r in reports for w in r["busy_windows"])
     handshakes = len(back)  # every producer back made one handshake that counted
     return bridge, {
@@ -232,6 +259,8 @@ async def _storm(
         "connected_ack_p50_s": percentile(latencies, 0.5),
         "connected_ack_p99_s": percentile(latencies, 0.99),
         "connected_ack_max_s": max(latencies, default=0.0),
+        "connected_send_wait_p99_s": percentile(send_waits, 0.99),
+        "group_commits": seen["group_commits"],
         "bridge_lag_p99_s": seen["lag_p99_s"],
         "bridge_lag_max_s": seen["lag_max_s"],
         "handshakes_per_s": seen["handshakes_per_s"],
@@ -240,6 +269,7 @@ async def _storm(
         "producers_cpu_s": sum(r["producers_cpu_s"] for r in reports),
         "producer_lag_p99_s": max(w["producer_lag_p99_s"] for w in windows),
         "failed_attempts": sum(r["failed_attempts"] for r in reports),
+        "lost_by": dict(sum((Counter(r["lost_by"]) for r in reports), Counter())),
         "busy_refusals": len(busy),
         "busy_windows_s": {
             "min": busy[0], "median": statistics.median(busy), "max": busy[-1],
@@ -295,6 +325,7 @@ async def run_storms(args: argparse.Namespace, transport: str, n: int, certs: st
         "connected_ack_p99_s": _spread([s["connected_ack_p99_s"] for s in storms]),
         "bridge_lag_p99_s": _spread([s["bridge_lag_p99_s"] for s in storms]),
         "busy_refusals": sum(s["busy_refusals"] for s in storms),
+        "lost_by": dict(sum((Counter(s["lost_by"]) for s in storms), Counter())),
         "errors": sorted({e for end in ends for e in end["errors"]})[:5],
         "exactly_once": final["exactly_once_bad_count"] == 0 and final["streams"] == n
         and final["records"] == sum(sent.values()),
@@ -308,10 +339,11 @@ def _storm_line(s: dict[str, Any]) -> str:
     return (
         f"{s['producers_back']} back, last {s['back_s'] or 0:.1f} s after the kill (p50 {s['back_p50_s']:.1f} s, "
         f"listening {s['listening_s']:.1f} s) | connected producers' ACK p99 {s['connected_ack_p99_s'] * 1000:.0f} ms "
-        f"({s['connected_ack_samples']} records) | bridge lag p99 {s['bridge_lag_p99_s'] * 1000:.0f} ms "
+        f"({s['connected_ack_samples']} records; send waited p99 {s['connected_send_wait_p99_s'] * 1000:.0f} ms) | "
+        f"group commits {s['group_commits']} | bridge lag p99 {s['bridge_lag_p99_s'] * 1000:.0f} ms "
         f"max {s['bridge_lag_max_s'] * 1000:.0f} ms | handshakes/s peak {max(s['handshakes_per_s'], default=0)} | "
         f"CPU bridge {s['bridge_cpu_s']:.1f} s ({s['bridge_cpu_ms_per_producer']:.1f} ms/producer), "
-        f"producers {s['producers_cpu_s']:.1f} s | busy refusals {s['busy_refusals']}"
+        f"producers {s['producers_cpu_s']:.1f} s | lost by {s['lost_by']} | busy refusals {s['busy_refusals']}"
         + (f" (windows {busy['min']:.2f}-{busy['max']:.2f} s, median {busy['median']:.2f} s)" if busy else "")
     )
 
@@ -324,7 +356,7 @@ def result_line(r: dict[str, Any]) -> str:
         f"after median {r['back_s']['median']:.1f} s, max {r['back_s']['max']:.1f} s | connected producers' "
         f"ACK p99 median {r['connected_ack_p99_s']['median'] * 1000:.0f} ms, max "
         f"{r['connected_ack_p99_s']['max'] * 1000:.0f} ms | bridge lag p99 max "
-        f"{r['bridge_lag_p99_s']['max'] * 1000:.0f} ms | busy refusals {r['busy_refusals']} | "
+        f"{r['bridge_lag_p99_s']['max'] * 1000:.0f} ms | lost by {r['lost_by']} | busy refusals {r['busy_refusals']} | "
         f"exactly once: {'yes' if r['exactly_once'] else 'NO'} ({r['records']} records) | "
         f"load {r['loadavg'][0]:.1f}"
     )

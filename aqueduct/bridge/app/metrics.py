@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.app.drain import Drain, Waiting
+from aqueduct.bridge.app.handshake_metrics import HandshakeCollector
 from aqueduct.bridge.app.progress import BridgeProgress
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -254,6 +255,7 @@ def start_metrics(bridge: ScrapedBridge, loop: asyncio.AbstractEventLoop, host: 
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     registry.register(BridgeCollector(bridge, loop))  # type: ignore[arg-type]
+    registry.register(HandshakeCollector(bridge))
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

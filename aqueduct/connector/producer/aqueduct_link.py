@@ -136,7 +136,10 @@ class AqueductLink:
             self._lost.set()  # the NOTIFY's channel is gone: resume on a new session
 
     async def receive(self) -> bytes:
-        """Next payload from the worker's control channel; ``b""`` when the session is over."""
+        """Next payload from the worker's control channel; ``b""`` when the session is over.
+
+        A lost connection is a ``ConnectionError`` saying why it ended.
+        """
         recv = asyncio.ensure_future(self._control_rx.recv())
         lost = asyncio.ensure_future(self._lost.wait())
         try:
@@ -148,6 +151,8 @@ class AqueductLink:
         if recv.cancelled():
             return b""
         error = recv.exception()
+        if isinstance(error, ConnectionLost):  # its cause (a reset, an idle timeout) is the client's reason to log
+            raise ConnectionError(str(error))
         if isinstance(error, rt.Finished | ChannelOutcome):
             return b""
         if error is not None:

@@ -190,5 +190,7 @@ async def serve_aqueduct(
         acceptor.cancel()
         await aq_server.close()
 
-    server = WorkerServer(close_listener, aq_server.address, lambda: aq_server.failed_handshakes)
+    server = WorkerServer(
+        close_listener, aq_server.address, lambda: aq_server.failed_handshakes, lambda: aq_server.completed_handshakes
+    )
     return server

@@ -188,11 +188,14 @@ class WorkerServer:
         close_listener: Callable[[], Awaitable[None]],
         address: tuple[str, int],
         failed_handshakes: Callable[[], Mapping[str, int]] = dict,
+        completed_handshakes: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self._close_listener = close_listener
         self.address = address
         #: transport handshakes that failed before any session, by kind (QUIC: ``tls``, ``other``)
         self.failed_handshakes = failed_handshakes
+        #: transport handshakes that completed, by kind (QUIC on aioquic: ``full``, ``resumed``)
+        self.completed_handshakes = completed_handshakes
         self.peers: set[WorkerPeer] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -15,9 +15,18 @@ dropped: mutual TLS (a client cannot present a certificate, a server
 cannot verify one), a server on one chosen address (aiopquic binds every
 interface, so only a wildcard host is accepted, see :func:`check_server`)
 and a bound on handshakes in progress (picoquic runs them in C on its
-thread). Close reasons are not sent (picoquic's application close carries
-only the code) and PINGs are picoquic's own keep-alive, configured when
-the connection or server is made.
+thread). So a picoquic server never names a retry window
+(:mod:`~aqueduct.runtime.retry_hint`): its only refusal is picoquic's own,
+in C, once its connection table (:data:`MAX_CONNECTIONS`) is full, a
+CONNECTION_REFUSED with no reason phrase, and aiopquic gives Python no
+say before picoquic accepts or refuses an Initial (its only admission
+switches are that table's size and a Retry for every Initial). Refused
+producers fall back on their own backoff (full jitter, capped at 5 s).
+A picoquic server's stateless resets do not outlive its process (see
+:mod:`~aqueduct.runtime.backends.stateless_reset`). Close reasons are not
+sent (picoquic's application close carries only the code) and PINGs are
+picoquic's own keep-alive, configured when the connection or server is
+made.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection, QuicEngine
 
 from aqueduct.proto.errors import ConnectionLost
+from aqueduct.runtime.backends.stateless_reset import STATELESS_RESET
 from aqueduct.runtime.backends.tls_failures import HandshakeFailures, client_failure, is_tls_alert
 from aqueduct.runtime.transport import (
     ALPN,
@@ -57,6 +67,9 @@ PROBE_TIMEOUT = 5.0
 MAX_CONNECTIONS = 65536
 """Connections one picoquic server holds at once (aiopquic's default, 256, is
 far below a fleet); past it picoquic refuses new ones (CONNECTION_REFUSED)."""
+PICOQUIC_STATELESS_RESET = 0x41E
+"""The code picoquic ends a connection with when its server answered with a stateless reset
+(``PICOQUIC_ERROR_STATELESS_RESET``; it checks the token itself)."""
 
 #: (aiopquic class, private member, what the backend needs it for); checked against the
 #: installed aiopquic by ``tests/unit/test_aiopquic_internals.py`` (``pyproject.toml``
@@ -140,7 +153,8 @@ class AiopquicTransport(QuicConnectionProtocol):
         elif isinstance(event, pico_events.ConnectionTerminated):
             self._blocked.clear()
             self._blocked_datagrams.clear()
-            driver.quic_terminated(event.error_code, event.reason_phrase)
+            reset = event.error_code == PICOQUIC_STATELESS_RESET and not event.reason_phrase
+            driver.quic_terminated(event.error_code, STATELESS_RESET if reset else event.reason_phrase)
 
     # ------------------------------------------------------------ QuicTransport
     def transmit(self) -> None:

@@ -33,6 +33,7 @@ from aqueduct.proto.errors import ConnectionLost
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.quic_server import DEFAULT_MAX_HANDSHAKES, BoundedQuicServer
 from aqueduct.runtime.backends.session_tickets import CLIENT_TICKETS, ServerTickets
+from aqueduct.runtime.backends.stateless_reset import STATELESS_RESET, ResetTokens
 from aqueduct.runtime.backends.tls import (
     ClientCertificateAuthority,
     client_configuration,
@@ -85,6 +86,16 @@ class AioquicTransport(QuicConnectionProtocol):
         return self.driver.ready
 
     # ------------------------------------------------------------ aioquic -> driver
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        """A client first checks for a stateless reset, which aioquic would drop as a packet of no connection."""
+        assert isinstance(data, bytes)
+        if self.is_client and aioquic_internals.is_stateless_reset(self._quic, data):
+            aioquic_internals.end_by_stateless_reset(self._quic, STATELESS_RESET)
+            self._process_events()
+            self.transmit()  # the driver's flush hands the end over
+            return
+        super().datagram_received(data, addr)
+
     def quic_event_received(self, event: quic_events.QuicEvent) -> None:
         driver = self.driver
         if isinstance(event, _DatagramFrameReceived):  # the hot path: one per UNRELIABLE message
@@ -199,7 +210,10 @@ async def listen(host: str, port: int, options: ServerOptions, make_driver: Make
     requires client certificates (see
     :mod:`~aqueduct.runtime.backends.session_tickets` for both choices).
     ``options.keepalive`` needs nothing here: on aioquic the driver sends
-    the PINGs (``QuicTransport.send_ping``).
+    the PINGs (``QuicTransport.send_ping``). Stateless reset tokens are
+    keyed by the private key (:class:`~aqueduct.runtime.backends.stateless_reset.ResetTokens`),
+    so a server restarted with the same key resets its predecessor's
+    connections.
     """
     o = options
     config = server_configuration(o.certfile, o.keyfile, idle_timeout=o.idle_timeout)
@@ -223,6 +237,7 @@ async def listen(host: str, port: int, options: ServerOptions, make_driver: Make
             configuration=config,
             create_protocol=create_protocol,
             max_handshakes=max_handshakes,
+            reset_tokens=ResetTokens.from_key_file(o.keyfile if o.keyfile is not None else o.certfile),
             session_ticket_fetcher=tickets.take if tickets is not None else None,
             session_ticket_handler=tickets.add if tickets is not None else None,
         ),

@@ -5,8 +5,9 @@ peer's datagram frame size (to refuse a peer without RFC 9221 datagrams
 and to size ours), the smoothed RTT (the core's receipt deadlines), the
 negotiated idle timeout (keepalives), the datagrams still waiting in its
 send queue (so stream data never overtakes the datagrams it announces),
-the connection ids a server must forget, and a hook after it builds its
-TLS context (mutual TLS). Each is read here, through a small function,
+the connection ids a server must forget, a hook after it builds its
+TLS context (mutual TLS), and the stateless reset tokens it draws at random
+and never checks (:mod:`~aqueduct.runtime.backends.stateless_reset`). Each is read here, through a small function,
 and listed in :data:`INTERNALS`; ``tests/unit/test_aioquic_internals.py``
 checks every entry against the installed aioquic, so an upgrade that
 renames one fails that test, naming it, instead of failing inside a live
@@ -20,13 +21,20 @@ more of their parents' private members; those are listed here too.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from typing import Any
 
 from aioquic import tls
+from aioquic.quic import events
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import QuicErrorCode
 
+from aqueduct.runtime.backends.stateless_reset import token_of
 from aqueduct.runtime.backends.tls_failures import CLIENT_REFUSED
+
+STATELESS_RESET_CODE = QuicErrorCode.NO_ERROR
+"""The error code a connection ended by a stateless reset reports (a reset carries none)."""
 
 #: (aioquic class, private member, what the runtime needs it for)
 INTERNALS: tuple[tuple[str, str, str], ...] = (
@@ -41,6 +49,11 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicConnection", "_host_cids", "a server forgets a closed connection's ids"),
     ("QuicConnection", "_original_destination_connection_id", "a server forgets a closed connection's ids"),
     ("QuicConnection", "_initialize", "mutual TLS: hook the TLS context once aioquic built it"),
+    ("QuicConnection", "_replenish_connection_ids", "stateless resets: tokens a restarted server knows too"),
+    ("QuicConnection", "_peer_cid", "stateless resets: the token the server gave with its first id"),
+    ("QuicConnection", "_peer_cid_available", "stateless resets: the tokens of the server's other ids"),
+    ("QuicConnection", "_close_event", "stateless resets: end the connection saying why"),
+    ("QuicConnection", "_close_end", "stateless resets: end the connection at once (no closing period)"),
     ("QuicConnectionProtocol", "_quic", "the protocol's connection"),
     ("QuicServer", "_protocols", "the server's connection table (handshake bound, refusals)"),
     ("QuicServer", "_configuration", "versions and connection id length for refusals"),
@@ -96,6 +109,51 @@ def connection_ids(quic: QuicConnection) -> set[bytes]:
     ids = {c.cid for c in quic._host_cids}
     ids.add(quic._original_destination_connection_id)
     return ids
+
+
+def stable_reset_tokens(quic: QuicConnection, token: Callable[[bytes], bytes], issued: Callable[[bytes], None]) -> None:
+    """Give every connection id a server's connection issues the reset token ``token(id)``, not a random one.
+
+    Called before the connection's first packet: the first id's token goes
+    out in the transport parameters, later ids' in NEW_CONNECTION_ID frames
+    (aioquic draws both with ``os.urandom``). ``issued(id)`` is called for
+    each later id as it is drawn, before it is sent: aioquic tells its
+    server only after the frame went out, and a packet the client sends to
+    the new id in between would be reset as one of no connection.
+    """
+    replenish = quic._replenish_connection_ids
+
+    def replenish_then_stamp() -> None:
+        known = len(quic._host_cids)
+        replenish()
+        for new in quic._host_cids[known:]:
+            new.stateless_reset_token = token(new.cid)
+            issued(new.cid)
+
+    for first in quic._host_cids:
+        first.stateless_reset_token = token(first.cid)
+    quic._replenish_connection_ids = replenish_then_stamp  # type: ignore[method-assign]
+
+
+def is_stateless_reset(quic: QuicConnection, datagram: bytes) -> bool:
+    """Is ``datagram`` a stateless reset of this (client's) connection: a token the server gave, not a packet of ours?"""
+    tail = token_of(datagram)
+    if tail is None:
+        return False
+    length = quic.configuration.connection_id_length
+    destination = datagram[1 : 1 + length]
+    if any(own.cid == destination for own in quic._host_cids):
+        return False  # one of our packets (a reset's bytes there are random)
+    tokens = [quic._peer_cid.stateless_reset_token, *(c.stateless_reset_token for c in quic._peer_cid_available)]
+    return any(known and hmac.compare_digest(known, tail) for known in tokens)
+
+
+def end_by_stateless_reset(quic: QuicConnection, reason: str) -> None:
+    """The server reset the connection: it ends now, with ``reason`` and no packet sent (section 10.3.1)."""
+    quic._close_event = events.ConnectionTerminated(
+        error_code=STATELESS_RESET_CODE, frame_type=None, reason_phrase=reason
+    )
+    quic._close_end()
 
 
 def session_resumed(quic: QuicConnection) -> bool:

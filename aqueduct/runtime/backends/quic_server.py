@@ -20,6 +20,12 @@ closed (its client gave up or is too slow to finish). A handshake leaves
 the table when it completes or fails, and only the oldest can expire, so a
 refusal costs O(1) however many handshakes are in progress.
 
+A server given :class:`~aqueduct.runtime.backends.stateless_reset.ResetTokens`
+issues every connection id with its token, and answers a short-header
+packet of a connection it does not know with a stateless reset: the clients
+of a process that died learn from its successor, at their next packet, that
+their connection is gone, instead of at their idle timeout.
+
 It also makes forgetting an ended connection cost O(its connection ids)
 instead of a scan of every connection's ids (aioquic's
 ``_connection_terminated``), which made N connections ending together
@@ -41,6 +47,7 @@ from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicPacketType, pu
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
 from aqueduct.runtime.backends import aioquic_internals
+from aqueduct.runtime.backends.stateless_reset import ResetTokens
 from aqueduct.runtime.backends.tls_failures import HandshakeFailures
 from aqueduct.runtime.retry_hint import RetryHint, busy_reason
 
@@ -84,10 +91,16 @@ def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes, reason:
 class BoundedQuicServer(QuicServer):
     """``QuicServer`` with at most ``max_handshakes`` handshakes in progress."""
 
-    def __init__(self, *, max_handshakes: int = DEFAULT_MAX_HANDSHAKES, **kwargs: Any) -> None:
+    def __init__(
+        self, *, max_handshakes: int = DEFAULT_MAX_HANDSHAKES, reset_tokens: ResetTokens | None = None, **kwargs: Any
+    ) -> None:
         if max_handshakes < 1:
             raise ValueError(f"max_handshakes must be at least 1, got {max_handshakes}")
         super().__init__(**kwargs)
+        self.reset_tokens = reset_tokens
+        if reset_tokens is not None:
+            self._create_protocol = partial(self._with_stable_tokens, self._create_protocol, reset_tokens)
+        self.resets_sent = 0  # stateless resets: packets of connections this server does not know
         self.max_handshakes = max_handshakes
         #: protocol -> when its handshake began, oldest first; a protocol leaves
         #: when its Aqueduct handshake completes or its connection ends
@@ -113,6 +126,9 @@ class BoundedQuicServer(QuicServer):
         except ValueError:
             return
         known = header.destination_cid in self._protocols
+        if not known and header.packet_type == QuicPacketType.ONE_RTT:
+            self._reset(data, header.destination_cid, addr)
+            return
         initial = not known and header.packet_type == QuicPacketType.INITIAL
         if initial and self._full():
             if header.version in self._configuration.supported_versions:
@@ -133,6 +149,26 @@ class BoundedQuicServer(QuicServer):
                 if ready is not None and not ready.done():
                     self._handshaking[protocol] = self._loop.time()
                     ready.add_done_callback(partial(self._settled, protocol, addr))
+
+    def _with_stable_tokens(self, create_protocol: Any, tokens: ResetTokens, quic: Any, **kwargs: Any) -> Any:
+        """``create_protocol``, on a connection whose ids carry ``tokens``' reset tokens (before its first packet)."""
+        protocol = create_protocol(quic, **kwargs)
+
+        def issued(cid: bytes) -> None:
+            self._protocols[cid] = protocol
+
+        aioquic_internals.stable_reset_tokens(quic, tokens.token, issued)
+        return protocol
+
+    def _reset(self, packet: bytes, cid: bytes, addr: NetworkAddress) -> None:
+        """A packet of a connection this server does not know (it died with an older process): reset it, if it can."""
+        if self.reset_tokens is None:
+            return  # aioquic's own behaviour: dropped, the client notices at its idle timeout
+        reset = self.reset_tokens.reset_for(packet, cid)
+        if reset is not None:
+            assert self._transport is not None
+            self._transport.sendto(reset, addr)
+            self.resets_sent += 1
 
     def _settled(self, protocol: Any, addr: NetworkAddress, ready: Any) -> None:
         """The protocol's Aqueduct handshake completed or failed: its slot is free.
@@ -178,4 +214,3 @@ class BoundedQuicServer(QuicServer):
         for cid in aioquic_internals.connection_ids(aioquic_internals.protocol_connection(protocol)):
             if self._protocols.get(cid) is protocol:
                 del self._protocols[cid]
-
