@@ -25,7 +25,9 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
+from aqueduct.bridge.app.config import BridgeConfig, parse_address
 from aqueduct.console import (
     COOKIE_ENV,
     UsageError,
@@ -47,11 +49,11 @@ SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[.+\]|spar
 
 
 def host_port(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[v6]:PORT`` too) for argparse, with a clear error."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    """argparse type: ``HOST:PORT`` (``[v6]:PORT`` too), with a clear error (a port alone says what it lacks)."""
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def port_number(text: str) -> int:
@@ -61,8 +63,6 @@ def port_number(text: str) -> int:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    from aqueduct.bridge.app.service import BridgeConfig
-
     d = BridgeConfig.__dataclass_fields__
     p = sub.add_parser(
         "serve",
@@ -211,7 +211,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "--spark-start-timeout", type=positive_float, default=d["spark_start_timeout"].default,
         metavar="SECONDS",
         help="fail (exit 1) if Spark has not started the query after this long, instead of "
-        "waiting forever (default: %(default)s)",
+        "waiting forever; raise it for a cluster that queues applications (default: %(default)s)",
     )
     p.add_argument(
         "--status-interval", type=positive_float, default=5.0, metavar="SECONDS",
@@ -295,9 +295,22 @@ def _add_drain(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line and exit 2, not ``serve``'s whole usage followed by the error.
+
+    The error goes out as a :class:`UsageError` naming the command
+    (``aqueduct-bridge serve: argument --tcp: ...``), like every other
+    mistake; ``--help`` still shows the usage. Subcommands' parsers are of
+    this class too (argparse makes them of their parent's).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog.partition(" ")[2] or None)
+
+
 def parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed so tests can check ``--help``)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="aqueduct-bridge",
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
@@ -310,92 +323,69 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_serve(args: argparse.Namespace) -> None:
-    """Everything ``serve`` can check before it creates a file or starts Spark (:class:`UsageError`)."""
+def _check_serve(args: argparse.Namespace, config: BridgeConfig) -> None:
+    """Everything ``serve`` can check before it creates a file or starts Spark (:class:`UsageError`).
+
+    The bridge's own checks are :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`'s
+    too (:mod:`.preflight`); Spark's (its master, Java, the query's
+    directories and ``--pipeline``) are only this command's.
+    """
     from aqueduct.bridge.app.preflight import (
         PreflightError,
+        check_files,
+        check_master_reachable,
         check_new_directory,
-        check_port_free,
-        check_readable_file,
+        check_options,
+        check_ports,
+        cli_option,
     )
 
-    if args.quic is None and args.tcp is None and args.wallaroo_tcp is None:
-        raise UsageError("give --quic, --tcp and/or --wallaroo-tcp HOST:PORT")
-    if (args.cert is None) != (args.key is None):
-        raise UsageError("--cert and --key go together")
-    if args.tcp_tls and args.tcp is None:
-        raise UsageError("--tcp-tls needs --tcp HOST:PORT")
-    if args.client_ca is not None:
-        if args.quic is None and not args.tcp_tls:
-            raise UsageError("--client-ca needs --quic or --tcp with --tcp-tls: mutual TLS needs a TLS listener")
-        plaintext = [o for o, on in (("--tcp", args.tcp is not None and not args.tcp_tls),
-                                     ("--wallaroo-tcp", args.wallaroo_tcp is not None)) if on]  # fmt: skip
-        if plaintext:
-            raise UsageError(
-                f"--client-ca admits only connectors with a certificate, but {' and '.join(plaintext)} "
-                f"{'has' if len(plaintext) == 1 else 'have'} no TLS and would admit anyone: "
-                f"{'add --tcp-tls, or ' if args.tcp is not None else ''}run {'it' if len(plaintext) == 1 else 'them'} "
-                "on another bridge"
-            )
-        if args.quic is not None and args.quic_backend == "picoquic":
-            raise UsageError("--client-ca: the picoquic backend cannot verify client certificates")
-    from aqueduct.bridge.ingest.producer_auth import ProducerAuth, ProducerAuthError
-
-    try:  # read now: a bad file is one line here, before anything is created
-        ProducerAuth.from_options(args.token_key, args.acl, args.token_revoked)
-    except ProducerAuthError as exc:
-        raise UsageError(str(exc)) from None
-    if args.quic is not None:
-        from aqueduct.runtime.endpoints import check_backend
-
-        try:
-            check_backend(args.quic_backend, serve_on=args.quic[0])
-        except ValueError as exc:
-            raise UsageError(f"--quic-backend: {exc}") from None
-    if not SPARK_MASTER.fullmatch(args.master):
-        raise UsageError(
-            f"--master {args.master!r}: not a Spark master URL (local, local[N], local[*], "
-            "spark://HOST:PORT, yarn, k8s://URL)"
-        )
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        raise UsageError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
     try:
-        check_new_directory(args.log, "--log")
-        if args.pipeline is None and args.sink == "parquet":
-            check_new_directory(args.output, "--output")
-        if args.checkpoint is not None:
-            check_new_directory(args.checkpoint, "--checkpoint")
-        for option, path in (("--cert", args.cert), ("--key", args.key), ("--client-ca", args.client_ca)):
-            if path is not None:
-                check_readable_file(path, option)
-        for option, address, udp in (
-            ("--quic", args.quic, True), ("--tcp", args.tcp, False), ("--wallaroo-tcp", args.wallaroo_tcp, False)
-        ):
-            if address is not None:
-                check_port_free(option, *address, udp=udp)
+        check_options(config, cli_option)
+        if not config.ingest_only:
+            _check_spark(config)
+        check_files(config, cli_option)
+        if not config.ingest_only:
+            if config.pipeline is None and config.sink == "parquet":
+                check_new_directory(config.output_dir, "--output")
+            if args.checkpoint is not None:
+                check_new_directory(args.checkpoint, "--checkpoint")
+        check_ports(config, cli_option)
+        if not config.ingest_only:
+            check_master_reachable(config.master, "--master")
     except PreflightError as exc:
         raise UsageError(str(exc)) from None
-    if args.pipeline is not None:
+    if config.pipeline is not None and not config.ingest_only:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
         from aqueduct.bridge.app.pipeline import PipelineError, load_pipeline
 
         try:  # fail before Spark takes ten seconds to start
-            load_pipeline(args.pipeline)
+            load_pipeline(config.pipeline)
         except PipelineError as exc:
             raise UsageError(str(exc)) from None
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.app.service import BridgeConfig, run_forever
+def _check_spark(config: BridgeConfig) -> None:
+    """The master URL has a shape Spark takes, and there is a Java to run Spark in."""
+    from aqueduct.bridge.app.preflight import PreflightError
 
-    _check_serve(args)
-    cookie = read_secret(args, COOKIE_ENV)
-    config = BridgeConfig(
+    if not SPARK_MASTER.fullmatch(config.master):
+        raise PreflightError(
+            f"--master {config.master!r}: not a Spark master URL (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://URL)"
+        )
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise PreflightError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
+
+
+def _config(args: argparse.Namespace) -> BridgeConfig:
+    """The bridge ``serve``'s options describe (the cookie read from where it was given)."""
+    return BridgeConfig(
         log_dir=args.log,
         quic=args.quic,
         tcp=args.tcp,
         wallaroo_tcp=args.wallaroo_tcp,
-        cookie=cookie,
+        cookie=read_secret(args, COOKIE_ENV),
         certfile=args.cert,
         keyfile=args.key,
         client_cafile=args.client_ca,
@@ -427,8 +417,14 @@ def _serve(args: argparse.Namespace) -> int:
         flight=args.flight,
         ingest_only=args.ingest_only,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aqueduct.bridge.app.service import run_forever
     from aqueduct.logs import configure_logging
 
+    config = _config(args)
+    _check_serve(args, config)
     configure_logging(args.log_format)
     return run_forever(config, status_interval=args.status_interval)
 
