@@ -19,8 +19,13 @@ says which queries' commits release producer acks. A producer hears that
 a message is safe only after every such query committed the micro-batch
 holding it in its sink.
 
-Errors surface in the caller's thread: starting raises what went wrong
-(a log held by another process, a port in use); a failure of the
+Errors surface in the caller's thread. A configuration mistake is refused
+before anything is created, with the words ``aqueduct-bridge serve`` uses
+(:mod:`~aqueduct.bridge.app.preflight`, a ``ValueError``): building the
+bridge checks its options and files (a certificate that does not match its
+key, a log another process writes), starting it its ports, and
+:meth:`SparkBridge.stream` its source options (``AqueductOptionError``).
+Starting raises what else went wrong; a failure of the
 background work later (a disk that stops taking fsyncs) stops the queries
 handed to :meth:`~SparkBridge.ack_after`, so :meth:`~SparkBridge.await_termination`
 returns, and leaving the ``with`` block raises :class:`SparkBridgeError`. Leaving the
