@@ -23,6 +23,7 @@ from aqueduct.bridge.storage.acked import write_acked
 from aqueduct.bridge.storage.consumers import register_consumer
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import ConnectorMessage
+from tests.ports import free_port
 
 TIMEOUT = 120
 
@@ -207,13 +208,6 @@ def test_serve_without_java_says_so_before_starting(tmp_path: Path) -> None:
     one_line_error(done, "aqueduct-bridge serve: Spark needs Java (17 or newer): no java on PATH and "
                          "JAVA_HOME is not set")  # fmt: skip
     nothing_left(tmp_path)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on (bound and let go: refused when dialled)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,6 @@ NO_SESSION = None  # never reached: every refusal here comes first
 def python_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bridge that gets past its checks sets ``PYSPARK_PYTHON``; this test process keeps its own."""
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-
-
-@pytest.fixture
-def busy_tcp_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def refused(tmp_path: Path, error: str, **settings) -> None:
@@ -90,13 +81,12 @@ def test_a_log_another_process_writes_is_refused_naming_it(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("field", ["tcp", "metrics"])
-def test_a_busy_port_is_refused_at_start_before_the_log_is_created(
-    tmp_path: Path, busy_tcp_port: int, field: str
-) -> None:
-    address = f"127.0.0.1:{busy_tcp_port}"
-    settings = {"tcp": address} if field == "tcp" else {"tcp": "127.0.0.1:0", "metrics": address}
-    bridge = SparkBridge(NO_SESSION, tmp_path / "log", **settings)
-    with pytest.raises(ValueError) as caught:
-        bridge.start()
+def test_a_busy_port_is_refused_at_start_before_the_log_is_created(tmp_path: Path, field: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:  # listening, as another bridge would be
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        settings = {"tcp": address} if field == "tcp" else {"tcp": "127.0.0.1:0", "metrics": address}
+        bridge = SparkBridge(NO_SESSION, tmp_path / "log", **settings)
+        with pytest.raises(ValueError) as caught:
+            bridge.start()
     assert str(caught.value) == f"SparkBridge: {field}= {address}: cannot listen there (TCP): Address already in use"
     assert not (tmp_path / "log").exists()
