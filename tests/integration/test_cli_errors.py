@@ -266,6 +266,15 @@ def test_a_busy_metrics_or_flight_port_is_refused_before_anything_is_created(
     nothing_left(tmp_path)
 
 
+def test_metrics_without_their_extra_are_refused_before_anything_is_created(tmp_path: Path) -> None:
+    """As where the metrics extra is not installed (its module hidden from this one process)."""
+    hide = "import sys; sys.modules['prometheus_client'] = None; from aqueduct.bridge.app.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", hide, "serve", "--log", str(tmp_path / "log"), "--tcp", "127.0.0.1:0",
+                           "--metrics", "127.0.0.1:0"], capture_output=True, text=True, timeout=TIMEOUT)  # fmt: skip
+    one_line_error(done, "aqueduct-bridge serve: --metrics needs prometheus_client: pip install 'aqueduct-quic[metrics]'")
+    nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize("option", ["--tcp", "--quic", "--wallaroo-tcp", "--metrics", "--flight"])
 def test_a_bare_port_number_says_what_form_is_expected(tmp_path: Path, option: str) -> None:
     done = serve(tmp_path, option, "27002")

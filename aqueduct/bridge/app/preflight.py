@@ -23,6 +23,7 @@ listening there.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -84,6 +85,8 @@ def check_options(c: BridgeConfig, spell: Spelling) -> None:
         ProducerAuth.from_options(c.token_key, c.acl, c.token_revoked)
     except ProducerAuthError as exc:
         raise PreflightError(str(exc)) from None
+    if c.metrics is not None and importlib.util.find_spec("prometheus_client") is None:
+        raise PreflightError(f"{spell('metrics')} needs prometheus_client: pip install 'aqueduct-quic[metrics]'")
     if c.quic is not None:
         from aqueduct.runtime.endpoints import check_backend
 
