@@ -303,12 +303,13 @@ class SparkBridge:
         lowered = {k.lower(): v for k, v in options.items()}
         # Checked here, on the driver, as the source will check them: a mistake is this one
         # AqueductOptionError, not an AnalysisException wrapping it at the bottom of forty lines.
-        SourceOptions.parse(self._reader_options(consumer, starting, options))
+        reader_options = self._reader_options(consumer, starting, options)
+        SourceOptions.parse(reader_options)
         reads = StreamSelection.parse(lowered.get("streams"), lowered.get("streampattern"))
         latest = starting == "latest"
         self._on_loop(lambda: positions.register(consumer, acks=False, latest=latest, reads=reads))
         self._consumers.add(consumer)
-        return self.spark.readStream.format("aqueduct").options(**self._reader_options(consumer, starting, options)).load()
+        return self.spark.readStream.format("aqueduct").options(**reader_options).load()
 
     def _reader_options(self, consumer: str, starting: str, options: dict[str, str]) -> dict[str, str]:
         """The source options of :meth:`stream`, later ones winning regardless of case (as in Spark's map)."""
