@@ -292,8 +292,6 @@ def _check_serve(args: argparse.Namespace, config: BridgeConfig) -> None:
     from aqueduct.bridge.app.preflight import (
         PreflightError,
         check_files,
-        check_master_reachable,
-        check_new_directory,
         check_options,
         check_ports,
         cli_option,
@@ -301,17 +299,10 @@ def _check_serve(args: argparse.Namespace, config: BridgeConfig) -> None:
 
     try:
         check_options(config, cli_option)
-        if not config.ingest_only:
-            _check_spark(config)
         check_files(config, cli_option)
-        if not config.ingest_only:
-            if config.pipeline is None and config.sink == "parquet":
-                check_new_directory(config.output_dir, "--output")
-            if args.checkpoint is not None:
-                check_new_directory(args.checkpoint, "--checkpoint")
         check_ports(config, cli_option)
         if not config.ingest_only:
-            check_master_reachable(config.master, "--master")
+            _check_spark(config, args.checkpoint)
     except PreflightError as exc:
         raise UsageError(str(exc)) from None
     if config.pipeline is not None and not config.ingest_only:
@@ -324,9 +315,13 @@ def _check_serve(args: argparse.Namespace, config: BridgeConfig) -> None:
             raise UsageError(str(exc)) from None
 
 
-def _check_spark(config: BridgeConfig) -> None:
-    """The master URL has a shape Spark takes, and there is a Java to run Spark in."""
-    from aqueduct.bridge.app.preflight import PreflightError
+def _check_spark(config: BridgeConfig, checkpoint: Path | None) -> None:
+    """Spark's part: a master URL of a shape Spark takes, reachable; a Java to run Spark in; its directories."""
+    from aqueduct.bridge.app.preflight import (
+        PreflightError,
+        check_master_reachable,
+        check_new_directory,
+    )
 
     if not SPARK_MASTER.fullmatch(config.master):
         raise PreflightError(
@@ -335,6 +330,11 @@ def _check_spark(config: BridgeConfig) -> None:
         )
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         raise PreflightError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
+    if config.pipeline is None and config.sink == "parquet":
+        check_new_directory(config.output_dir, "--output")
+    if checkpoint is not None:
+        check_new_directory(checkpoint, "--checkpoint")
+    check_master_reachable(config.master, "--master")
 
 
 def _config(args: argparse.Namespace) -> BridgeConfig:
