@@ -62,13 +62,6 @@ class PreflightError(ValueError):
 # ---------------------------------------------------------------- the bridge's options
 
 
-def check_bridge(c: BridgeConfig, spell: Spelling) -> None:
-    """Everything about ``c`` that can be known before the bridge starts: options, files, ports."""
-    check_options(c, spell)
-    check_files(c, spell)
-    check_ports(c, spell)
-
-
 def check_options(c: BridgeConfig, spell: Spelling) -> None:
     """The options together: a listener, a whole certificate, mutual TLS only where every listener has TLS."""
     if c.quic is None and c.tcp is None and c.wallaroo_tcp is None:
