@@ -12,9 +12,6 @@ import contextlib
 import json
 import logging
 import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -176,24 +173,6 @@ async def test_refused_producers_show_in_the_log_with_their_reason(
         assert any(lv == level and n == name and re.match(pattern, m) for lv, n, m in lines), (pattern, lines)
     refused = [r for r in caplog.records if getattr(r, "fields", {}).get("event") in ("session_refused", "stream_refused")]
     assert sorted(r.fields["kind"] for r in refused) == ["bad_cookie", "protocol_violation", "stream_owner"]  # type: ignore[attr-defined]
-
-
-def test_a_busy_metrics_port_fails_at_once_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        script = Path(sys.executable).with_name("aqueduct-bridge")
-        program = [str(script)] if script.exists() else [sys.executable, "-m", "aqueduct.bridge.app.cli"]
-        done = subprocess.run(
-            [*program, "serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"),
-             "--metrics", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    assert done.returncode == 1
-    assert f"aqueduct-bridge: error: metrics endpoint 127.0.0.1:{port}: Address already in use" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not (tmp_path / "log").exists()  # refused before the log directory was made
 
 
 def test_serve_help_names_the_operator_options() -> None:

@@ -23,6 +23,7 @@ from aqueduct.bridge.storage.acked import write_acked
 from aqueduct.bridge.storage.consumers import register_consumer
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.frames import ConnectorMessage
+from tests.ports import free_port
 
 TIMEOUT = 120
 
@@ -208,6 +209,107 @@ def test_serve_without_java_says_so_before_starting(tmp_path: Path) -> None:
     one_line_error(done, "aqueduct-bridge serve: Spark needs Java (17 or newer): no java on PATH and "
                          "JAVA_HOME is not set")  # fmt: skip
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("garbage-cert", "--cert {cert}: no PEM certificate in it"),
+        ("key-as-cert", "--cert {cert}: no PEM certificate in it"),
+        ("garbage-key", "--key {key}: no PEM private key in it"),
+        ("other-key", "--key {key} does not match --cert {cert}: the certificate is for another key"),
+        ("encrypted-key", "--key {key}: the key is encrypted; the bridge needs it unencrypted"),
+        ("garbage-client-ca", "--client-ca {ca}: no PEM certificate in it"),
+    ],
+)  # fmt: skip
+def test_a_certificate_that_cannot_serve_is_refused_before_anything_is_created(
+    tmp_path: Path, certs, case: str, error: str
+) -> None:
+    """Loaded and matched up front: not a silent bridge whose producers all fail their handshake."""
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        Encoding,
+        PrivateFormat,
+        load_pem_private_key,
+    )
+
+    cert, key, ca = certs.server_cert, certs.server_key, certs.client_ca
+    bad = tmp_path / "certs" / "bad.pem"
+    if case == "garbage-cert":
+        bad.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+        cert = bad
+    elif case == "key-as-cert":
+        cert = key
+    elif case == "garbage-key":
+        bad.write_text("just text\n")
+        key = bad
+    elif case == "other-key":
+        key = certs.client_key  # the client certificate's key: a real key, of another certificate
+    elif case == "encrypted-key":
+        private = load_pem_private_key(key.read_bytes(), password=None)
+        bad.write_bytes(private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, BestAvailableEncryption(b"pw")))
+        key = bad
+    else:
+        bad.write_text("not a CA\n")
+        ca = bad
+    done = serve(tmp_path, "--quic", "127.0.0.1:0", "--cert", str(cert), "--key", str(key), "--client-ca", str(ca))
+    one_line_error(done, "aqueduct-bridge serve: " + error.format(cert=cert, key=key, ca=ca))
+    nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--metrics", "--flight"])
+def test_a_busy_metrics_or_flight_port_is_refused_before_anything_is_created(
+    tmp_path: Path, busy_tcp_port: int, option: str
+) -> None:
+    done = serve(tmp_path, "--tcp", "127.0.0.1:0", option, f"127.0.0.1:{busy_tcp_port}")
+    one_line_error(done, f"aqueduct-bridge serve: {option} 127.0.0.1:{busy_tcp_port}: cannot listen there "
+                         "(TCP): Address already in use")  # fmt: skip
+    nothing_left(tmp_path)
+
+
+def test_metrics_without_their_extra_are_refused_before_anything_is_created(tmp_path: Path) -> None:
+    """As where the metrics extra is not installed (its module hidden from this one process)."""
+    hide = "import sys; sys.modules['prometheus_client'] = None; from aqueduct.bridge.app.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", hide, "serve", "--log", str(tmp_path / "log"), "--tcp", "127.0.0.1:0",
+                           "--metrics", "127.0.0.1:0"], capture_output=True, text=True, timeout=TIMEOUT)  # fmt: skip
+    one_line_error(done, "aqueduct-bridge serve: --metrics needs prometheus_client: pip install 'aqueduct-quic[metrics]'")
+    nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--tcp", "--quic", "--wallaroo-tcp", "--metrics", "--flight"])
+def test_a_bare_port_number_says_what_form_is_expected(tmp_path: Path, option: str) -> None:
+    done = serve(tmp_path, option, "27002")
+    one_line_error(done, f"aqueduct-bridge serve: argument {option}: '27002' is a port alone: give HOST:PORT, "
+                         "e.g. 0.0.0.0:27002 (every interface) or 127.0.0.1:27002 (this machine only)")  # fmt: skip
+    nothing_left(tmp_path)
+
+
+def test_a_mistyped_option_is_one_line_not_the_usage(tmp_path: Path) -> None:
+    one_line_error(serve(tmp_path, "--tcp", "127.0.0.1:0", "--max-lag", "many"),
+                   "aqueduct-bridge serve: argument --max-lag: must be a positive integer, got 'many'")  # fmt: skip
+    nothing_left(tmp_path)
+
+
+def test_an_unreachable_master_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    """Not minutes of Spark retrying it, a Java trace each time, after the log directory was made."""
+    port = free_port()
+    started = time.monotonic()
+    done = serve(tmp_path, "--tcp", "127.0.0.1:0", "--master", f"spark://127.0.0.1:{port}")
+    one_line_error(done, f"aqueduct-bridge serve: --master spark://127.0.0.1:{port}: cannot reach the master "
+                         f"(127.0.0.1:{port}: Connection refused)")  # fmt: skip
+    nothing_left(tmp_path)
+    assert time.monotonic() - started < TIMEOUT
+
+
+def test_a_pipeline_declared_to_return_a_dataframe_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    """A transformation's ``-> DataFrame`` is known wrong from its declaration alone (see docs/own-pipeline.md)."""
+    (tmp_path / "aq_transform_job.py").write_text(
+        "from pyspark.sql import DataFrame\n\n\ndef build(df: DataFrame) -> DataFrame:\n    return df\n"
+    )
+    done = serve(tmp_path, "--tcp", "127.0.0.1:0", "--pipeline", "aq_transform_job:build")
+    one_line_error(done, "aqueduct-bridge serve: --pipeline aq_transform_job:build is declared to return DataFrame; "
+                         "it must return a DataStreamWriter (df.writeStream...) or a StreamingQuery it started")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["aq_transform_job.py"]
 
 
 # ---------------------------------------------------------------- status, consumers

@@ -124,11 +124,16 @@ def test_status_shows_positions_lag_and_acked_points(tmp_path: Path) -> None:
     assert lines[-1].startswith("2 streams, 12 records, lag 1")
 
 
-def test_a_second_bridge_on_the_same_log_is_refused(tmp_path: Path) -> None:
+def test_a_second_bridge_on_the_same_log_is_refused_naming_the_first(tmp_path: Path) -> None:
     with DurableLog(tmp_path / "log"):  # the running bridge holds the writer lock
+        before = sorted(p.name for p in (tmp_path / "log").iterdir())
         done = run_cli("serve", "--tcp", "127.0.0.1:0", "--log", str(tmp_path / "log"))
-    assert done.returncode == 1
-    assert "is already open for writing" in done.stderr
+        assert sorted(p.name for p in (tmp_path / "log").iterdir()) == before  # nothing created (no tls/)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"aqueduct-bridge serve: --log {tmp_path / 'log'}: held by process {os.getpid()}, its one writer; "
+        "stop that one first, or give another log directory"
+    ]
 
 
 @pytest.mark.parametrize(

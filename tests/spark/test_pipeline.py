@@ -42,7 +42,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ),
         (
             "def build(df):\n    return df\n",
-            "--pipeline {spec} returned DataFrame; expected a DataStreamWriter",
+            "--pipeline {spec} returned DataFrame; it must return a DataStreamWriter",
         ),
         (
             "def build(df):\n    return df.writeStream.format('no-such-sink')\n",

@@ -84,9 +84,10 @@ def test_reopen_keeps_everything_committed_and_nothing_else(tmp_path: Path) -> N
     assert [r["payload"] for r in rows(path, 1)] == [b"kept", b"again"]
 
 
-def test_second_writer_is_refused(log: DurableLog) -> None:
-    with pytest.raises(LogLocked, match="already open for writing"):
+def test_second_writer_is_refused_naming_the_first(log: DurableLog) -> None:
+    with pytest.raises(LogLocked) as caught:
         DurableLog(log.path)
+    assert str(caught.value) == f"log {str(log.path)!r} is already open for writing by process {os.getpid()}"
 
 
 def test_torn_segment_tail_is_cut_off_before_the_next_write(tmp_path: Path) -> None:

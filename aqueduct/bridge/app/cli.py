@@ -25,7 +25,9 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
+from aqueduct.bridge.app.config import BridgeConfig, parse_address
 from aqueduct.console import (
     COOKIE_ENV,
     UsageError,
@@ -47,11 +49,11 @@ SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[.+\]|spar
 
 
 def host_port(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[v6]:PORT`` too) for argparse, with a clear error."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    """argparse type: ``HOST:PORT`` (``[v6]:PORT`` too), with a clear error (a port alone says what it lacks)."""
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def port_number(text: str) -> int:
@@ -60,10 +62,100 @@ def port_number(text: str) -> int:
     return int(text)
 
 
-def _add_serve(sub: argparse._SubParsersAction) -> None:
-    from aqueduct.bridge.app.service import BridgeConfig
+#: ``serve``'s options, in the groups ``--help`` shows: ``"--flag METAVAR": (kind, help)``. A kind is
+#: an argparse type, a tuple of choices, ``bool`` for a switch or ``str``; the default is
+#: :class:`BridgeConfig`'s (or :data:`_SERVE_DEFAULTS`'), and the help says it.
+_SERVE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
+    "connector listeners": {
+        "--quic HOST:PORT": (host_port, "QUIC listen address (UDP)"),
+        "--quic-backend": (("aioquic", "picoquic"),
+                           "QUIC stack of the --quic listener; picoquic needs the picoquic extra and listens on "
+                           "every interface, so it takes only --quic '[::]:PORT' or 0.0.0.0:PORT"),
+        "--tcp HOST:PORT": (host_port, "TCP listen address (plaintext unless --tcp-tls)"),
+        "--tcp-tls": (bool, "the --tcp listener takes TLS (producers dial tcps://), with the certificate of "
+                            "--cert/--key (or the generated one) and, with --client-ca, client certificates"),
+        "--wallaroo-tcp HOST:PORT": (host_port, "TCP listen address for Wallaroo's released (v3) connectors"),
+    },
+    "TLS and who may write": {
+        "--cert PEM": (Path, "TLS certificate, full chain, leaf first (default: generated into --log)"),
+        "--key PEM": (Path, "its unencrypted private key (default: generated into --log)"),
+        "--client-ca PEM": (Path, "mutual TLS: admit only connectors presenting a certificate signed by this CA "
+                                  "(QUIC with the aioquic backend, and --tcp with --tcp-tls; refused beside a "
+                                  "plaintext listener)"),
+        "--token-key PEM": (Path, "admit producers by signed tokens (aqueduct token issue) these public keys "
+                                  "verify; the cookie then admits no one (re-read when the file changes)"),
+        "--acl FILE": (Path, "what each client certificate's subject may write (allow SUBJECT programs=... "
+                             "streams=...); re-read when it changes"),
+        "--token-revoked FILE": (Path, "revoked token ids and subjects (token ID / subject NAME lines); re-read "
+                                       "when it changes"),
+    },
+    "Spark": {
+        "--master URL": (str, "Spark master URL; when not local[...], the executors read the log over Flight "
+                              "(--flight), so they need no access to --log"),
+        "--ingest-only": (bool, "no Spark in this process: listeners, log and the Flight server; a query "
+                                "elsewhere reads it with option('bridge', HOST:PORT) as consumer 'default', "
+                                "whose commits ack producers"),
+        "--sink": (("parquet", "console", "memory"), "no-code Spark sink of the raw rows"),
+        "--pipeline MODULE:FUNCTION": (str, "your own query instead of --sink: FUNCTION(df) gets the log as a "
+                                            "streaming DataFrame and returns a DataStreamWriter (the bridge names "
+                                            "it --query-name, gives it --checkpoint and starts it) or a "
+                                            "StreamingQuery it started; MODULE is imported from the current "
+                                            "directory or PYTHONPATH. Producers are acked after its sink committed"),
+        "--query-name NAME": (str, "name of the bridge's Spark query"),
+        "--output DIR": (Path, "Parquet output directory"),
+        "--checkpoint DIR": (Path, "Spark checkpoint directory (default: OUTPUT/_checkpoint)"),
+        "--max-records-per-trigger N": (positive_int, "cap on records per micro-batch, spent in whole epochs "
+                                                      "(default: no cap)"),
+        "--trigger-interval SECONDS": (non_negative_float, "micro-batch interval; 0 starts the next one as soon "
+                                                           "as data is durable and the previous one committed"),
+        "--idle-wait SECONDS": (non_negative_float, "how long a trigger that finds no new data waits for some "
+                                                    "before it ends; the idle query then plans only this often"),
+        "--spark-log-level": (("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"),
+                              "log level of the Spark session"),
+        "--spark-start-timeout SECONDS": (positive_float, "fail (exit 1) if Spark has not started the query "
+                                                          "after this long, instead of waiting forever; raise it "
+                                                          "for a cluster that queues applications"),
+        "--spark-ui PORT": (port_number, "turn the Spark UI on, on this port of the driver (loopback for a "
+                                         "local[...] master; default: off)"),
+    },
+    "the log and flow control": {
+        "--flight HOST:PORT": (host_port, "serve the log over Arrow Flight (TLS, token in LOG/tls/flight.token) "
+                                          "here; default: only with --ingest-only or a non-local --master, "
+                                          "beside the first listener on a free port"),
+        "--credits N": (positive_int, "credits per connector session: its un-durable frames in flight"),
+        "--credit-budget N": (positive_int, "credits all connector sessions together may hold, so memory does "
+                                            "not grow with the number of producers; each session then holds up "
+                                            "to its fair share, at most --credits (default: no shared bound, "
+                                            "--credits per session)"),
+        "--memory-budget BYTES": (positive_int, "bytes of records (payload and key) all connector sessions "
+                                                "together may have in flight; turned into a shared credit budget "
+                                                "by the mean size of recent records (with --credit-budget, the "
+                                                "smaller applies; default: no byte bound)"),
+        "--max-lag RECORDS": (positive_int, "withhold credits while more than RECORDS durable records wait for "
+                                            "Spark, from the producers over their fair share of them; at twice "
+                                            "RECORDS from every producer with records waiting"),
+        "--retention SECONDS": (positive_float, "keep committed log segments this long for reprocessing "
+                                                "(default: truncate at once)"),
+        "--segment-bytes BYTES": (positive_int, "size after which a stream starts a new log segment; truncation "
+                                                "frees whole segments"),
+        "--max-consumer-lag RECORDS": (positive_int, "drop a consumer that does not drive acks once it is this "
+                                                     "many records behind, so it cannot pin the log forever; its "
+                                                     "query then fails with a data-loss error (default: never)"),
+    },
+    "watching it": {
+        "--status-interval SECONDS": (positive_float, "seconds between status lines on stderr, written only "
+                                                      "when something changed"),
+        "--log-format": (("text", "json"), "stderr lines as text, or one JSON object per line for log shippers"),
+        "--metrics HOST:PORT": (host_port, "serve Prometheus metrics at http://HOST:PORT/metrics (needs the "
+                                           "metrics extra; see docs/metrics.md)"),
+    },
+}  # fmt: skip
 
-    d = BridgeConfig.__dataclass_fields__
+#: defaults of ``serve``'s options that are not :class:`BridgeConfig` fields of their name
+_SERVE_DEFAULTS = {"output": Path("aqueduct-output"), "status_interval": 5.0, "log_format": "text"}
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="run the bridge: connector listeners, durable log, Spark query",
@@ -74,169 +166,36 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
             "in the sink. Runs until SIGINT/SIGTERM."
         ),
     )
-    p.add_argument("--quic", type=host_port, metavar="HOST:PORT", help="QUIC listen address")
-    p.add_argument(
-        "--quic-backend", choices=("aioquic", "picoquic"), default="aioquic",
-        help="QUIC stack of the --quic listener (default aioquic; picoquic needs the picoquic extra and "
-        "listens on every interface, so it takes only --quic '[::]:PORT' or 0.0.0.0:PORT)",
-    )
-    p.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="TCP listen address (plaintext unless --tcp-tls)")
-    p.add_argument(
-        "--tcp-tls", action="store_true",
-        help="the --tcp listener takes TLS (producers dial tcps://), with the certificate of --cert/--key "
-        "(or the generated one) and, with --client-ca, client certificates",
-    )
-    p.add_argument(
-        "--wallaroo-tcp", type=host_port, metavar="HOST:PORT",
-        help="TCP listen address for Wallaroo's released (v3) connectors",
-    )
-    p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
+    _log_option(p)
     add_secret_options(p, COOKIE_ENV, "the shared secret connectors must present")
-    p.add_argument("--cert", type=Path, help="TLS certificate (default: generated into --log)")
-    p.add_argument("--key", type=Path, help="TLS private key (default: generated into --log)")
-    p.add_argument(
-        "--client-ca", type=Path, metavar="PEM",
-        help="mutual TLS: admit only connectors presenting a certificate signed by this CA "
-        "(QUIC with the aioquic backend, and --tcp with --tcp-tls; refused beside a plaintext listener)",
-    )
-    p.add_argument(
-        "--token-key", type=Path, metavar="PEM",
-        help="admit producers by signed tokens (aqueduct token issue) these public keys verify; the cookie "
-        "then admits no one (re-read when the file changes)",
-    )
-    p.add_argument(
-        "--acl", type=Path, metavar="FILE",
-        help="what each client certificate's subject may write (allow SUBJECT programs=... streams=...); "
-        "re-read when it changes",
-    )
-    p.add_argument(
-        "--token-revoked", type=Path, metavar="FILE",
-        help="revoked token ids and subjects (token ID / subject NAME lines); re-read when it changes",
-    )
-    p.add_argument(
-        "--master", default=d["master"].default,
-        help="Spark master URL (default: %(default)s); when not local[...], the executors read "
-        "the log over Flight (--flight), so they need no access to --log",
-    )
-    p.add_argument(
-        "--flight", type=host_port, metavar="HOST:PORT",
-        help="serve the log over Arrow Flight (TLS, token in LOG/tls/flight.token) here; default: "
-        "only with --ingest-only or a non-local --master, beside the first listener on a free port",
-    )
-    p.add_argument(
-        "--ingest-only", action="store_true",
-        help="no Spark in this process: listeners, log and the Flight server; a query elsewhere "
-        "reads it with option('bridge', HOST:PORT) as consumer 'default', whose commits ack producers",
-    )
-    p.add_argument(
-        "--sink", choices=("parquet", "console", "memory"), default=d["sink"].default,
-        help="no-code Spark sink of the raw rows (default: %(default)s)",
-    )
-    p.add_argument(
-        "--pipeline", metavar="MODULE:FUNCTION",
-        help="your own query instead of --sink: FUNCTION(df) gets the log as a streaming "
-        "DataFrame and returns a DataStreamWriter (the bridge names it --query-name, gives it "
-        "--checkpoint and starts it) or a StreamingQuery it started; MODULE is imported from "
-        "the current directory or PYTHONPATH. Producers are acked after its sink committed",
-    )
-    p.add_argument(
-        "--query-name", default=d["query_name"].default,
-        help="name of the bridge's Spark query (default: %(default)s)",
-    )
-    p.add_argument(
-        "--output", type=Path, default=Path("aqueduct-output"), metavar="DIR",
-        help="Parquet output directory (default: %(default)s)",
-    )
-    p.add_argument(
-        "--checkpoint", type=Path, metavar="DIR",
-        help="Spark checkpoint directory (default: OUTPUT/_checkpoint)",
-    )
-    p.add_argument(
-        "--max-records-per-trigger", type=positive_int, metavar="N",
-        help="cap on records per micro-batch, spent in whole epochs (default: no cap)",
-    )
-    p.add_argument(
-        "--trigger-interval", type=non_negative_float, metavar="SECONDS",
-        default=d["trigger_interval"].default,
-        help="micro-batch interval; 0 starts the next one as soon as data is durable and the "
-        "previous one committed (default: %(default)s)",
-    )
-    p.add_argument(
-        "--idle-wait", type=non_negative_float, metavar="SECONDS", default=d["idle_wait"].default,
-        help="how long a trigger that finds no new data waits for some before it ends; the idle "
-        "query then plans only this often (default: %(default)s)",
-    )
-    p.add_argument(
-        "--credits", type=positive_int, default=d["credits"].default, metavar="N",
-        help="credits per connector session: its un-durable frames in flight (default: %(default)s)",
-    )
-    p.add_argument(
-        "--credit-budget", type=positive_int, metavar="N",
-        help="credits all connector sessions together may hold, so memory does not grow with "
-        "the number of producers; each session then holds up to its fair share, at most "
-        "--credits (default: no shared bound, --credits per session)",
-    )
-    p.add_argument(
-        "--memory-budget", type=positive_int, metavar="BYTES",
-        help="bytes of records (payload and key) all connector sessions together may have in "
-        "flight; turned into a shared credit budget by the mean size of recent records "
-        "(with --credit-budget, the smaller applies; default: no byte bound)",
-    )
-    p.add_argument(
-        "--max-lag", type=positive_int, default=d["max_lag"].default, metavar="RECORDS",
-        help="withhold credits while more than RECORDS durable records wait for Spark, from the producers over "
-        "their fair share of them; at twice RECORDS from every producer with records waiting (default: %(default)s)",
-    )
-    p.add_argument(
-        "--retention", type=positive_float, metavar="SECONDS",
-        help="keep committed log segments this long for reprocessing (default: truncate at once)",
-    )
-    p.add_argument(
-        "--segment-bytes", type=positive_int, metavar="BYTES", default=d["segment_bytes"].default,
-        help="size after which a stream starts a new log segment; truncation frees whole "
-        "segments (default: %(default)s)",
-    )
-    p.add_argument(
-        "--max-consumer-lag", type=positive_int, metavar="RECORDS",
-        help="drop a consumer that does not drive acks once it is this many records behind, "
-        "so it cannot pin the log forever; its query then fails with a data-loss error "
-        "(default: never)",
-    )
-    p.add_argument(
-        "--spark-log-level", default=d["spark_log_level"].default,
-        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
-        help="log level of the Spark session (default: %(default)s)",
-    )
-    p.add_argument(
-        "--spark-start-timeout", type=positive_float, default=d["spark_start_timeout"].default,
-        metavar="SECONDS",
-        help="fail (exit 1) if Spark has not started the query after this long, instead of "
-        "waiting forever (default: %(default)s)",
-    )
-    p.add_argument(
-        "--status-interval", type=positive_float, default=5.0, metavar="SECONDS",
-        help="seconds between status lines on stderr, written only when something changed "
-        "(default: %(default)s)",
-    )
-    p.add_argument(
-        "--log-format", choices=("text", "json"), default="text",
-        help="stderr lines as text, or one JSON object per line for log shippers (default: %(default)s)",
-    )
-    p.add_argument(
-        "--metrics", type=host_port, metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs the metrics extra; "
-        "see docs/metrics.md)",
-    )
-    p.add_argument(
-        "--spark-ui", type=port_number, metavar="PORT",
-        help="turn the Spark UI on, on this port of the driver (loopback for a local[...] master; "
-        "default: off)",
-    )
+    fields = BridgeConfig.__dataclass_fields__
+    for title, options in _SERVE_OPTIONS.items():
+        group = p.add_argument_group(title)
+        for spec, (kind, text) in options.items():
+            flag, _, metavar = spec.partition(" ")
+            dest = flag[2:].replace("-", "_")
+            default = fields[dest].default if dest in fields else _SERVE_DEFAULTS.get(dest)
+            shown = f" (default: {default})" if default is not None and default is not False and "(default" not in text else ""
+            group.add_argument(flag, help=text + shown, default=default, **_kind(kind, metavar))
+
+
+def _kind(kind: Any, metavar: str) -> dict[str, Any]:
+    """argparse's words for a kind of :data:`_SERVE_OPTIONS` (a switch has no metavar, choices show theirs)."""
+    if kind is bool:
+        return {"action": "store_true"}
+    if isinstance(kind, tuple):
+        return {"choices": kind}
+    return {"type": kind, "metavar": metavar or None}
+
+
+def _log_option(p: argparse.ArgumentParser) -> None:
+    """``--log DIR``, which every command takes."""
+    p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
 
 
 def _log_and_json(p: argparse.ArgumentParser, json_help: str) -> None:
     """The two options every log-reading command takes."""
-    p.add_argument("--log", required=True, type=Path, metavar="DIR", help="durable log directory")
+    _log_option(p)
     p.add_argument("--json", action="store_true", help=json_help)
 
 
@@ -295,9 +254,22 @@ def _add_drain(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line and exit 2, not ``serve``'s whole usage followed by the error.
+
+    The error goes out as a :class:`UsageError` naming the command
+    (``aqueduct-bridge serve: argument --tcp: ...``), like every other
+    mistake; ``--help`` still shows the usage. Subcommands' parsers are of
+    this class too (argparse makes them of their parent's).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog.partition(" ")[2] or None)
+
+
 def parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed so tests can check ``--help``)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="aqueduct-bridge",
         description="Feed remote producers into Spark Structured Streaming, exactly once.",
     )
@@ -310,92 +282,69 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_serve(args: argparse.Namespace) -> None:
-    """Everything ``serve`` can check before it creates a file or starts Spark (:class:`UsageError`)."""
+def _check_serve(args: argparse.Namespace, config: BridgeConfig) -> None:
+    """Everything ``serve`` can check before it creates a file or starts Spark (:class:`UsageError`).
+
+    The bridge's own checks are :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`'s
+    too (:mod:`.preflight`); Spark's (its master, Java, the query's
+    directories and ``--pipeline``) are only this command's.
+    """
     from aqueduct.bridge.app.preflight import (
         PreflightError,
-        check_new_directory,
-        check_port_free,
-        check_readable_file,
+        check_files,
+        check_options,
+        check_ports,
+        cli_option,
     )
 
-    if args.quic is None and args.tcp is None and args.wallaroo_tcp is None:
-        raise UsageError("give --quic, --tcp and/or --wallaroo-tcp HOST:PORT")
-    if (args.cert is None) != (args.key is None):
-        raise UsageError("--cert and --key go together")
-    if args.tcp_tls and args.tcp is None:
-        raise UsageError("--tcp-tls needs --tcp HOST:PORT")
-    if args.client_ca is not None:
-        if args.quic is None and not args.tcp_tls:
-            raise UsageError("--client-ca needs --quic or --tcp with --tcp-tls: mutual TLS needs a TLS listener")
-        plaintext = [o for o, on in (("--tcp", args.tcp is not None and not args.tcp_tls),
-                                     ("--wallaroo-tcp", args.wallaroo_tcp is not None)) if on]  # fmt: skip
-        if plaintext:
-            raise UsageError(
-                f"--client-ca admits only connectors with a certificate, but {' and '.join(plaintext)} "
-                f"{'has' if len(plaintext) == 1 else 'have'} no TLS and would admit anyone: "
-                f"{'add --tcp-tls, or ' if args.tcp is not None else ''}run {'it' if len(plaintext) == 1 else 'them'} "
-                "on another bridge"
-            )
-        if args.quic is not None and args.quic_backend == "picoquic":
-            raise UsageError("--client-ca: the picoquic backend cannot verify client certificates")
-    from aqueduct.bridge.ingest.producer_auth import ProducerAuth, ProducerAuthError
-
-    try:  # read now: a bad file is one line here, before anything is created
-        ProducerAuth.from_options(args.token_key, args.acl, args.token_revoked)
-    except ProducerAuthError as exc:
-        raise UsageError(str(exc)) from None
-    if args.quic is not None:
-        from aqueduct.runtime.endpoints import check_backend
-
-        try:
-            check_backend(args.quic_backend, serve_on=args.quic[0])
-        except ValueError as exc:
-            raise UsageError(f"--quic-backend: {exc}") from None
-    if not SPARK_MASTER.fullmatch(args.master):
-        raise UsageError(
-            f"--master {args.master!r}: not a Spark master URL (local, local[N], local[*], "
-            "spark://HOST:PORT, yarn, k8s://URL)"
-        )
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        raise UsageError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
     try:
-        check_new_directory(args.log, "--log")
-        if args.pipeline is None and args.sink == "parquet":
-            check_new_directory(args.output, "--output")
-        if args.checkpoint is not None:
-            check_new_directory(args.checkpoint, "--checkpoint")
-        for option, path in (("--cert", args.cert), ("--key", args.key), ("--client-ca", args.client_ca)):
-            if path is not None:
-                check_readable_file(path, option)
-        for option, address, udp in (
-            ("--quic", args.quic, True), ("--tcp", args.tcp, False), ("--wallaroo-tcp", args.wallaroo_tcp, False)
-        ):
-            if address is not None:
-                check_port_free(option, *address, udp=udp)
+        check_options(config, cli_option)
+        check_files(config, cli_option)
+        check_ports(config, cli_option)
+        if not config.ingest_only:
+            _check_spark(config, args.checkpoint)
     except PreflightError as exc:
         raise UsageError(str(exc)) from None
-    if args.pipeline is not None:
+    if config.pipeline is not None and not config.ingest_only:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the user's module sits here
         from aqueduct.bridge.app.pipeline import PipelineError, load_pipeline
 
         try:  # fail before Spark takes ten seconds to start
-            load_pipeline(args.pipeline)
+            load_pipeline(config.pipeline)
         except PipelineError as exc:
             raise UsageError(str(exc)) from None
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.app.service import BridgeConfig, run_forever
+def _check_spark(config: BridgeConfig, checkpoint: Path | None) -> None:
+    """Spark's part: a master URL of a shape Spark takes, reachable; a Java to run Spark in; its directories."""
+    from aqueduct.bridge.app.preflight import (
+        PreflightError,
+        check_master_reachable,
+        check_new_directory,
+    )
 
-    _check_serve(args)
-    cookie = read_secret(args, COOKIE_ENV)
-    config = BridgeConfig(
+    if not SPARK_MASTER.fullmatch(config.master):
+        raise PreflightError(
+            f"--master {config.master!r}: not a Spark master URL (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://URL)"
+        )
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise PreflightError("Spark needs Java (17 or newer): no java on PATH and JAVA_HOME is not set")
+    if config.pipeline is None and config.sink == "parquet":
+        check_new_directory(config.output_dir, "--output")
+    if checkpoint is not None:
+        check_new_directory(checkpoint, "--checkpoint")
+    check_master_reachable(config.master, "--master")
+
+
+def _config(args: argparse.Namespace) -> BridgeConfig:
+    """The bridge ``serve``'s options describe (the cookie read from where it was given)."""
+    return BridgeConfig(
         log_dir=args.log,
         quic=args.quic,
         tcp=args.tcp,
         wallaroo_tcp=args.wallaroo_tcp,
-        cookie=cookie,
+        cookie=read_secret(args, COOKIE_ENV),
         certfile=args.cert,
         keyfile=args.key,
         client_cafile=args.client_ca,
@@ -427,8 +376,14 @@ def _serve(args: argparse.Namespace) -> int:
         flight=args.flight,
         ingest_only=args.ingest_only,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aqueduct.bridge.app.service import run_forever
     from aqueduct.logs import configure_logging
 
+    config = _config(args)
+    _check_serve(args, config)
     configure_logging(args.log_format)
     return run_forever(config, status_interval=args.status_interval)
 

@@ -17,6 +17,25 @@ from aqueduct.bridge.storage.log import DEFAULT_SEGMENT_BYTES
 from aqueduct.connector.worker_session import WorkerConfig
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as a tuple; ``ValueError`` says what form is expected.
+
+    A port alone (``27002``) is the usual slip: the answer names the two
+    addresses it most likely meant, rather than only the expected form.
+    """
+    if text.isdigit():
+        raise ValueError(
+            f"{text!r} is a port alone: give HOST:PORT, e.g. 0.0.0.0:{text} (every interface) "
+            f"or 127.0.0.1:{text} (this machine only)"
+        )
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if int(port) > 65535:
+        raise ValueError(f"{text!r}: port must be 0-65535")
+    return host.strip("[]"), int(port)
+
+
 @dataclass
 class BridgeConfig:
     """Everything ``aqueduct-bridge serve`` can be told (see ``--help``)."""
@@ -54,7 +73,7 @@ class BridgeConfig:
     query_name: str = "aqueduct"
     spark_log_level: str = "WARN"  # of a session the bridge creates itself
     #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
-    spark_start_timeout: float = 600.0
+    spark_start_timeout: float = 120.0
     metrics: tuple[str, int] | None = None  # serve Prometheus metrics at http://HOST:PORT/metrics
     spark_ui_port: int | None = None  # turn the Spark UI of a session the bridge creates on, on this port
     #: listen address of the log's Flight server (None: only when ingest-only or the master is not local)

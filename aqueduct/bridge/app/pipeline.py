@@ -13,6 +13,7 @@ inside Spark.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,7 +35,36 @@ def load_pipeline(spec: str) -> Callable[[Any], Any]:
     function = getattr(module, attr, None)
     if not callable(function):
         raise PipelineError(f"--pipeline {spec}: {module_name} has no function {attr!r}")
+    declared = _declared_return(function)
+    if declared in REFUSED_RETURNS:
+        raise PipelineError(f"--pipeline {spec} is declared to return {declared}; {EXPECTED}")
     return function
+
+
+#: what a pipeline must return, said whenever it returns (or declares) something else
+EXPECTED = "it must return a DataStreamWriter (df.writeStream...) or a StreamingQuery it started"
+#: return annotations known unusable before Spark starts: the usual slip is a transformation's ``-> DataFrame``
+REFUSED_RETURNS = {"DataFrame", "None"}
+
+
+def _declared_return(function: Callable[..., Any]) -> str | None:
+    """The last name of ``function``'s return annotation (``"DataFrame"`` for ``-> pyspark.sql.DataFrame``).
+
+    What it returns is known for sure only once it ran, on a DataFrame,
+    which needs Spark's session: seconds after the start. An annotation is
+    the one thing known before, without evaluating it (a string under
+    ``from __future__ import annotations``, maybe of a name not imported).
+    """
+    try:
+        returns = inspect.signature(function).return_annotation
+    except (TypeError, ValueError):  # a callable without a signature
+        return None
+    if returns is inspect.Signature.empty:
+        return None
+    if returns is None:
+        return "None"
+    name = returns if isinstance(returns, str) else getattr(returns, "__name__", "")
+    return name.strip().strip("'\"").rpartition(".")[2] or None
 
 
 class StartedPipeline(NamedTuple):
@@ -61,10 +91,7 @@ def start_pipeline(spec: str, df: Any, *, query_name: str, checkpoint: Path) -> 
             return StartedPipeline(writer.start(), checkpoint)
         except Exception as exc:  # noqa: BLE001 - e.g. a sink option Spark rejects
             raise PipelineError(f"--pipeline {spec}: starting its query failed: {exc}") from exc
-    raise PipelineError(
-        f"--pipeline {spec} returned {type(result).__name__}; expected a DataStreamWriter "
-        "(df.writeStream...) or a StreamingQuery it started"
-    )
+    raise PipelineError(f"--pipeline {spec} returned {type(result).__name__}; {EXPECTED}")
 
 
 def start_sink(

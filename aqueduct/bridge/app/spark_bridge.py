@@ -19,8 +19,13 @@ says which queries' commits release producer acks. A producer hears that
 a message is safe only after every such query committed the micro-batch
 holding it in its sink.
 
-Errors surface in the caller's thread: starting raises what went wrong
-(a log held by another process, a port in use); a failure of the
+Errors surface in the caller's thread. A configuration mistake is refused
+before anything is created, with the words ``aqueduct-bridge serve`` uses
+(:mod:`~aqueduct.bridge.app.preflight`, a ``ValueError``): building the
+bridge checks its options and files (a certificate that does not match its
+key, a log another process writes), starting it its ports, and
+:meth:`SparkBridge.stream` its source options (``AqueductOptionError``).
+Starting raises what else went wrong; a failure of the
 background work later (a disk that stops taking fsyncs) stops the queries
 handed to :meth:`~SparkBridge.ack_after`, so :meth:`~SparkBridge.await_termination`
 returns, and leaving the ``with`` block raises :class:`SparkBridgeError`. Leaving the
@@ -38,7 +43,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -48,9 +55,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.config import BridgeConfig, parse_address
+from aqueduct.bridge.app.preflight import (
+    PreflightError,
+    check_files,
+    check_options,
+    check_ports,
+    keyword,
+)
 from aqueduct.bridge.app.progress import BridgeProgress
 from aqueduct.bridge.app.service import Bridge
+from aqueduct.bridge.source.options import SourceOptions
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
 
 logger = logging.getLogger(__name__)
@@ -72,14 +87,36 @@ class SparkBridgeError(RuntimeError):
     """The bridge's background work failed, or it was used the wrong way."""
 
 
-def _address(value: str | tuple[str, int] | None, what: str) -> tuple[str, int] | None:
-    """``"HOST:PORT"`` (``[v6]:PORT`` too) or ``(host, port)`` to a tuple, with a clear error."""
+def _address(value: str | tuple[str, int] | None, field: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` (``[v6]:PORT`` too) or ``(host, port)`` to a tuple, with the command line's error."""
     if value is None or isinstance(value, tuple):
         return value
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"SparkBridge {what}: expected 'HOST:PORT', got {value!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_address(str(value))
+    except ValueError as exc:
+        raise PreflightError(f"SparkBridge: {keyword(field)} {exc}") from None
+
+
+def _workers_run_this_interpreter(spark: Any) -> None:
+    """Spark's Python workers import this package: unless the user chose their Python, they run this one.
+
+    As ``aqueduct-bridge serve`` does with ``PYSPARK_PYTHON``. The user's
+    session already exists, and read that variable when it started
+    (``SparkContext.pythonExec``, ``python3`` when unset: often another
+    Python, whose workers then fail with ``PYTHON_VERSION_MISMATCH``); the
+    source registered next, and the Python functions the user defines
+    after, take theirs from there, so it is set too. A Spark Connect
+    session's workers are the server's: nothing to set here.
+    """
+    if "PYSPARK_PYTHON" in os.environ:
+        return
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return
+    if context.pythonExec == "python3":  # the default: nobody chose
+        context.pythonExec = sys.executable
 
 
 def _master(spark: Any) -> str:
@@ -136,8 +173,6 @@ class SparkBridge:
             "tcp": _address(tcp, "tcp"),
             "wallaroo_tcp": _address(wallaroo_tcp, "wallaroo_tcp"),
         }
-        if not any(listeners.values()):
-            raise ValueError("SparkBridge needs at least one of quic=, tcp= or wallaroo_tcp= 'HOST:PORT'")
         assert {f.name for f in fields(BridgeConfig)} >= allowed
         if "flight" in settings:
             settings["flight"] = _address(settings["flight"], "flight")
@@ -153,6 +188,12 @@ class SparkBridge:
             **listeners,
             **settings,
         )
+        try:  # what `serve` refuses, refused here in the same words, before anything is created
+            check_options(self.config, keyword)
+            check_files(self.config, keyword)
+        except PreflightError as exc:
+            raise PreflightError(f"SparkBridge: {exc}") from None
+        _workers_run_this_interpreter(spark)
         self._bridge = Bridge(self.config, spark=spark)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -177,6 +218,10 @@ class SparkBridge:
         """Open the log and listen for connectors; raises here if either fails."""
         if self._loop is not None:
             raise SparkBridgeError("SparkBridge already started")
+        try:  # now, not at construction: a port is free or busy when the bridge binds it
+            check_ports(self.config, keyword)
+        except PreflightError as exc:
+            raise PreflightError(f"SparkBridge: {exc}") from None
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="aqueduct-spark-bridge", daemon=True)
@@ -256,20 +301,24 @@ class SparkBridge:
         positions = self._bridge.positions
         assert positions is not None
         lowered = {k.lower(): v for k, v in options.items()}
+        # Checked here, on the driver, as the source will check them: a mistake is this one
+        # AqueductOptionError, not an AnalysisException wrapping it at the bottom of forty lines.
+        reader_options = self._reader_options(consumer, starting, options)
+        SourceOptions.parse(reader_options)
         reads = StreamSelection.parse(lowered.get("streams"), lowered.get("streampattern"))
         latest = starting == "latest"
         self._on_loop(lambda: positions.register(consumer, acks=False, latest=latest, reads=reads))
         self._consumers.add(consumer)
-        reader = (
-            self.spark.readStream.format("aqueduct")
-            .options(**self._bridge.source_options())
-            .option("consumer", consumer)
-        )
-        if starting == "latest":
-            reader = reader.option("startingOffsets", "latest")
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        return reader.load()
+        return self.spark.readStream.format("aqueduct").options(**reader_options).load()
+
+    def _reader_options(self, consumer: str, starting: str, options: dict[str, str]) -> dict[str, str]:
+        """The source options of :meth:`stream`, later ones winning regardless of case (as in Spark's map)."""
+        given = {**self._bridge.source_options(), "consumer": consumer}
+        given |= {"startingOffsets": "latest"} if starting == "latest" else {}
+        merged: dict[str, tuple[str, str]] = {}  # lower-cased name -> (as spelled, value)
+        for key, value in (given | options).items():
+            merged[key.lower()] = key, value
+        return dict(merged.values())
 
     def ack_after(self, query: Any, consumer: str | None = None) -> None:
         """Ack producers only once ``query`` committed their records, as ``consumer``.

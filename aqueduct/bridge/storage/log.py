@@ -3,7 +3,7 @@
 Layout of a log directory::
 
     FORMAT                      "aqueduct-log 1"
-    LOCK                        flock'ed by the one writer process
+    LOCK                        flock'ed by the one writer process, which writes its pid there
     streams/<stream id>/
         meta.json               stream name, owning connector, id ordering
         received.json           dedup ids that only truncated segments held
@@ -44,7 +44,6 @@ dedup sets or the points of reference of records not yet committed.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -79,6 +78,7 @@ from aqueduct.bridge.storage.view import (
     StreamMeta,
     check_log_dir,
 )
+from aqueduct.bridge.storage.writer_lock import take_writer_lock
 from aqueduct.records.columns import RecordColumns, RecordFields
 from aqueduct.wire.modes import Mode
 
@@ -117,12 +117,7 @@ class DurableLog:
         if not fmt.exists():
             write_atomically(fmt, FORMAT_TEXT.encode())
         check_log_dir(self.path)
-        self._lock_fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise LogLocked(f"log {str(self.path)!r} is already open for writing") from None
+        self._lock_fd = take_writer_lock(self.path)  # LogLocked names the process holding it
         (self.path / STREAMS_DIR).mkdir(exist_ok=True)
         #: Streams changed, for readers that plan (I/O thread; a fresh one per writer, see changes.py).
         self._changes = ChangeJournal(self.path / CHANGES_FILE)
