@@ -242,6 +242,8 @@ async def test_with_two_replicas_a_killed_bridge_costs_nothing_the_other_acks_ev
     async with producing(producers, gates) as runs:
         gates[0].set()
         await wait_until(lambda: all(p.acked() > 0 for p in producers), "the first acks", TIMEOUT)
+        # (either bridge's commit acks: wait until bridge 1's query read its copy too)
+        await wait_until(lambda: bool(first.rows), "bridge 1's query reading its copy", TIMEOUT)
         gates[1].set()  # the rest is sent while bridge 1 dies
         await first.kill()
         await asyncio.wait_for(runs, TIMEOUT)
