@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from aqueduct.bridge.app.callback_server import SpareDescriptor
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
 from aqueduct.bridge.app.commit_listener import install_commit_listener
 from aqueduct.bridge.app.commit_log import SINK_METADATA, CheckpointCommits
@@ -96,6 +97,8 @@ class SparkQuery:
         self._stuck = False  # its start timed out, or its JVM is gone: stopping it could hang
         self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self._deadline = 0.0  # loop time by which the session and the query must have started
+        #: seconds the session (with the commit listener) and then the query took to start
+        self.took: dict[str, float] = {}
 
     def attach(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
         """Listen to ``spark``'s queries (call from any thread); ``committed`` is called on ``loop``."""
@@ -120,24 +123,26 @@ class SparkQuery:
 
     # ------------------------------------------------------------ start
 
-    async def prepare(self, committed: Committed) -> None:
-        """Create/reuse the session, warm it up, install the commit listener (py4j's callback server).
+    async def prepare(self, committed: Committed, spare: SpareDescriptor) -> None:
+        """Create/reuse the session, install the commit listener (py4j's callback server, on ``spare``).
 
         Starts the clock of ``spark_start_timeout``, which :meth:`start_query` shares.
         """
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self.config.spark_start_timeout
-        await self._step(self._prepare, loop, committed)
+        await self._step("session", self._prepare, loop, committed, spare)
 
     async def start_query(self, options: dict[str, str]) -> None:
         """Start the sink or pipeline query over the log (read with ``options``), as consumer ``default``."""
-        await self._step(self._start_query, options)
+        await self._step("query", self._start_query, options)
 
-    async def _step(self, step: Callable[..., None], *args: Any) -> None:
-        """Run a blocking Spark step in a daemon thread; give up loudly at the deadline."""
+    async def _step(self, name: str, step: Callable[..., None], *args: Any) -> None:
+        """Run a blocking Spark step in a daemon thread, timed as ``name``; give up loudly at the deadline."""
         loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
             await asyncio.wait_for(_in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
+            self.took[name] = loop.time() - began
         except TimeoutError:
             self._stuck = True
             raise SparkStartTimeout(
@@ -145,13 +150,13 @@ class SparkQuery:
                 "(--spark-start-timeout); giving up rather than waiting forever"
             ) from None
 
-    def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
+    def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed, spare: SpareDescriptor) -> None:
+        from aqueduct.bridge.app.callback_server import start_callback_server
         from aqueduct.bridge.app.jvm import (
             launch_detached_gateway,
             quiet_accumulator_server,
         )
         from aqueduct.bridge.app.pipeline import local_session
-        from aqueduct.bridge.app.warmup import warm_up
         from aqueduct.bridge.source import register
 
         c = self.config
@@ -160,10 +165,7 @@ class SparkQuery:
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)
         register(self.spark)
-        # Before the listener exists (it would be handed the warm-up query's progress too).
-        took = warm_up(self.spark)
-        if took is not None:
-            logger.info("Spark warmed up for the first micro-batch in %.1f s", took)
+        start_callback_server(self.spark.sparkContext._gateway, spare)  # producers may hold many descriptors by now
         self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
 
     def _start_query(self, options: dict[str, str]) -> None:
