@@ -1,0 +1,112 @@
+"""``serve`` takes records while Spark still starts, and acks them only once a micro-batch committed them.
+
+A real ``aqueduct-bridge serve`` whose ``--pipeline``
+(tests/spark/gated_pipeline.py) holds the query's start until the test
+lets it go, and a producer in this process. While the start is held the
+producer's records must be durable (its sends past its few credits
+return only once the log granted them again, and the bridge's status line
+counts them) and unacked; once the query ran, the ACK comes, and Spark's
+commit log then holds the micro-batch that committed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aqueduct.connector.producer.client import Connector
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+TIMEOUT = 180.0  # only turns a hang into a failure
+ROOT = Path(__file__).resolve().parents[2]
+CREDITS = 4  # few: sending more than this needs credits the log grants back once records are durable
+RECORDS = 3 * CREDITS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    """The bridge's JSON lines so far (the JVM's own lines are text and skipped)."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "event" in record:
+            found.append(record)
+    return found
+
+
+async def until(predicate: Callable[[], bool], what: str, proc: asyncio.subprocess.Process, log: Path) -> None:
+    for _ in range(int(TIMEOUT / 0.1)):
+        assert proc.returncode is None, log.read_text()[-3000:]
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+async def test_records_are_durable_before_the_query_runs_and_acked_only_after_it_committed(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    port = free_port()
+    log = tmp_path / "serve.log"
+    checkpoint = tmp_path / "checkpoint"
+    command = [
+        str(Path(sys.executable).with_name("aqueduct-bridge")), "serve", "--tcp", f"127.0.0.1:{port}",
+        "--log", str(tmp_path / "log"), "--checkpoint", str(checkpoint), "--output", str(tmp_path / "out"),
+        "--pipeline", "tests.spark.gated_pipeline:build", "--master", "local[1]", "--credits", str(CREDITS),
+        "--log-format", "json", "--status-interval", "0.2",
+    ]  # fmt: skip
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = os.environ | {"AQUEDUCT_TEST_GATE": str(gate), "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+    with open(log, "wb") as out:
+        bridge = await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=env)
+    conn = Connector(f"tcp://127.0.0.1:{port}", program="t", instance="early", backoff=(0.05, 0.2))
+    try:
+        await until(lambda: any(e["event"] == "listening" for e in events(log)), "the listening line", bridge, log)
+        await conn.connect()
+        stream = await conn.stream(1, "early")
+        for i in range(RECORDS):  # past the first CREDITS, each send waits for records made durable
+            await stream.send(b"record %d" % i)
+        await stream.send(None, boundary=True)
+        await until(
+            lambda: any(e["event"] == "status" and e["durable_records"] >= RECORDS for e in events(log)),
+            "the status line to count the records durable", bridge, log,
+        )  # fmt: skip
+        await until((gate / "built").exists, "Spark's session, the query's start held", bridge, log)
+        said = [e["event"] for e in events(log)]
+        assert "query_running" not in said  # held: no query ran, none committed
+        assert stream.acked == 0, "acked before any micro-batch committed"
+
+        (gate / "hold").unlink()  # the query starts, commits its first micro-batch, then acks
+        await conn.wait_all_acked(TIMEOUT)
+        assert stream.acked == stream.next_id
+        assert sorted(f.name for f in (checkpoint / "commits").iterdir() if f.name.isdigit())  # committed first
+        said = [e["event"] for e in events(log)]
+        assert said.count("listening") == 1 and said.count("query_running") == 1
+        assert said.index("listening") < said.index("query_running")
+        bridge.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(bridge.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
+    finally:
+        (gate / "hold").unlink(missing_ok=True)
+        await conn.close(flush_timeout=0)
+        if bridge.returncode is None:
+            bridge.kill()
+            await bridge.wait()
