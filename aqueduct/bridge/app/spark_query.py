@@ -97,7 +97,8 @@ class SparkQuery:
         self._stuck = False  # its start timed out, or its JVM is gone: stopping it could hang
         self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self._deadline = 0.0  # loop time by which the session and the query must have started
-        #: seconds the session (with the commit listener) and then the query took to start
+        #: seconds each start step took: ``jvm`` (the gateway, when launched here), ``session`` (with
+        #: the commit listener, the JVM's launch included) and ``query``
         self.took: dict[str, float] = {}
 
     def attach(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
@@ -161,7 +162,9 @@ class SparkQuery:
 
         c = self.config
         if self.spark is None:
+            began = time.monotonic()
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
+            self.took["jvm"] = time.monotonic() - began
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)
         register(self.spark)
