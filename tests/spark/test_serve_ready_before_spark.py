@@ -17,13 +17,13 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aqueduct.connector.producer.client import Connector
+from tests.spark.test_ack_after_commit_spark import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -52,13 +52,14 @@ def events(log: Path) -> list[dict[str, Any]]:
     return found
 
 
-async def until(predicate: Callable[[], bool], what: str, proc: asyncio.subprocess.Process, log: Path) -> None:
-    for _ in range(int(TIMEOUT / 0.1)):
-        assert proc.returncode is None, log.read_text()[-3000:]
-        if predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+def said(log: Path) -> list[str]:
+    """The events of the bridge's lines so far, in order."""
+    return [e["event"] for e in events(log)]
+
+
+def running(bridge: asyncio.subprocess.Process, log: Path) -> bool:
+    assert bridge.returncode is None, log.read_text()[-3000:]
+    return True
 
 
 async def test_records_are_durable_before_the_query_runs_and_acked_only_after_it_committed(tmp_path: Path) -> None:
@@ -80,28 +81,27 @@ async def test_records_are_durable_before_the_query_runs_and_acked_only_after_it
         bridge = await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=env)
     conn = Connector(f"tcp://127.0.0.1:{port}", program="t", instance="early", backoff=(0.05, 0.2))
     try:
-        await until(lambda: any(e["event"] == "listening" for e in events(log)), "the listening line", bridge, log)
+        await until(lambda: running(bridge, log) and "listening" in said(log), "the listening line")
         await conn.connect()
         stream = await conn.stream(1, "early")
         for i in range(RECORDS):  # past the first CREDITS, each send waits for records made durable
             await stream.send(b"record %d" % i)
         await stream.send(None, boundary=True)
         await until(
-            lambda: any(e["event"] == "status" and e["durable_records"] >= RECORDS for e in events(log)),
-            "the status line to count the records durable", bridge, log,
+            lambda: running(bridge, log) and any(e.get("durable_records", 0) >= RECORDS for e in events(log)),
+            "the status line to count the records durable",
         )  # fmt: skip
-        await until((gate / "built").exists, "Spark's session, the query's start held", bridge, log)
-        said = [e["event"] for e in events(log)]
-        assert "query_running" not in said  # held: no query ran, none committed
+        await until(lambda: running(bridge, log) and (gate / "built").exists(), "Spark's session, the query held")
+        assert "query_running" not in said(log)  # held: no query ran, none committed
         assert stream.acked == 0, "acked before any micro-batch committed"
 
         (gate / "hold").unlink()  # the query starts, commits its first micro-batch, then acks
         await conn.wait_all_acked(TIMEOUT)
         assert stream.acked == stream.next_id
         assert sorted(f.name for f in (checkpoint / "commits").iterdir() if f.name.isdigit())  # committed first
-        said = [e["event"] for e in events(log)]
-        assert said.count("listening") == 1 and said.count("query_running") == 1
-        assert said.index("listening") < said.index("query_running")
+        lines = said(log)
+        assert lines.count("listening") == 1 and lines.count("query_running") == 1
+        assert lines.index("listening") < lines.index("query_running")
         bridge.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(bridge.wait(), TIMEOUT) == 0, log.read_text()[-3000:]
     finally:
