@@ -461,6 +461,7 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         await report_until_stopped(bridge, starting, ends, status_interval)
     finally:
         if not starting.done():  # a stop asked for while Spark starts: the start ends first
+            logger.info("stopping once Spark's start ended", extra=fields(event="stopping"))
             await asyncio.wait([starting])
     failed = start_failure(starting)
     if failed is not None:  # e.g. another bridge holds the log, the pipeline does not load
