@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 from aqueduct.bridge.app.callback_server import SpareDescriptor
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
-from aqueduct.bridge.app.commit_listener import install_commit_listener
 from aqueduct.bridge.app.commit_log import SINK_METADATA, CheckpointCommits
 from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
@@ -109,7 +108,11 @@ class SparkQuery:
         self._listen(spark, loop, committed)
 
     def _listen(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
-        """Install the commit listener on ``spark`` (the source registered already)."""
+        """Install the commit listener on ``spark`` (the source registered already).
+
+        Imported here: it imports pyspark, which ``serve`` need not load before it listens.
+        """
+        from aqueduct.bridge.app.commit_listener import install_commit_listener
 
         def on_commit(consumer: str, positions: dict[int, int]) -> None:  # on Spark's listener thread
             loop.call_soon_threadsafe(committed, consumer, positions)
