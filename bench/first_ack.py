@@ -5,7 +5,9 @@ moment. This starts both, ``--repeat`` times, and a ``Connector`` in this
 process that retries until the bridge answers, sends one record and waits
 for its ACK. A ``cold`` start has a fresh log directory (nothing to
 recover, no checkpoint); a ``restart`` reuses the log and checkpoint of
-the previous start (an unmeasured first start makes them). It reports,
+the previous start (an unmeasured first start makes them). The sink is
+``serve``'s default, Parquet (the memory sink cannot restart from its
+checkpoint). It reports,
 from the moment the ``serve`` process was spawned (medians over the
 repeats):
 
@@ -99,7 +101,7 @@ async def one_start(certs: CertPaths, workdir: Path, bridge_cli: str) -> dict[st
     command = [
         bridge_cli, "serve", "--quic", f"127.0.0.1:{port}",
         "--log", str(workdir / "log"), "--checkpoint", str(workdir / "checkpoint"),
-        "--cert", str(certs.server_cert), "--key", str(certs.server_key), "--sink", "memory",
+        "--cert", str(certs.server_cert), "--key", str(certs.server_key), "--output", str(workdir / "out"),
         "--log-format", "json", "--status-interval", "0.1",
     ]  # fmt: skip
     env = {**os.environ, "AQUEDUCT_COOKIE": COOKIE}
