@@ -508,7 +508,7 @@ def say_query_running(bridge: Bridge) -> None:
     jvm = f"its JVM in {took['jvm']:.1f} s, " if "jvm" in took else ""
     logger.info(
         "query %s running (Spark started %sthe session in %.1f s, the query in %.1f s); acks follow its commits",
-        bridge.config.query_name, jvm, took.get("session", 0.0), took.get("query", 0.0),
+        bridge.spark_query.query_name, jvm, took.get("session", 0.0), took.get("query", 0.0),
         extra=fields(event="query_running", **{f"{step}_s": round(s, 2) for step, s in took.items()}),
     )  # fmt: skip
 

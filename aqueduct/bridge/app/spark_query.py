@@ -93,6 +93,7 @@ class SparkQuery:
         #: the query's commit log, when the bridge reads its checkpoint instead of listening
         self.commit_log: CheckpointCommits | None = None
         self.started_at: float | None = None  # wall time the bridge asked Spark to start its query
+        self.query_name: str | None = None  # the started query's name
         self._stuck = False  # its start timed out, or its JVM is gone: stopping it could hang
         self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self._deadline = 0.0  # loop time by which the session and the query must have started
@@ -192,6 +193,7 @@ class SparkQuery:
                 df, c.sink, query_name=c.query_name, checkpoint=c.checkpoint,
                 output_dir=c.output_dir, trigger_interval=c.trigger_interval,
             ), c.checkpoint  # fmt: skip
+        self.query_name = self.query.name or "(unnamed)"  # a pipeline's own query may have another
         if checkpoint is None:
             self.watch(self.query, DEFAULT_CONSUMER)
         else:
