@@ -1,11 +1,15 @@
-"""``python -m bench.first_ack``: how long a producer started with a cold ``serve`` waits for its first ACK.
+"""``python -m bench.first_ack``: how long a producer started with ``serve`` waits for its first ACK.
 
 A new user starts ``aqueduct-bridge serve`` and a producer at the same
-moment. This starts both, ``--repeat`` times, each time with a fresh log
-directory (nothing to recover, no checkpoint: a cold start) and a
-``Connector`` in this process that retries until the bridge answers,
-sends one record and waits for its ACK. It reports, from the moment the
-``serve`` process was spawned (medians over the repeats):
+moment. This starts both, ``--repeat`` times, and a ``Connector`` in this
+process that retries until the bridge answers, sends one record and waits
+for its ACK. A ``cold`` start has a fresh log directory (nothing to
+recover, no checkpoint); a ``restart`` reuses the log and checkpoint of
+the previous start (an unmeasured first start makes them). The sink is
+``serve``'s default, Parquet (the memory sink cannot restart from its
+checkpoint). It reports,
+from the moment the ``serve`` process was spawned (medians over the
+repeats):
 
 - ``durable``: the bridge's status line first counts a durable record
   (``--status-interval`` is 0.1 s, so this is within 0.1 s);
@@ -13,11 +17,12 @@ sends one record and waits for its ACK. It reports, from the moment the
 
 and where the time goes, from the bridge's own JSON log lines:
 ``starting`` (the interpreter is up and has imported the bridge),
-``spark_ready`` (Spark's session and its warm-up micro-batch are done:
-the start minus what the warm-up took), ``warmed`` (the warm-up ended),
-``listening`` (the listeners accept), ``session`` (the producer's
-session started), ``first_batch`` (the status line first counts a Spark
-micro-batch).
+``listening`` (the listeners accept), ``session`` (the producer's session
+started), ``spark_ready`` (Spark's session and the commit listener are
+up), ``query_running`` (Spark started the query), ``first_batch`` (the
+status line first counts a Spark micro-batch). ``--bridge`` takes the
+``aqueduct-bridge`` executables to compare (e.g. another checkout's),
+started in turn so that each meets the same load.
 
 Run it alone (it starts Spark): ``flock /tmp/aqueduct-heavy.lock python
 -m bench.first_ack``. Certificates are made once, beforehand, so the
@@ -31,7 +36,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import statistics
@@ -45,17 +49,17 @@ from aqueduct.runtime.certs import CertPaths, generate_certs
 
 COOKIE = "first-ack"
 TIMEOUT = 180.0  # one start; only turns a hang into a failure
-WARMED = re.compile(r"Spark warmed up for the first micro-batch in ([0-9.]+) s")
 MILESTONES = (
     "starting",
-    "spark_ready",
-    "warmed",
     "listening",
     "session",
     "durable",
+    "spark_ready",
+    "query_running",
     "first_batch",
     "first_ack",
 )
+MODES = ("cold", "restart")
 
 
 def free_udp_port() -> int:
@@ -77,12 +81,11 @@ class BridgeLines:
         except ValueError:
             return  # the JVM's own lines
         now = time.monotonic() - self.spawned
-        event, message = record.get("event"), str(record.get("message", ""))
-        if event in ("starting", "listening") or event == "session_started":
+        event = record.get("event")
+        if event in ("starting", "listening", "query_running") or event == "session_started":
             self.at.setdefault("session" if event == "session_started" else event, now)
-        elif (warmed := WARMED.search(message)) is not None:
-            self.at.setdefault("warmed", now)
-            self.at.setdefault("spark_ready", now - float(warmed.group(1)))
+            if event == "query_running":  # the query's start took query_s of it
+                self.at.setdefault("spark_ready", now - float(record.get("query_s", 0.0)))
         elif event == "status":
             if record.get("durable_records", 0) > 0:
                 self.at.setdefault("durable", now)
@@ -90,15 +93,15 @@ class BridgeLines:
                 self.at.setdefault("first_batch", now)
 
 
-async def one_start(certs: CertPaths, workdir: Path) -> dict[str, float]:
-    """Spawn ``serve`` and a producer together; the milestones of that start."""
+async def one_start(certs: CertPaths, workdir: Path, bridge_cli: str) -> dict[str, float]:
+    """Spawn ``serve`` (``bridge_cli``) and a producer together; the milestones of that start."""
     from aqueduct.connector.producer.client import Connector
 
     port = free_udp_port()
     command = [
-        str(Path(sys.executable).with_name("aqueduct-bridge")), "serve", "--quic", f"127.0.0.1:{port}",
+        bridge_cli, "serve", "--quic", f"127.0.0.1:{port}",
         "--log", str(workdir / "log"), "--checkpoint", str(workdir / "checkpoint"),
-        "--cert", str(certs.server_cert), "--key", str(certs.server_key), "--sink", "memory",
+        "--cert", str(certs.server_cert), "--key", str(certs.server_key), "--output", str(workdir / "out"),
         "--log-format", "json", "--status-interval", "0.1",
     ]  # fmt: skip
     env = {**os.environ, "AQUEDUCT_COOKIE": COOKIE}
@@ -144,7 +147,7 @@ def summary(starts: list[dict[str, float]]) -> dict[str, Any]:
         if all(name in s for s in starts)
     }
     return {
-        "repeats": len(starts),
+        "starts_measured": len(starts),
         "median_s": medians,
         "starts": [{k: round(v, 2) for k, v in s.items()} for s in starts],
     }
@@ -155,19 +158,35 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.first_ack", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--repeat", type=int, default=5, help="cold starts to take the median of (default 5)"
+        "--repeat", type=int, default=5, help="measured starts per mode and bridge to take the median of (default 5)"
     )
+    parser.add_argument(
+        "--mode", choices=(*MODES, "both"), default="cold",
+        help="cold: a fresh log each start; restart: the previous start's log and checkpoint (default cold)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bridge", action="append", metavar="EXECUTABLE",
+        help="aqueduct-bridge to start; repeat to compare several, started in turn (default: this venv's)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    bridges = args.bridge or [str(Path(sys.executable).with_name("aqueduct-bridge"))]
+    modes = MODES if args.mode == "both" else (args.mode,)
+    print(json.dumps({"load_average": os.getloadavg(), "nproc": os.cpu_count()}), flush=True)
+    results: dict[str, dict[str, list[dict[str, float]]]] = {b: {m: [] for m in modes} for b in bridges}
     with tempfile.TemporaryDirectory(prefix="aqueduct-first-ack-") as tmp:
         certs = generate_certs(Path(tmp) / "certs")
-        starts = []
-        for i in range(args.repeat):
-            starts.append(asyncio.run(one_start(certs, Path(tmp) / f"start{i}")))
-            print(
-                json.dumps({"start": i, **{k: round(v, 2) for k, v in starts[-1].items()}}),
-                flush=True,
-            )
-    print(json.dumps(summary(starts), indent=2))
+        for mode in modes:
+            for i in range(args.repeat + (mode == "restart")):
+                for b, bridge_cli in enumerate(bridges):
+                    workdir = Path(tmp) / mode / str(b) / (str(i) if mode == "cold" else "restarted")
+                    start = asyncio.run(one_start(certs, workdir, bridge_cli))
+                    measured = mode == "cold" or i > 0  # a restart's first start makes its log
+                    if measured:
+                        results[bridge_cli][mode].append(start)
+                    row = {"bridge": bridge_cli, "mode": mode, "start": i, "measured": measured}
+                    print(json.dumps({**row, **{k: round(v, 2) for k, v in start.items()}}), flush=True)
+    report = {b: {m: summary(s) for m, s in by_mode.items()} for b, by_mode in results.items()}
+    print(json.dumps({"load_average_after": os.getloadavg(), "results": report}, indent=2))
     return 0
 
 

@@ -23,14 +23,16 @@ def test_the_milestones_come_from_the_bridges_own_lines() -> None:
     lines = BridgeLines(spawned=0.0)
     lines.seen(line("log L, starting Spark (local[*])", event="starting"))
     lines.seen(b"26/11/27 10:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library")  # the JVM's
-    lines.seen(line("Spark warmed up for the first micro-batch in 4.5 s"))
     lines.seen(line("listening on QUIC 127.0.0.1:4433", event="listening"))
     lines.seen(line("sessions 0", event="status", durable_records=0, batches=0))
     lines.seen(line("session started: p from quic", event="session_started"))
     lines.seen(line("sessions 1", event="status", durable_records=2, batches=0))
+    lines.seen(line("query aqueduct-bridge running", event="query_running", session_s=6.0, query_s=1.5))
     lines.seen(line("sessions 1", event="status", durable_records=2, batches=1))
-    assert list(lines.at) == ["starting", "warmed", "spark_ready", "listening", "session", "durable", "first_batch"]
-    assert lines.at["warmed"] - lines.at["spark_ready"] == pytest.approx(4.5)  # the warm-up's own figure
+    assert list(lines.at) == [
+        "starting", "listening", "session", "durable", "query_running", "spark_ready", "first_batch"
+    ]  # fmt: skip
+    assert lines.at["query_running"] - lines.at["spark_ready"] == pytest.approx(1.5)  # the query's start
 
 
 def test_the_summary_takes_the_median_of_each_milestone_every_start_reached() -> None:
@@ -42,4 +44,4 @@ def test_the_summary_takes_the_median_of_each_milestone_every_start_reached() ->
 def test_the_benchmark_explains_itself() -> None:
     done = subprocess.run([sys.executable, "-m", "bench.first_ack", "--help"], capture_output=True, text=True,
                           timeout=60, check=True)  # fmt: skip
-    assert "cold" in done.stdout and "--repeat" in done.stdout
+    assert "cold" in done.stdout and "restart" in done.stdout and "--repeat" in done.stdout

@@ -15,7 +15,7 @@ def fault_env(fault: str, mark: Path, log: Path | None = None) -> dict[str, str]
     The directory goes first on ``PYTHONPATH``, so Python imports its
     ``sitecustomize`` at start, in the child and the Python processes it
     starts; the product itself has no hook. ``log``: only that log's
-    files meet the fault (a bridge's warm-up query reads a throw-away log).
+    files meet the fault (not those of any other log a process there writes).
     """
     path = os.pathsep.join(p for p in (str(INJECT_DIR), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": path, "AQUEDUCT_TEST_FAULT": fault, "AQUEDUCT_TEST_FAULT_MARK": str(mark)}

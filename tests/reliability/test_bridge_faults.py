@@ -95,7 +95,7 @@ class BridgeProcess:
     async def start(self, query: bool = True) -> float:
         """Start; return the seconds until it is ready.
 
-        Ready means listening with the Spark query running, or with
+        Ready means the Spark query running (its line), or with
         ``query=False`` just accepting TCP connectors: the listeners come up
         before Spark, so ingest already runs while Spark starts.
         """
@@ -106,7 +106,7 @@ class BridgeProcess:
         deadline = began + START_TIMEOUT
         while time.monotonic() < deadline:
             text = self.child.log.read_bytes()[offset:].decode(errors="replace")
-            if "aqueduct-bridge: listening on" in text or (not query and await self._accepting()):
+            if "running (Spark started" in text or (not query and await self._accepting()):
                 return time.monotonic() - began
             if not self.child.running:
                 raise AssertionError(f"bridge exited during start:\n{text[-3000:]}")

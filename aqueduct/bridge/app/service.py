@@ -10,12 +10,15 @@ of its own, and the order they start and stop in:
    with its group-commit task, and the consumers'
    :class:`~aqueduct.bridge.ingest.positions.ConsumerPositions`;
 3. the log served over Arrow Flight when it must be (:mod:`.served_log`);
-4. unless a :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge` drives it
+4. the connector listeners (:mod:`.listeners`): from here on producers'
+   records are durable, and acked once a query (consumer ``default``)
+   committed them;
+5. unless a :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge` drives it
    from the user's own Spark application, or it is ingest-only (a query
-   elsewhere reads the log over the network), Spark's session
-   (:mod:`.spark_query`), then the connector listeners (:mod:`.listeners`),
-   then the query, watched; otherwise just the listeners;
-5. the commit signals (:mod:`.commit_signals`) that turn the queries'
+   elsewhere reads the log over the network), Spark's session and its
+   commit listener (:mod:`.spark_query`, py4j's callback server kept on a
+   low descriptor by :mod:`.callback_server`), then the query, watched;
+6. the commit signals (:mod:`.commit_signals`) that turn the queries'
    commits into producer acks and truncation.
 
 ``serve`` also follows drain requests (:mod:`.drain`): a draining bridge
@@ -39,6 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from aqueduct.bridge.app.callback_server import SpareDescriptor
 from aqueduct.bridge.app.commit_signals import CommitSignals
 from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.app.drain import (
@@ -107,15 +111,37 @@ class Bridge:
         self.flight_server: LogFlightServer | None = None  # while it runs
         self.drain = Drain()
         self.drain_finished = asyncio.Event()  # set once a drain found nothing left uncommitted
+        self.listening = asyncio.Event()  # set once the listeners accept (Spark may still be starting)
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self, run_query: bool = True) -> None:
-        """Open the log, start Spark and its commit listener, listen for connectors, start the query.
+        """Open the log, listen for connectors; then start Spark, its commit listener and the query.
+
+        :attr:`listening` is set once the listeners accept, Spark still
+        starting: a producer's records are durable from then on, acked
+        once the query (consumer ``default``, registered before the
+        listeners open) committed a micro-batch holding them.
 
         With ``run_query=False`` (the :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge`)
         Spark is the caller's: only the log and the listeners start here.
         """
+        spare = SpareDescriptor() if run_query else None  # first, while every number is low
+        try:
+            await self._start_ingest(run_query)
+            if spare is not None:
+                await self.spark_query.prepare(self.signals.on_spark_commit, spare)
+        finally:
+            if spare is not None:
+                spare.close()
+        if run_query:
+            await self.spark_query.start_query(self.source_options())
+            self._spawn(self._watchdog(), "query-watchdog")
+            if self.spark_query.commit_log is not None:
+                self._spawn(self.signals.follow_commit_log(self.spark_query.commit_log), "commit-log")
+
+    async def _start_ingest(self, run_query: bool) -> None:
+        """The metrics endpoint, the log and its group commit, the consumers, the listeners."""
         c = self.config
         if c.metrics is not None:  # first: a busy port fails at once, before Spark or a log directory
             self.metrics = start_metrics(self, asyncio.get_running_loop(), *c.metrics)
@@ -139,24 +165,11 @@ class Bridge:
         if c.serves_log:
             self.served_log = serve_log(c, self._certificate(), self.signals.flight_commits(asyncio.get_running_loop()))
             self.flight_server = self.served_log.server
-        if not run_query:
-            await self._start_listeners()
-        else:
-            # Spark's session and the commit listener first, while this process holds few
-            # descriptors: py4j's callback server (which the listener starts) waits on its
-            # socket with select(), which fails for a descriptor number of 1024 or more; its
-            # thread then ends and the query's start hangs forever on a call nobody answers.
-            # Producers connecting during Spark's start (each a descriptor, their streams two
-            # more) pushed it there; they now retry until the listeners are up.
-            await self.spark_query.prepare(self.signals.on_spark_commit)
-            await self._start_listeners()
-            await self.spark_query.start_query(self.source_options())
-            self._spawn(self._watchdog(), "query-watchdog")
-            if self.spark_query.commit_log is not None:
-                self._spawn(self.signals.follow_commit_log(self.spark_query.commit_log), "commit-log")
         self._spawn(self.signals.safety_net(), "commit-file")
         if self.producer_auth is not None:
             self._spawn(self._end_revoked_sessions(self.producer_auth), "credentials")
+        await self._start_listeners()
+        self.listening.set()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -417,9 +430,11 @@ class Bridge:
 async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     """Run a bridge until SIGINT/SIGTERM or query failure, saying what it does through :mod:`logging`.
 
-    The status line comes every ``status_interval`` seconds while something
-    changed since the last one (an idle bridge stays quiet), with its
-    counters as structured fields (:mod:`aqueduct.logs`).
+    It says on one line when it listens (Spark still starting) and on one
+    when its query runs. The status line comes every ``status_interval``
+    seconds while something changed since the last one (an idle bridge
+    stays quiet), with its counters as structured fields
+    (:mod:`aqueduct.logs`), from the moment it listens.
     """
     bridge = Bridge(config)
     loop = asyncio.get_running_loop()
@@ -434,13 +449,42 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     spark = "no Spark (ingest only)" if config.ingest_only else f"starting Spark ({config.master})"
     logger.info("log %s, %s", config.log_dir, spark, extra=fields(event="starting"))
+    starting = asyncio.create_task(bridge.start(run_query=not config.ingest_only), name="start")
+    listening = asyncio.create_task(bridge.listening.wait())
+    await asyncio.wait((starting, listening), return_when=asyncio.FIRST_COMPLETED)
+    listening.cancel()
+    if bridge.listening.is_set():
+        say_listening(bridge)
+        bridge.follow_drain_requests()
+    ends = (stop, bridge.stopped, bridge.drain_finished)
     try:
-        await bridge.start(run_query=not config.ingest_only)
-    except (LogError, PipelineError, SparkStartTimeout, MetricsError) as exc:  # e.g. another bridge holds the log
-        logger.error("%s", exc, extra=fields(event="start_failed"))
+        await report_until_stopped(bridge, starting, ends, status_interval)
+    finally:
+        if not starting.done():  # a stop asked for while Spark starts: the start ends first
+            logger.info("stopping once Spark's start ended", extra=fields(event="stopping"))
+            await asyncio.wait([starting])
+    failed = start_failure(starting)
+    if failed is not None:  # e.g. another bridge holds the log, the pipeline does not load
+        logger.error("%s", failed, extra=fields(event="start_failed"))
         await bridge.stop()
         return 1
-    bridge.follow_drain_requests()
+    stopped_at = time.monotonic()
+    why = asked[0] if asked else "drained" if bridge.drain_finished.is_set() else bridge.jvm_ended or "stopped"
+    if bridge.drain.phase is not DrainPhase.SERVING:  # before stop() frees the log: `drain --wait` reads it then
+        await bridge.report_drain_end(why)
+    await bridge.stop()
+    logger.info(
+        "%s: stopped in %.1fs, everything acked is durable", why, time.monotonic() - stopped_at,
+        extra=fields(event="stopped"),
+    )  # fmt: skip
+    if bridge.failed:
+        logger.error("%s", bridge.failed, extra=fields(event="failed"))
+        return 1
+    return 0
+
+
+def say_listening(bridge: Bridge) -> None:
+    """One line for where the listeners accept, and one each for the CA file, metrics and Flight."""
     listening = [f"QUIC {bridge.quic_address[0]}:{bridge.quic_address[1]}"] if bridge.quic_address else []
     listening += [f"TCP {bridge.tcp_address[0]}:{bridge.tcp_address[1]}"] if bridge.tcp_address else []
     if bridge.wallaroo_address:
@@ -456,12 +500,38 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
             "log served over Flight at %s (token in %s)", bridge.flight_address, bridge.flight_token_file,
             extra=fields(event="flight"),
         )  # fmt: skip
-    ends = (stop, bridge.stopped, bridge.drain_finished)
+
+
+def say_query_running(bridge: Bridge) -> None:
+    """One line: the query runs, and how long Spark's session and the query's start took."""
+    took = bridge.spark_query.took
+    jvm = f"its JVM in {took['jvm']:.1f} s, " if "jvm" in took else ""
+    logger.info(
+        "query %s running (Spark started %sthe session in %.1f s, the query in %.1f s); acks follow its commits",
+        bridge.spark_query.query_name, jvm, took.get("session", 0.0), took.get("query", 0.0),
+        extra=fields(event="query_running", **{f"{step}_s": round(s, 2) for step, s in took.items()}),
+    )  # fmt: skip
+
+
+async def report_until_stopped(
+    bridge: Bridge, starting: asyncio.Task[None], ends: tuple[asyncio.Event, ...], status_interval: float
+) -> None:
+    """The status line (when something changed) until one of ``ends`` is set or the start failed."""
     waiters = [asyncio.create_task(e.wait()) for e in ends]
     last: BridgeProgress | None = None
+    said_running = False
     try:
         while not any(e.is_set() for e in ends):
-            await asyncio.wait(waiters, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done() and not said_running:
+                if starting.exception() is not None:
+                    return
+                if bridge.query is not None:
+                    say_query_running(bridge)
+                said_running = True
+            pending = waiters if starting.done() else [*waiters, starting]
+            await asyncio.wait(pending, timeout=status_interval, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done() and starting.exception() is not None:
+                return
             progress = bridge.progress()
             if progress != last or progress.draining:  # a drain that cannot finish keeps saying why
                 logger.info(progress.line(), extra=fields(event="status", **asdict(progress)))
@@ -469,19 +539,14 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     finally:
         for w in waiters:
             w.cancel()
-        started = time.monotonic()
-        why = asked[0] if asked else "drained" if bridge.drain_finished.is_set() else bridge.jvm_ended or "stopped"
-        if bridge.drain.phase is not DrainPhase.SERVING:  # before stop() frees the log: `drain --wait` reads it then
-            await bridge.report_drain_end(why)
-        await bridge.stop()
-        logger.info(
-            "%s: stopped in %.1fs, everything acked is durable", why, time.monotonic() - started,
-            extra=fields(event="stopped"),
-        )  # fmt: skip
-    if bridge.failed:
-        logger.error("%s", bridge.failed, extra=fields(event="failed"))
-        return 1
-    return 0
+
+
+def start_failure(starting: asyncio.Task[None]) -> str | None:
+    """Why the bridge's start failed, in one line (None: it did not); an unforeseen error is raised."""
+    error = starting.exception()
+    if error is None or isinstance(error, (LogError, PipelineError, SparkStartTimeout, MetricsError)):
+        return None if error is None else str(error)
+    raise error
 
 
 def run_forever(config: BridgeConfig, status_interval: float = 5.0) -> int:

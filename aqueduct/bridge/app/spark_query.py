@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from aqueduct.bridge.app.callback_server import SpareDescriptor
 from aqueduct.bridge.app.checkpoint import repair_checkpoint
-from aqueduct.bridge.app.commit_listener import install_commit_listener
 from aqueduct.bridge.app.commit_log import SINK_METADATA, CheckpointCommits
 from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
@@ -93,9 +93,13 @@ class SparkQuery:
         #: the query's commit log, when the bridge reads its checkpoint instead of listening
         self.commit_log: CheckpointCommits | None = None
         self.started_at: float | None = None  # wall time the bridge asked Spark to start its query
+        self.query_name: str | None = None  # the started query's name
         self._stuck = False  # its start timed out, or its JVM is gone: stopping it could hang
         self.jvm_ended: str | None = None  # how Spark's JVM ended under the bridge, if it did
         self._deadline = 0.0  # loop time by which the session and the query must have started
+        #: seconds each start step took: ``jvm`` (the gateway, when launched here), ``session`` (with
+        #: the commit listener, the JVM's launch included) and ``query``
+        self.took: dict[str, float] = {}
 
     def attach(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
         """Listen to ``spark``'s queries (call from any thread); ``committed`` is called on ``loop``."""
@@ -105,7 +109,11 @@ class SparkQuery:
         self._listen(spark, loop, committed)
 
     def _listen(self, spark: Any, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
-        """Install the commit listener on ``spark`` (the source registered already)."""
+        """Install the commit listener on ``spark`` (the source registered already).
+
+        Imported here: it imports pyspark, which ``serve`` need not load before it listens.
+        """
+        from aqueduct.bridge.app.commit_listener import install_commit_listener
 
         def on_commit(consumer: str, positions: dict[int, int]) -> None:  # on Spark's listener thread
             loop.call_soon_threadsafe(committed, consumer, positions)
@@ -120,24 +128,26 @@ class SparkQuery:
 
     # ------------------------------------------------------------ start
 
-    async def prepare(self, committed: Committed) -> None:
-        """Create/reuse the session, warm it up, install the commit listener (py4j's callback server).
+    async def prepare(self, committed: Committed, spare: SpareDescriptor) -> None:
+        """Create/reuse the session, install the commit listener (py4j's callback server, on ``spare``).
 
         Starts the clock of ``spark_start_timeout``, which :meth:`start_query` shares.
         """
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self.config.spark_start_timeout
-        await self._step(self._prepare, loop, committed)
+        await self._step("session", self._prepare, loop, committed, spare)
 
     async def start_query(self, options: dict[str, str]) -> None:
         """Start the sink or pipeline query over the log (read with ``options``), as consumer ``default``."""
-        await self._step(self._start_query, options)
+        await self._step("query", self._start_query, options)
 
-    async def _step(self, step: Callable[..., None], *args: Any) -> None:
-        """Run a blocking Spark step in a daemon thread; give up loudly at the deadline."""
+    async def _step(self, name: str, step: Callable[..., None], *args: Any) -> None:
+        """Run a blocking Spark step in a daemon thread, timed as ``name``; give up loudly at the deadline."""
         loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
             await asyncio.wait_for(_in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
+            self.took[name] = loop.time() - began
         except TimeoutError:
             self._stuck = True
             raise SparkStartTimeout(
@@ -145,25 +155,24 @@ class SparkQuery:
                 "(--spark-start-timeout); giving up rather than waiting forever"
             ) from None
 
-    def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed) -> None:
+    def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed, spare: SpareDescriptor) -> None:
+        from aqueduct.bridge.app.callback_server import start_callback_server
         from aqueduct.bridge.app.jvm import (
             launch_detached_gateway,
             quiet_accumulator_server,
         )
         from aqueduct.bridge.app.pipeline import local_session
-        from aqueduct.bridge.app.warmup import warm_up
         from aqueduct.bridge.source import register
 
         c = self.config
         if self.spark is None:
+            began = time.monotonic()
             launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
+            self.took["jvm"] = time.monotonic() - began
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)
         register(self.spark)
-        # Before the listener exists (it would be handed the warm-up query's progress too).
-        took = warm_up(self.spark)
-        if took is not None:
-            logger.info("Spark warmed up for the first micro-batch in %.1f s", took)
+        start_callback_server(self.spark.sparkContext._gateway, spare)  # producers may hold many descriptors by now
         self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
 
     def _start_query(self, options: dict[str, str]) -> None:
@@ -184,6 +193,7 @@ class SparkQuery:
                 df, c.sink, query_name=c.query_name, checkpoint=c.checkpoint,
                 output_dir=c.output_dir, trigger_interval=c.trigger_interval,
             ), c.checkpoint  # fmt: skip
+        self.query_name = self.query.name or "(unnamed)"  # a pipeline's own query may have another
         if checkpoint is None:
             self.watch(self.query, DEFAULT_CONSUMER)
         else:

@@ -15,7 +15,7 @@ inherit the environment), and wraps the write at that point:
 ``commit-file:<n>``
     the ``n``-th write of a source commit file (``LOG/commits/<consumer>.json``)
     in this process (of the log ``AQUEDUCT_TEST_FAULT_LOG`` names, when set:
-    not the warm-up query's own throw-away log): the process stops itself (SIGSTOP) once the new
+    not another log's): the process stops itself (SIGSTOP) once the new
     content is on disk under its temporary name, before the rename, after
     creating ``AQUEDUCT_TEST_FAULT_MARK``; the test then SIGKILLs the
     whole bridge, the stopped process included.
