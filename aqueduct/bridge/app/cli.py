@@ -228,6 +228,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "see docs/metrics.md)",
     )
     p.add_argument(
+        "--stalled-after", type=positive_float, default=d["stalled_after"].default, metavar="SECONDS",
+        help="count a connected producer as stalled in the metrics once a record of it waits this long "
+        "for its ACK (default: %(default)s)",
+    )
+    p.add_argument(
         "--spark-ui", type=port_number, metavar="PORT",
         help="turn the Spark UI on, on this port of the driver (loopback for a local[...] master; "
         "default: off)",
@@ -423,6 +428,7 @@ def _serve(args: argparse.Namespace) -> int:
         spark_log_level=args.spark_log_level,
         spark_start_timeout=args.spark_start_timeout,
         metrics=args.metrics,
+        stalled_after=args.stalled_after,
         spark_ui_port=args.spark_ui,
         flight=args.flight,
         ingest_only=args.ingest_only,
