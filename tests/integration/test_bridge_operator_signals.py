@@ -1,6 +1,8 @@
-"""``aqueduct_stalled_producers`` over real HTTP: a producer whose records wait for a commit counts, then not.
+"""Operator signals over real HTTP: stalled producers, and alert rules naming only series the bridge serves.
 
-A real bridge without Spark (log, ingest, TCP listener, consumer
+A producer whose records wait for a commit counts as stalled, then not
+once acked. The alert rules of ``docs/prometheus-alerts.json`` parse and
+query only series a running bridge exports. A real bridge without Spark (log, ingest, TCP listener, consumer
 positions, metrics endpoint); its ack-driving consumer commits only when
 the test says so, as Spark's listener would report it. Producers are
 connector clients over loopback.
@@ -9,6 +11,8 @@ connector clients over loopback.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +26,8 @@ from tests.ingest_only_bridge import bridge_without_spark
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 STALLED_AFTER = 0.5  # short, so the test's wait for the stall is short
+ALERTS = Path(__file__).resolve().parents[2] / "docs" / "prometheus-alerts.json"
+DURATION = re.compile(r"^\d+[smhd]$")
 
 
 @pytest.fixture
@@ -33,8 +39,8 @@ async def bridge(tmp_path: Path) -> AsyncIterator[Bridge]:
         yield b
 
 
-async def gauge(b: Bridge, name: str) -> float:
-    """One unlabelled gauge's value, read from /metrics over HTTP."""
+async def samples(b: Bridge) -> dict[str, float]:
+    """Every sample of /metrics, read over HTTP, by name (a labelled series: one of its values)."""
     assert b.metrics is not None
     host, port = b.metrics.address
 
@@ -43,7 +49,12 @@ async def gauge(b: Bridge, name: str) -> float:
             return response.read().decode()
 
     text = await asyncio.to_thread(get)
-    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+async def gauge(b: Bridge, name: str) -> float:
+    """One unlabelled gauge's value, read from /metrics over HTTP."""
+    return (await samples(b))[name]
 
 
 async def test_a_producer_whose_records_wait_for_the_sink_counts_as_stalled_until_acked(bridge: Bridge) -> None:
@@ -69,3 +80,20 @@ async def test_a_producer_whose_records_wait_for_the_sink_counts_as_stalled_unti
         assert await waiting.flush(TIMEOUT) == 0  # the ACK reached it
         assert await gauge(bridge, "aqueduct_stalled_producers") == 0
         assert await gauge(bridge, "aqueduct_log_disk_full") == 0
+
+
+async def test_every_alert_rule_is_complete_and_queries_only_series_the_bridge_serves(bridge: Bridge) -> None:
+    doc = json.loads(ALERTS.read_text())  # Prometheus reads rule files as YAML, JSON included
+    rules = [rule for group in doc["groups"] for rule in group["rules"]]
+    assert [group["name"] for group in doc["groups"]] == ["aqueduct"]
+    served = set(await samples(bridge))
+    queried = set()
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+        assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], rule
+        assert DURATION.match(rule.get("for", "0s")), rule
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule
+        queried |= set(re.findall(r"aqueduct_[a-z_]+", rule["expr"]))
+    assert {"aqueduct_log_disk_full", "aqueduct_stalled_producers"} <= queried
+    assert queried <= served, queried - served
+    assert len({rule["alert"] for rule in rules}) == len(rules)
