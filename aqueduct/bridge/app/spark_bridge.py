@@ -49,6 +49,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.jvm import quiet_stop
 from aqueduct.bridge.app.progress import BridgeProgress
 from aqueduct.bridge.app.service import Bridge
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
@@ -194,11 +195,12 @@ class SparkBridge:
         loop = self._loop
         if loop is None:
             return
-        self._stop_queries()
-        if self._failure_watch is not None:
-            self._failure_watch.cancel()
         try:
-            self._call(self._bridge.stop())
+            with quiet_stop(self.spark):  # what stopping the queries causes is no failure (the JVM is the user's)
+                self._stop_queries()
+                if self._failure_watch is not None:
+                    self._failure_watch.cancel()
+                self._call(self._bridge.stop())
         finally:
             loop.call_soon_threadsafe(loop.stop)
             assert self._thread is not None
