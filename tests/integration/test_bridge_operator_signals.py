@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from aqueduct.bridge.app.service import Bridge, BridgeConfig
 from aqueduct.connector.producer.client import Connector
 from tests.ingest_only_bridge import bridge_without_spark
+from tests.integration.test_bridge_metrics_logs import scrape
 
 TIMEOUT = 30.0  # only turns a hang into a failure
 STALLED_AFTER = 0.5  # short, so the test's wait for the stall is short
@@ -39,22 +38,9 @@ async def bridge(tmp_path: Path) -> AsyncIterator[Bridge]:
         yield b
 
 
-async def samples(b: Bridge) -> dict[str, float]:
-    """Every sample of /metrics, read over HTTP, by name (a labelled series: one of its values)."""
-    assert b.metrics is not None
-    host, port = b.metrics.address
-
-    def get() -> str:
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=TIMEOUT) as response:
-            return response.read().decode()
-
-    text = await asyncio.to_thread(get)
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-
-
 async def gauge(b: Bridge, name: str) -> float:
     """One unlabelled gauge's value, read from /metrics over HTTP."""
-    return (await samples(b))[name]
+    return (await scrape(b))[(name, ())]
 
 
 async def test_a_producer_whose_records_wait_for_the_sink_counts_as_stalled_until_acked(bridge: Bridge) -> None:
@@ -86,7 +72,7 @@ async def test_every_alert_rule_is_complete_and_queries_only_series_the_bridge_s
     doc = json.loads(ALERTS.read_text())  # Prometheus reads rule files as YAML, JSON included
     rules = [rule for group in doc["groups"] for rule in group["rules"]]
     assert [group["name"] for group in doc["groups"]] == ["aqueduct"]
-    served = set(await samples(bridge))
+    served = {name for name, _ in await scrape(bridge)}
     queried = set()
     for rule in rules:
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule

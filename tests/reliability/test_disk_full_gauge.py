@@ -11,32 +11,21 @@ namespace or the mount.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aqueduct.connector.producer.client import Connector
-from tests.reliability.ingest_child import namespace_refusal
+from tests.reliability.ingest_child import in_namespace, small_disk_dir
 
 TIMEOUT = 60.0  # only turns a hang into a failure
 ROOT = Path(__file__).resolve().parents[2]
 #: fills the tmpfs (run inside the bridge's mount namespace): ``small_disk_bridge.fill``
 FILL = "import sys; from pathlib import Path; from tests.reliability.small_disk_bridge import fill; fill(Path(sys.argv[1]))"
-
-
-def in_namespace(pid: int, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["nsenter", "-t", str(pid), "-m", *argv], capture_output=True, text=True, timeout=TIMEOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
 
 
 async def until(what: str, check: Callable[[], object], proc: asyncio.subprocess.Process, err: Path) -> object:
@@ -61,11 +50,7 @@ def disk_full(metrics: str) -> float:
 
 
 async def test_the_disk_full_gauge_is_1_while_the_log_cannot_write_and_0_once_it_can(tmp_path: Path) -> None:
-    small = tmp_path / "small"
-    small.mkdir()
-    reason = namespace_refusal(small) or (None if shutil.which("nsenter") else "no nsenter(1) on this machine")
-    if reason:
-        pytest.skip(reason)
+    small = small_disk_dir(tmp_path)
     serve = [
         sys.executable, "-m", "aqueduct.bridge.app.cli", "serve", "--ingest-only", "--tcp", "127.0.0.1:0",
         "--metrics", "127.0.0.1:0", "--log", str(small / "log"), "--status-interval", "0.2",
@@ -85,7 +70,7 @@ async def test_the_disk_full_gauge_is_1_while_the_log_cannot_write_and_0_once_it
             await s.send_many([b"before"] * 100)
             await until("the first records durable (the stream's files made)",
                         lambda: sample(address, "aqueduct_records_durable_total") >= 100, proc, err)  # fmt: skip
-            filled = in_namespace(proc.pid, sys.executable, "-c", FILL, str(small))
+            filled = in_namespace(proc.pid, sys.executable, "-c", FILL, str(small), env={"PYTHONPATH": str(ROOT)})
             assert filled.returncode == 0, filled.stderr
             sender = asyncio.create_task(s.send_many([b"x" * 200] * 2000))  # held back once credits stop
             await until("the gauge to say the disk is full", lambda: disk_full(address) == 1, proc, err)
