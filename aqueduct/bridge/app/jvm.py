@@ -124,6 +124,7 @@ STOP_LOGGERS = (
     "org.apache.spark.scheduler.DAGScheduler",  # "Failed to cancel job group"
     "org.apache.spark.scheduler.TaskSetManager",  # "Lost task ... TaskKilled"
     "org.apache.spark.executor.Executor",  # a killed task's interrupted I/O
+    "org.apache.spark.storage.DiskBlockObjectWriter",  # "Error deleting" a killed task's shuffle files, one a file
 )
 
 
@@ -138,6 +139,13 @@ def quiet_stop(spark: Any) -> Iterator[None]:
     and put back as they were (a logger with no level of its own loses the
     one set here). The rest of the JVM's log, errors included, is untouched.
     A JVM that is gone or has no log4j 2 is left alone.
+
+    Not reached this way, as they do not go through log4j: the traceback a
+    Python worker prints when the JVM closes its socket under a killed task
+    (``BrokenPipeError``), and, for a ``foreachBatch`` query interrupted
+    inside its Python function, the ``StackOverflowError`` Spark's own check
+    "did the stop cause this?" (a regular expression over the long Python
+    error) can hit, printed by the JVM's handler of uncaught exceptions.
     """
     try:
         jvm = spark.sparkContext._jvm
