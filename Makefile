@@ -11,7 +11,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-py$(PYVER)
 
-.PHONY: test test-fast lint mutate demo interop interop-backends bench java clean
+.PHONY: test test-fast lint mutate demo interop interop-backends bench java cc clean
 
 # (Re)built when pyproject.toml changes or the interpreter's version does.
 $(STAMP): pyproject.toml
@@ -22,12 +22,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test,lint,picoquic]"
 	touch $(STAMP)
 
-# Spark needs a JVM; install one only where it is missing.
-java:
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "java not found: installing openjdk-17-jre-headless"; \
+# $(call apt_if_missing,COMMAND,PACKAGES): install PACKAGES only where COMMAND is missing.
+apt_if_missing = command -v $(1) >/dev/null 2>&1 || { \
+	  echo "$(1) not found: installing $(2)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(2); }
+
+# Spark needs a JVM.
+java:
+	@$(call apt_if_missing,java,openjdk-17-jre-headless)
+
+# A C compiler builds the test-only hook that SIGKILLs a JVM at a chosen rename
+# (tests/reliability/inject/kill_at_rename.c).
+cc:
+	@$(call apt_if_missing,cc,gcc libc6-dev)
 
 # Two passes: everything but the picoquic-server tests, then those in a network
 # namespace whose only interface is loopback (a picoquic server listens on every
@@ -38,7 +46,7 @@ java:
 # (tests/conftest.py). It lists its 15 slowest tests: the suite must stay under
 # 15 minutes on 2 cores.
 TEST_WORKERS ?= 3
-test: $(STAMP) java
+test: $(STAMP) java cc
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -rs --durations=15 \
 	  -n $(TEST_WORKERS) --dist loadgroup -m "not picoquic_server" tests
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m interop.netns --or-run -- \

@@ -3,7 +3,7 @@
 Producers -> ``aqueduct-bridge serve --ingest-only`` processes -> one query
 reading every bridge with ``failover=true`` (one stream per stream id
 across bridges), the fleet of the failover tests
-(:mod:`tests.spark.bridge_fleet`). Three figures:
+(:mod:`bench.fleet_processes`). Three figures:
 
 - **stall**: two bridges, four producers (two starting on each, every one
   given both URLs, the connector's default ``move_after`` of 3 s), the
@@ -11,22 +11,22 @@ across bridges), the fleet of the failover tests
   records reach the sink, bridge 1 is SIGKILLed and its log deleted; the
   figure is the longest ACK stall since the kill (the longest time a
   producer held unacked records while no ACK came; a stall under way at
-  the kill counts whole) of the producers that moved, and of those that
-  did not, per run; median and max over ``--repeat`` runs, each on fresh
-  bridges and a fresh query. Every run ends with the sink checked: every
-  record once with its payload.
+  the kill counts whole) of every producer, of those that moved and of
+  those that did not, and (the pace it is measured against) the longest
+  between every producer's first ACK and the kill, per run; median and max
+  over ``--repeat`` runs with
+  ``replicas=1`` and as many with ``replicas=2`` (every stream sent to both
+  bridges: nobody moves), alternating, each on fresh bridges and a fresh
+  query. Every run ends with the sink checked: every record once with its
+  payload.
 - **replicas**: records acked per second with ``replicas=2`` against 1
   (every producer sends each stream to both bridges), the same fleet
   without a fault, alternating ``--repeat`` times on one Spark session,
   producers with the connector's default buffer; medians and their ratio
   (reported as not measurable where the connector has no ``replicas``).
-- **planning**: 1, 10 and 50 (``--bridges``) ingest-only bridges, one
-  producer on each sending an epoch of 10 records every 0.5 s, one failover
-  reader over all of them through a ``bridgeList`` file, driven as Spark's
-  planner worker drives it (``latestOffset``, which first commits the
-  previous batch to every bridge, then ``partitions``) once per
-  ``--interval``; median and p90 of ``--triggers`` triggers, in this process
-  without Spark.
+- **planning**: 1, 10 and 50 (``--bridges``) ingest-only bridges behind
+  one failover reader, per trigger, the bridges called one after the other
+  and side by side: :mod:`bench.failover_planning`.
 
 Progress goes to stderr; ``--json`` writes the rows; ``--quick`` is a
 smoke run (one stall run, 1 and 3 bridges).
@@ -57,20 +57,24 @@ def _log(text: str) -> None:
     print(f"failover: {text}", file=sys.stderr, flush=True)
 
 
-async def stall_run(spark: Any, root: Path, events: int) -> dict[str, Any]:
-    """One kill (:func:`~tests.spark.bridge_fleet.lose_a_bridge`): the longest ACK stalls since it."""
+async def stall_run(spark: Any, root: Path, events: int, replicas: int) -> dict[str, Any]:
+    """One kill (:func:`~bench.fleet_processes.lose_a_bridge`), producers with ``replicas``: the longest ACK stalls since it."""
+    from bench.fleet_processes import Fleet, lose_a_bridge
     from demo.workload import Workload
-    from tests.spark.bridge_fleet import Fleet, lose_a_bridge
 
     fleet = Fleet(root)
     try:
         killed = time.monotonic()
-        verdict = await lose_a_bridge(fleet, spark, Workload(producers=4, streams=2, events=events, epoch=40), TIMEOUT)
+        workload = Workload(producers=4, streams=2, events=events, epoch=40)
+        verdict = await lose_a_bridge(fleet, spark, workload, TIMEOUT, replicas=replicas)
         verdict.check()
         moved = [p.stall.longest for p in fleet.producers if p.moves]
         stayed = [p.stall.longest for p in fleet.producers if not p.moves]
         return {
-            "moved_stall_s": round(max(moved), 2), "others_stall_s": round(max(stayed, default=0.0), 2),
+            "replicas": replicas, "stall_s": round(verdict.longest_stall, 2),
+            "before_kill_s": round(max(p.stall.before_fault for p in fleet.producers), 2),
+            "moved_stall_s": round(max(moved), 2) if moved else None,
+            "others_stall_s": round(max(stayed), 2) if stayed else None,
             "moved": len(moved), "run_s": round(time.monotonic() - killed, 2),
         }  # fmt: skip
     finally:
@@ -93,26 +97,30 @@ def _session() -> Iterator[Any]:
 
 
 def stall(args: argparse.Namespace) -> dict[str, Any]:
-    runs = []
+    """The longest ACK stall after a kill, with ``replicas`` 1 and 2 alternating; median and max of each."""
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     with _session() as spark:
         for i in range(args.repeat):
-            with tempfile.TemporaryDirectory(prefix="aq-failover-") as tmp:
-                run = asyncio.run(stall_run(spark, Path(tmp) / f"run{i}", args.events))
-            runs.append(run)
-            _log(f"stall run {i + 1}/{args.repeat}: {run}")
-    moved = [r["moved_stall_s"] for r in runs]
-    others = [r["others_stall_s"] for r in runs]
-    return {
-        "runs": runs, "events_per_producer": args.events,
-        "moved_stall_median_s": statistics.median(moved), "moved_stall_max_s": max(moved),
-        "others_stall_median_s": statistics.median(others), "others_stall_max_s": max(others),
-    }  # fmt: skip
+            for n in (1, 2):
+                with tempfile.TemporaryDirectory(prefix="aq-failover-") as tmp:
+                    run = asyncio.run(stall_run(spark, Path(tmp) / f"run{n}-{i}", args.events, n))
+                runs[n].append(run)
+                _log(f"stall run {i + 1}/{args.repeat}, replicas={n}: {run}")
+    row: dict[str, Any] = {"events_per_producer": args.events}
+    for n, done in runs.items():
+        for key in ("stall_s", "moved_stall_s", "others_stall_s", "before_kill_s"):
+            values = [r[key] for r in done if r[key] is not None]
+            if values:
+                row[f"replicas_{n}_{key[:-2]}_median_s"] = statistics.median(values)
+                row[f"replicas_{n}_{key[:-2]}_max_s"] = max(values)
+        row[f"replicas_{n}_runs"] = done
+    return row
 
 
 async def throughput_run(spark: Any, root: Path, events: int, replicas: int) -> float:
     """Records acked per second, four producers over two bridges with ``replicas``, from their first send."""
+    from bench.fleet_processes import Fleet, bridge_options, rotated
     from demo.workload import Workload
-    from tests.spark.bridge_fleet import Fleet, bridge_options, rotated
 
     workload = Workload(producers=4, streams=2, events=events, epoch=40)
     fleet = Fleet(root)
@@ -150,69 +158,17 @@ def replicas(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def _planning_at(root: Path, bridges: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Trigger times of one failover reader over ``bridges`` bridges while each gets an epoch every 0.5 s."""
-    from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
-    from aqueduct.connector import Connector
-    from tests.spark.bridge_fleet import Fleet, write_bridge_list
-
-    fleet = Fleet(root)
-    senders: list[asyncio.Task[None]] = []
-    try:
-        started = time.monotonic()
-        for first in range(0, bridges, 10):  # ten at a time: fifty at once would starve each other's start
-            await fleet.add_bridges(*(f"b{i}" for i in range(first, min(first + 10, bridges))))
-        _log(f"{bridges} bridges up in {time.monotonic() - started:.1f} s")
-        listing = root / "bridges.txt"
-        write_bridge_list(listing, list(fleet.bridges.values()))
-
-        async def send(index: int, url: str) -> None:
-            async with Connector(url, program="bench-failover", instance=f"p{index}") as conn:
-                stream = await conn.stream(index + 1, f"planning/{index}")
-                while True:
-                    await stream.send_many([b"x" * 100] * 10)
-                    await stream.send(None, boundary=True)
-                    await asyncio.sleep(0.5)
-
-        senders = [asyncio.create_task(send(i, b.url)) for i, b in enumerate(fleet.bridges.values())]
-        reader = AqueductDataSource({"bridgeList": str(listing), "consumer": "default"}).streamReader(SPARK_STRUCT)
-        start = await asyncio.to_thread(reader.initialOffset)
-        times, pieces = [], []
-        for _ in range(args.triggers):
-            await asyncio.sleep(args.interval)
-            t = time.perf_counter()
-            end = await asyncio.to_thread(reader.latestOffset)
-            parts = await asyncio.to_thread(reader.partitions, start, end)
-            times.append(time.perf_counter() - t)
-            pieces.append(len(parts))
-            start = end
-        times.sort()
-        return {
-            "bridges": bridges, "triggers": len(times),
-            "median_ms": round(1000 * statistics.median(times), 1),
-            "p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 1),
-            "partitions_median": statistics.median(pieces),
-        }  # fmt: skip
-    finally:
-        for task in senders:
-            task.cancel()
-        await asyncio.gather(*senders, return_exceptions=True)
-        await fleet.close()
-
-
 def planning(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    for n in args.bridges:
-        with tempfile.TemporaryDirectory(prefix="aq-failover-plan-") as tmp:
-            row = asyncio.run(_planning_at(Path(tmp), n, args))
-        rows.append(row)
-        _log(f"planning over {n} bridges: {row}")
-    return rows
+    """The planning figure: :mod:`bench.failover_planning` (sequential and concurrent bridge calls, same run)."""
+    from aqueduct.bridge.source.bridge_calls import CONCURRENT_CALLS
+    from bench.failover_planning import planning as planning_rows
+
+    return planning_rows(args.bridges, [1, CONCURRENT_CALLS], args.triggers, args.interval)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=5, help="stall runs (a kill each); median and max (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=5, help="stall runs (a kill each) per replicas value, and throughput runs; median and max (default: %(default)s)")
     p.add_argument("--events", type=int, default=3000, help="records per producer in a stall run (default: %(default)s)")
     p.add_argument("--bridges", type=lambda s: [int(x) for x in s.split(",")], default=[1, 10, 50],
                    help="bridge counts of the planning figure (default: 1,10,50)")  # fmt: skip

@@ -10,7 +10,10 @@ picoquic_server``); elsewhere they are skipped, saying so.
 (``--dist loadgroup``): the tests that share a session-scoped Spark
 fixture form one group each, so every group runs on one worker that
 starts its session once, and everything else is spread one test at a
-time. The groups come first, so the longest units start first.
+time. The longest units start first: the groups, then the tests marked
+``slow`` or ``spark`` (each starts processes, most a Spark JVM), then the
+rest, so no long test starts last and keeps one worker busy alone at
+the end.
 """
 
 from __future__ import annotations
@@ -65,7 +68,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group := shared_session(item):
             item.add_marker(pytest.mark.xdist_group(group))
     # stable: within a group, and among the rest, the files keep their order
-    items.sort(key=lambda item: (SHARED_SESSIONS + (None,)).index(shared_session(item)))
+    items.sort(key=lambda item: ((SHARED_SESSIONS + (None,)).index(shared_session(item)), not long_running(item)))
+
+
+def long_running(item: pytest.Item) -> bool:
+    """Marked ``slow`` or ``spark``: seconds to minutes each, so scheduled before the many quick tests."""
+    return item.get_closest_marker("slow") is not None or item.get_closest_marker("spark") is not None
 
 
 def pytest_configure(config: pytest.Config) -> None:

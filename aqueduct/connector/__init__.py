@@ -4,8 +4,9 @@ The modules of this package are the sans-IO core both sides share: frames
 (:mod:`.frames`), the state tables (:mod:`.states`), the session machines
 (:mod:`.connector_session`, :mod:`.worker_session`, their common part
 :mod:`.machine`), per-stream bookkeeping (:mod:`.outbound`, :mod:`.inbound`,
-:mod:`.points`), events (:mod:`.events`) and errors (:mod:`.errors`). No
-module here touches asyncio, sockets, threads or the clock.
+:mod:`.points`), events (:mod:`.events`), errors (:mod:`.errors`) and the
+ERROR form refusing one stream (:mod:`.stream_refusal`). No module here
+touches asyncio, sockets, threads or the clock.
 
 Rooms: :mod:`.producer` (the ``Connector`` library and ``aqueduct-produce``),
 :mod:`.worker` (listeners feeding a sink), :mod:`.wallaroo` (the wire of
@@ -28,6 +29,7 @@ _LAZY = {
     "CreditTimeout": "errors",
     "Delivery": "producer.client",
     "TlsRefused": "errors",
+    "StreamRefused": "errors",
     "Producer": "producer.blocking",
     "ORDERED": "outbound",
     "UNORDERED": "outbound",

@@ -23,6 +23,7 @@ from aqueduct.connector.batch import MessageBatch
 from aqueduct.connector.events import (
     Acked,
     ConnectorEvent,
+    NotifyRefused,
     RestartRequested,
     SessionAccepted,
     SessionEnded,
@@ -52,6 +53,7 @@ from aqueduct.connector.states import (
     StreamState,
     step,
 )
+from aqueduct.connector.stream_refusal import parse_stream_refusal
 from aqueduct.proto.errors import LocalProtocolError
 
 C = ConnectionState
@@ -188,6 +190,18 @@ class ConnectorSession(SessionMachine[ConnectorEvent]):
     def _on_ack(self, ack: Ack) -> None:
         self.credits += ack.credits
         self._events.append(Acked(ack.credits, ack.refs))
+
+    def _on_error(self, error: Error) -> None:
+        """The worker's ERROR ends the session; one refusing a stream this session notified also says which.
+
+        A refusal of a stream the session never notified is the worker
+        refusing the connector: a plain ERROR (the connector never sends a
+        refused stream again, so it cannot come back to it).
+        """
+        refused = parse_stream_refusal(error.reason)
+        if refused is not None and refused[0] in self.streams:
+            self._events.append(NotifyRefused(*refused))
+        super()._on_error(error)
 
     def _on_restart(self, restart: Restart) -> None:
         for stream_id, state in self.streams.items():

@@ -2,8 +2,9 @@
 
 :class:`ConnectorRefused` ends a producer for good (retrying would not help;
 :class:`TlsRefused` when its TLS handshake failed, which a link reports as
-:class:`HandshakeFailed`); :class:`ConnectorClosed` is a record's delivery
-error when the connector closed first;
+:class:`HandshakeFailed`); :class:`StreamRefused` ends one stream for good,
+its connector going on with the others; :class:`ConnectorClosed` is a
+record's delivery error when the connector closed first;
 :class:`WorkerBusy` asks it to come back later; :class:`CreditTimeout` is a
 ``send`` that waited too long for a credit. Keeping them apart from the
 client breaks the import cycle a transport raising ``WorkerBusy`` would make.
@@ -28,6 +29,24 @@ class TlsRefused(ConnectorRefused):
     Retrying with the same certificates cannot help, so the connector gives
     up at once unless it was told to retry permanent errors.
     """
+
+
+class StreamRefused(ConnectorRefused):
+    """The worker refused one stream (its grant does not cover it, another producer owns it).
+
+    ``reason`` is the worker's rule, naming the stream (``stream_not_allowed:
+    stream 'billing-9' (id 9) is not in streams orders-* of token ...``). Only
+    that stream is given up: its records are reported with this error, its
+    ``send`` and ``wait_acked`` raise it, and the connector goes on with its
+    other streams; ``flush`` and ``wait_all_acked`` raise it once those are
+    committed. A subclass of :class:`ConnectorRefused`, so code catching
+    that sees it too.
+    """
+
+    def __init__(self, stream_id: int, stream_name: str, reason: str) -> None:
+        super().__init__(reason)
+        self.stream_id = stream_id
+        self.stream_name = stream_name
 
 
 class ConnectorClosed(ConnectionError):

@@ -75,6 +75,19 @@ class Acked:
 
 
 @dataclass(frozen=True, slots=True)
+class NotifyRefused:
+    """Connector side: the worker refused one stream the session notified (ERROR ``stream N refused: RULE``).
+
+    The session ends with it (a :class:`SessionEnded` follows), but only
+    that stream is given up: the connector reconnects and goes on with the
+    others (:mod:`aqueduct.connector.stream_refusal`).
+    """
+
+    stream_id: int
+    rule: str  #: what refused it, as the worker worded it
+
+
+@dataclass(frozen=True, slots=True)
 class RestartRequested:
     """Connector side: the worker sent RESTART; reconnect and resume."""
 
@@ -93,4 +106,4 @@ class SessionEnded:
 
 
 WorkerEvent = HelloAccepted | StreamNotified | RecordsAccepted | SessionEnded
-ConnectorEvent = SessionAccepted | Acked | RestartRequested | SessionEnded
+ConnectorEvent = SessionAccepted | Acked | NotifyRefused | RestartRequested | SessionEnded

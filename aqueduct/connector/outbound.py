@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aqueduct.connector.connector_session import ConnectorSession
+from aqueduct.connector.errors import StreamRefused
 from aqueduct.connector.events import Acked, ConnectorEvent, SessionAccepted
 from aqueduct.connector.frames import (
     EOS,
@@ -39,6 +40,11 @@ ORDERED = Mode.ORDERED
 UNORDERED = Mode.UNORDERED
 UNRELIABLE = Mode.UNRELIABLE
 
+#: the fewest records of one stream a turn of the re-sends after a new OK takes (see :meth:`Outbox.connected`),
+#: and the pieces a turn is queued in: a turn goes to the session as one run, so a small OK grant does not cut
+#: the re-sends into single records
+RESEND_TURN = 16
+
 
 @dataclass
 class OutboundStream:
@@ -54,6 +60,8 @@ class OutboundStream:
     acked: int = 0
     closed: bool = False  # EOS sent, not re-notified since
     unacked: deque[ConnectorMessage] = field(default_factory=deque)
+    #: why the worker refused the stream, for good (None: not refused); see :meth:`refuse`
+    refused: StreamRefused | None = None
 
     def claim(self, count: int, ephemeral: bool, message_id: int | None = None) -> int | None:
         """Take the ids of the next ``count`` records; return the first (None: EPHEMERAL records have none).
@@ -62,7 +70,10 @@ class OutboundStream:
         record and a run: nothing after EOS, only EPHEMERAL records on an
         UNRELIABLE stream, ids that increase (UNORDERED: one by one).
         ``message_id`` is an explicit first id; by default the next one.
+        A refused stream takes nothing: its refusal is raised.
         """
+        if self.refused is not None:
+            raise self.refused
         if self.closed:
             raise LocalProtocolError(f"stream {self.stream_id} is closed (EOS sent); re-open it")
         if ephemeral:
@@ -132,6 +143,21 @@ class OutboundStream:
             ]
         )
 
+    def refuse(self, rule: str) -> list[ConnectorMessage]:
+        """The worker refused the stream for ``rule``: give it up; return the records it will never commit.
+
+        From now on it sends nothing (:meth:`claim` raises the refusal) and
+        is never notified again (:meth:`resume` plans nothing); the records
+        buffered are dropped, for the caller to report. A second refusal
+        (another connection's) changes nothing.
+        """
+        if self.refused is not None:
+            return []
+        self.refused = StreamRefused(self.stream_id, self.stream_name, rule)
+        dropped = list(self.unacked)
+        self.unacked.clear()
+        return dropped
+
     def notify_point(self) -> int:
         """Where a (re-)NOTIFY resumes: the oldest unacked id, else the next id."""
         return self.unacked[0].message_id if self.unacked else self.next_id  # type: ignore[return-value]
@@ -147,7 +173,7 @@ class OutboundStream:
         Messages below ``point`` are durable on the worker, so they are not
         re-sent, but they stay buffered: only an ACK says they are committed.
         Returns None when there is nothing to do (stream finished with EOS
-        and everything up to it durable).
+        and everything up to it durable, or refused by a worker).
 
         A worker whose point is below what is already acked (another bridge
         committed those records, or this one lost them) is notified from the
@@ -159,6 +185,8 @@ class OutboundStream:
             self.next_id = max(self.next_id, point)
         elif self.resume_from is None:
             self.resume_from = self.next_id
+        if self.refused is not None:
+            return None
         resend = [m for m in self.unacked if point is None or m.message_id >= point]  # type: ignore[operator]
         if self.closed and not resend:
             return None
@@ -202,23 +230,44 @@ class Outbox:
     def __len__(self) -> int:
         return self._frames
 
-    def connected(self, refs: Iterable[StreamRef]) -> None:
-        """A new session started: re-notify every stream and re-send what OK does not cover."""
+    def connected(self, refs: Iterable[StreamRef], credits: int = 0) -> None:
+        """A new session started: re-notify every stream and re-send what OK does not cover, round robin.
+
+        Every NOTIFY goes first, then the re-sends take turns across the
+        streams, oldest first, each turn an equal share of the ``credits``
+        the OK granted (at least :data:`RESEND_TURN` records). A query
+        waiting for this producer's records (a batch planned on a bridge
+        that died since) needs the oldest of *each* stream: stream after
+        stream, the bridge would have to admit all of one stream's buffer
+        before the next stream's first record, so one over ``--max-lag``
+        (which admits a share of it) could wait for good.
+        """
         self.refs = {ref.stream_id: ref.point_of_reference for ref in refs}
         self._queue.clear()  # unsent EPHEMERAL messages die with the connection
         self._frames = 0
+        resends: list[list[ConnectorMessage]] = []
         for stream in self.streams.values():
             plan = stream.resume(self.refs.get(stream.stream_id))
             if plan is not None:
                 notify, resend = plan
                 self.push(notify)
-                for record in resend:  # one by one: a buffer's worth as one run would be copied at every split
-                    self.push([record])
+                if resend:
+                    resends.append(resend)
                 self.resent += len(resend)
+        turn = max(RESEND_TURN, credits // max(1, len(resends)))
+        for start in range(0, max(map(len, resends), default=0), turn):  # bounded by the longest buffer
+            for resend in resends:
+                end = min(start + turn, len(resend))
+                # In pieces, which the session gets as one run (``send_into``): a whole turn
+                # as one would be copied at every split where the credits end.
+                for at in range(start, end, RESEND_TURN):
+                    self.push(resend[at : min(at + RESEND_TURN, end)])
 
     def open(self, stream_id: int, name: str, mode: Mode) -> OutboundStream:
-        """Open a new stream or re-open one closed by EOS; queue its NOTIFY."""
+        """Open a new stream or re-open one closed by EOS; queue its NOTIFY (a refused one raises its refusal)."""
         stream = self.streams.get(stream_id)
+        if stream is not None and stream.refused is not None:
+            raise stream.refused
         reopened = stream is not None
         if stream is None:
             stream = self.streams[stream_id] = OutboundStream(stream_id, name, mode)
@@ -262,7 +311,7 @@ class Outbox:
     def apply(self, event: ConnectorEvent) -> None:
         """Update the bookkeeping from a session event (OK -> resume plan, ACK -> drop acked)."""
         if isinstance(event, SessionAccepted):
-            self.connected(event.refs)
+            self.connected(event.refs, event.credits)
         elif isinstance(event, Acked):
             for stream_id, point in event.refs:
                 stream = self.streams.get(stream_id)

@@ -44,6 +44,7 @@ from aqueduct.connector.frames import (
 from aqueduct.connector.inbound import DurableStream, InboundStream
 from aqueduct.connector.machine import WorkerMachine
 from aqueduct.connector.states import CONNECTION_TRANSITIONS, ConnectionState, step
+from aqueduct.connector.stream_refusal import stream_refusal
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.modes import Mode
 
@@ -163,8 +164,13 @@ class WorkerSession(WorkerMachine[WorkerEvent]):
         """The sink opened a NOTIFYed stream: nothing to send (this protocol has no NOTIFY answer)."""
 
     def refuse_stream(self, stream_id: int, reason: str) -> list[WorkerEvent]:
-        """The sink refuses a NOTIFYed stream: this protocol can only end the session (ERROR)."""
-        return self.fail(reason)
+        """The sink refuses a NOTIFYed stream: ERROR ``stream N refused: REASON`` ends the session.
+
+        This wire has no answer to one NOTIFY, so the session ends; the
+        ERROR's fixed form (:mod:`aqueduct.connector.stream_refusal`) tells the
+        connector to give up that stream alone and come back with the others.
+        """
+        return self.fail(stream_refusal(stream_id, reason))
 
     def restart(self) -> list[WorkerEvent]:
         """Send RESTART: every stream terminates, the connector reconnects and resumes."""

@@ -64,6 +64,7 @@ def test_every_command_says_its_version(name: str) -> None:
     [
         (["http://127.0.0.1:7000"], "bridge URL 'http://127.0.0.1:7000': unknown scheme 'http' (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
         (["127.0.0.1:7000"], "bridge URL '127.0.0.1:7000': no scheme (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
+        (["localhost:27000"], "bridge URL 'localhost:27000': no scheme (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
         (["tcp://127.0.0.1"], "bridge URL 'tcp://127.0.0.1': no port (tcp://HOST:PORT, tcps://HOST:PORT or aqueduct://HOST:PORT)"),
         (["tcp://127.0.0.1:70000"], "bridge URL 'tcp://127.0.0.1:70000': port must be an integer 1-65535"),
         (["tcp://127.0.0.1:7000,tcp://127.0.0.1:x"], "bridge URL 2 of 2 'tcp://127.0.0.1:x': port must be an integer 1-65535"),

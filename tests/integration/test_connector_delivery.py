@@ -108,7 +108,7 @@ async def test_records_left_unacked_at_close_are_reported_with_the_error() -> No
 
 
 async def test_a_refusal_reports_what_it_leaves_with_its_reason(bridge_ingest) -> None:
-    """A stream that belongs to another connector: final at once, and every waiting record learns why."""
+    """A stream that belongs to another connector: given up at once, and every waiting record learns why."""
     ingest, url = bridge_ingest
     async with Connector(url, program="owner", instance="0") as owner:
         await (await owner.stream(3, "taken")).send(b"x")

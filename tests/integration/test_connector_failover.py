@@ -20,9 +20,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
-import shutil
-import signal
 import socket
 import sys
 from collections import Counter
@@ -33,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from aqueduct.connector.producer.client import Connector, Delivery
-from tests.ports import free_port
+from bench.fleet_processes import FleetBridge
+from bench.processes import free_port
 from tests.stand_in_query import StandInQuery, bridge_options
 from tests.waiting import finish, wait_until
 
@@ -48,47 +46,30 @@ def payload(stream_id: int, message_id: int) -> bytes:
     return b"stream %d message %d" % (stream_id, message_id)
 
 
-def _program(name: str) -> list[str]:
-    script = Path(sys.executable).with_name(name)
-    return [str(script)]
-
-
 @dataclass
-class IngestOnlyBridge:
-    """``aqueduct-bridge serve --ingest-only`` in a process of its own, and the stand-in query reading it."""
+class QueriedBridge:
+    """A fleet's ingest-only bridge process (with a QUIC listener too) and the stand-in query reading it."""
 
-    log: Path
-    tcp: int = field(default_factory=free_port)
-    quic: int = field(default_factory=lambda: free_port(socket.SOCK_DGRAM))
-    flight: int = field(default_factory=free_port)
-    proc: asyncio.subprocess.Process | None = None
+    bridge: FleetBridge
     rows: list[dict] = field(default_factory=list)  # what its query read and committed
     _query: asyncio.Task[None] | None = None
     _stop_query: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def durable(self) -> int:
-        """Records durable in its log, as its latest status line says (one a second)."""
-        counts = re.findall(r"\| durable ([\d,]+) \|", self.stderr.read_text())
-        return int(counts[-1].replace(",", "")) if counts else 0
+    @classmethod
+    def at(cls, root: Path, name: str) -> QueriedBridge:
+        """One under ``root/name``, with the bridge's default credits."""
+        return cls(FleetBridge(name, root / name, credits=None, quic_port=free_port(socket.SOCK_DGRAM)))
 
     def url(self, scheme: str) -> str:
-        return f"{scheme}://127.0.0.1:{self.tcp if scheme == 'tcp' else self.quic}"
-
-    @property
-    def stderr(self) -> Path:
-        return self.log.with_suffix(".stderr")
+        return self.bridge.url_for(scheme)
 
     async def start(self) -> None:
-        argv = [*_program("aqueduct-bridge"), "serve", "--ingest-only", "--tcp", f"127.0.0.1:{self.tcp}",
-                "--quic", f"127.0.0.1:{self.quic}", "--flight", f"127.0.0.1:{self.flight}", "--log", str(self.log),
-                "--status-interval", "1"]  # fmt: skip
-        with self.stderr.open("ab") as err:
-            self.proc = await asyncio.create_subprocess_exec(*argv, stdout=err, stderr=err)
-        await wait_until(lambda: "log served over Flight" in self.stderr.read_text(), "the bridge", TIMEOUT)
+        await self.bridge.start()
         self._query = asyncio.create_task(self._run_query())
 
     async def _run_query(self) -> None:
-        query = await asyncio.to_thread(StandInQuery, bridge_options(f"127.0.0.1:{self.flight}", self.log))
+        options = bridge_options(self.bridge.flight, self.bridge.log_dir)
+        query = await asyncio.to_thread(StandInQuery, options)
         while not self._stop_query.is_set():
             self.rows += await asyncio.to_thread(query.micro_batch)
             await asyncio.sleep(0.05)
@@ -102,10 +83,7 @@ class IngestOnlyBridge:
     async def kill(self) -> None:
         """The query stopped between micro-batches, then SIGKILL, then the log directory deleted."""
         await self.stop_query()
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        assert await self.proc.wait() == -signal.SIGKILL
-        shutil.rmtree(self.log)
+        await self.bridge.kill(lose_log=True)
 
     async def close(self) -> None:
         self._stop_query.set()
@@ -113,18 +91,12 @@ class IngestOnlyBridge:
             self._query.cancel()
             with contextlib.suppress(BaseException):
                 await self._query
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), TIMEOUT)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
+        await self.bridge.stop()
 
 
 @pytest.fixture
 async def bridges(tmp_path: Path):
-    pair = [IngestOnlyBridge(tmp_path / f"bridge{n}") for n in (1, 2)]
+    pair = [QueriedBridge.at(tmp_path, f"bridge{n}") for n in (1, 2)]
     try:
         for bridge in pair:
             await bridge.start()
@@ -134,10 +106,10 @@ async def bridges(tmp_path: Path):
             await bridge.close()
 
 
-def ca_bundle(tmp_path: Path, bridges: list[IngestOnlyBridge]) -> str:
+def ca_bundle(tmp_path: Path, bridges: list[QueriedBridge]) -> str:
     """One CA file verifying every bridge (each generated its own CA)."""
     bundle = tmp_path / "bridges-ca.pem"
-    bundle.write_text("".join((b.log / "tls" / "ca.pem").read_text() for b in bridges))
+    bundle.write_text("".join(b.bridge.ca.read_text() for b in bridges))
     return str(bundle)
 
 
@@ -187,7 +159,7 @@ async def producing(producers: list[Producer], gates: list[asyncio.Event]) -> As
 
 @pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
 async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_every_record_is_acked_once(
-    tmp_path: Path, bridges: list[IngestOnlyBridge], scheme: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, bridges: list[QueriedBridge], scheme: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aqueduct.connector.producer.client")
     first, second = bridges
@@ -200,7 +172,7 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_ever
         await first.stop_query()
         gates[1].set()  # records durable on bridge 1, never committed: the move resends them
         two_parts = PRODUCERS * STREAMS * 2 * (RECORDS // 3)
-        await wait_until(lambda: first.durable() >= two_parts, "two parts durable on bridge 1", TIMEOUT)
+        await wait_until(lambda: first.bridge.durable() >= two_parts, "two parts durable on bridge 1", TIMEOUT)
         gates[2].set()  # records sent while the producers move
         await first.kill()
         await asyncio.wait_for(runs, TIMEOUT)
@@ -225,9 +197,9 @@ async def test_producers_move_to_the_other_bridge_when_theirs_is_killed_and_ever
 
 @pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
 async def test_a_producer_whose_first_bridge_is_down_starts_on_the_second(
-    tmp_path: Path, bridges: list[IngestOnlyBridge], scheme: str
+    tmp_path: Path, bridges: list[QueriedBridge], scheme: str
 ) -> None:
-    dead = IngestOnlyBridge(tmp_path / "never-started")  # its ports: nobody listens there
+    dead = QueriedBridge.at(tmp_path, "never-started")  # its ports: nobody listens there
     urls = [dead.url(scheme), bridges[1].url(scheme)]
     conn = Connector(urls, program="failover", instance="late", cafile=ca_bundle(tmp_path, bridges[1:]),
                      move_after=MOVE_AFTER, connect_timeout=TIMEOUT)  # fmt: skip
@@ -240,11 +212,11 @@ async def test_a_producer_whose_first_bridge_is_down_starts_on_the_second(
         await stream.wait_acked(10, TIMEOUT)
 
 
-async def test_aqueduct_produce_moves_and_says_so_in_its_summary(tmp_path: Path, bridges: list[IngestOnlyBridge]) -> None:
+async def test_aqueduct_produce_moves_and_says_so_in_its_summary(tmp_path: Path, bridges: list[QueriedBridge]) -> None:
     first, second = bridges
     urls = f"{first.url('tcp')},{second.url('tcp')}"
     proc = await asyncio.create_subprocess_exec(
-        *_program("aqueduct-produce"), urls, "--count", "400", "--streams", "2", "--rate", "200",
+        str(Path(sys.executable).with_name("aqueduct-produce")), urls, "--count", "400", "--streams", "2", "--rate", "200",
         "--move-after", str(MOVE_AFTER), "--json", "--program", "failover-cli",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -260,7 +232,7 @@ async def test_aqueduct_produce_moves_and_says_so_in_its_summary(tmp_path: Path,
 
 @pytest.mark.parametrize("scheme", ["tcp", "aqueduct"])
 async def test_with_two_replicas_a_killed_bridge_costs_nothing_the_other_acks_everything(
-    tmp_path: Path, bridges: list[IngestOnlyBridge], scheme: str
+    tmp_path: Path, bridges: list[QueriedBridge], scheme: str
 ) -> None:
     first, second = bridges
     urls = [first.url(scheme), second.url(scheme)]

@@ -86,8 +86,11 @@ class Bridge:
     revoked: Path
     cafile: str | None
 
-    def connector(self, credential: str | bytes, program: str, instance: str = "p0") -> Connector:
-        return Connector(self.url, program=program, instance=instance, cafile=self.cafile, **_credential(credential))
+    def connector(self, credential: str | bytes, program: str, instance: str = "p0", **options: object) -> Connector:
+        """A producer of this bridge; ``options`` go to ``Connector`` (``quic_backend``, ``on_delivery`` ...)."""
+        return Connector(
+            self.url, program=program, instance=instance, cafile=self.cafile, **_credential(credential), **options  # type: ignore[arg-type]
+        )
 
     def commit_all(self) -> None:
         """What the commit listener does once Spark committed every complete epoch."""
@@ -95,8 +98,13 @@ class Bridge:
 
 
 @contextlib.asynccontextmanager
-async def guarded_bridge(tmp_path: Path, transport: str, certs: CertPaths | None = None) -> AsyncIterator[Bridge]:
-    """An ingest whose listener admits by tokens under KEY (and revocations re-read from a file)."""
+async def guarded_bridge(
+    tmp_path: Path, transport: str, certs: CertPaths | None = None, backend: str = "aioquic"
+) -> AsyncIterator[Bridge]:
+    """An ingest whose listener admits by tokens under KEY (and revocations re-read from a file).
+
+    ``backend``: the QUIC stack of the ``quic`` listener (a picoquic one listens on every interface).
+    """
     (tmp_path / "token.pub").write_bytes(public_key_pem(KEY.public_key()))
     revoked = tmp_path / "revoked"
     revoked.write_text("")
@@ -107,8 +115,9 @@ async def guarded_bridge(tmp_path: Path, transport: str, certs: CertPaths | None
     commits = asyncio.create_task(ingest.run())
     if transport == "quic":
         assert certs is not None
+        host = "::" if backend == "picoquic" else "127.0.0.1"
         server = await serve_aqueduct(
-            "127.0.0.1", 0, ingest, config, certfile=certs.server_cert, keyfile=certs.server_key
+            host, 0, ingest, config, certfile=certs.server_cert, keyfile=certs.server_key, backend=backend
         )
         url, cafile = f"aqueduct://127.0.0.1:{server.port}", str(certs.ca)
     elif transport == "tls":

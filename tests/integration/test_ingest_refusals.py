@@ -2,9 +2,10 @@
 
 A producer whose NOTIFYs share a payload (its streams announced together)
 sees the first refusal end its session (the seed protocol has no
-per-stream refusal); the NOTIFYs after it in the same payload used to
-reach the ingest for a session it had already forgotten, and the task
-died with a ``KeyError`` ("Task exception was never retrieved").
+per-stream answer: the ERROR ``stream N refused: ...`` names the stream,
+and the producer comes back without it); the NOTIFYs after it in the same
+payload used to reach the ingest for a session it had already forgotten,
+and the task died with a ``KeyError`` ("Task exception was never retrieved").
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import pytest
 
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.errors import ConnectorRefused
+from aqueduct.connector.errors import StreamRefused
 from aqueduct.connector.producer.client import Connector
 from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
 from tests.ingest_stop import stop_ingest
+from tests.waiting import wait_until
 
 TIMEOUT = 30.0
 
@@ -39,11 +41,12 @@ async def test_a_refused_multi_stream_quic_producer_gets_its_error_and_others_ar
             for i in range(20):
                 await mine.send(b"a%d" % i)
             intruder = Connector(url, program="b", instance="1", cafile=certs.ca)
-            with pytest.raises(ConnectorRefused, match=r"stream 5 belongs to connector 'a/1', not 'b/1'"):
-                async with intruder:
-                    _, other, _ = await asyncio.gather(*(intruder.stream(sid, f"s{sid}") for sid in (5, 6, 7)))
-                    await other.send(b"never acked")
-                    await intruder.wait_all_acked(TIMEOUT)  # the refusal arrives meanwhile
+            async with intruder:
+                taken, other, _ = await asyncio.gather(*(intruder.stream(sid, f"s{sid}") for sid in (5, 6, 7)))
+                await other.send(b"its own stream goes on")
+                with pytest.raises(StreamRefused, match=r"^stream 5 belongs to connector 'a/1', not 'b/1'$"):
+                    await taken.wait_acked(1, TIMEOUT)  # the refusal arrives meanwhile
+                await wait_until(lambda: 6 in log.stream_ids() and log.durable_end(6) == 1, "its own stream", TIMEOUT)
             for i in range(20, 40):  # the owner's session never noticed
                 await mine.send(b"a%d" % i)
             for _ in range(int(TIMEOUT / 0.02)):  # bounded poll: all 40 durable
@@ -58,3 +61,4 @@ async def test_a_refused_multi_stream_quic_producer_gets_its_error_and_others_ar
     with DurableLog(tmp_path / "log") as reopened:
         assert reopened.durable_end(5) == 40
         assert reopened.connector_of(5) == "a/1"
+        assert reopened.connector_of(6) == "b/1"

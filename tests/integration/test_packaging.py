@@ -38,7 +38,10 @@ from aqueduct.runtime.certs import CertPaths
 from demo.verify import verify_output
 from tests.ports import free_port
 
-pytestmark = pytest.mark.slow  # a virtualenv resolved from the registry and a Spark bridge: not for test-fast
+pytestmark = [
+    pytest.mark.slow,  # a virtualenv resolved from the registry and a Spark bridge: not for test-fast
+    pytest.mark.xdist_group("packaging"),  # one worker builds the wheel and the virtualenv once for all
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300

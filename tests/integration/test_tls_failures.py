@@ -104,61 +104,49 @@ its reasons too (which a picoquic server does not hear)."""
 # ---------------------------------------------------------------- the server's certificate, refused by the client
 
 
-async def test_an_untrusted_server_certificate_is_named_on_the_client(
-    tmp_path, certs, server_backend, server_host, client_backend, caplog
-) -> None:
-    caplog.set_level(logging.WARNING, SERVER_LOG)
+def untrusted(tmp_path: Path, certs: CertPaths) -> tuple[CertPaths, dict, str, str | None]:
+    """A server certificate from a CA the client's cafile does not hold."""
     theirs = generate_certs(tmp_path / "theirs")
-    async with await aqueduct.serve(
-        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
-    ) as server:
-        error = await refused(certs, client_backend, "127.0.0.1", server.port, cafile=theirs.ca)
-        assert error.whose == "server"
-        assert str(error) == (
-            f"connection closed (error code 298): the server's certificate ({SERVER}) is not signed by a CA "
-            f"in cafile {theirs.ca} (unable to get local issuer certificate)"
-        )
-        await server_logged(
-            caplog, server,
-            r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's certificate: "
-            + CLIENT_REFUSAL,
-        )  # fmt: skip
+    said = (
+        f"connection closed (error code 298): the server's certificate ({SERVER}) is not signed by a CA "
+        f"in cafile {theirs.ca} (unable to get local issuer certificate)"
+    )
+    logged = r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's certificate: " + CLIENT_REFUSAL
+    return certs, {"cafile": theirs.ca}, said, logged
 
 
-async def test_an_expired_server_certificate_says_when_it_expired(
-    tmp_path, server_backend, server_host, client_backend, caplog
+def expired(tmp_path: Path, certs: CertPaths) -> tuple[CertPaths, dict, str, str | None]:
+    """A server certificate that expired a day ago: the client says when."""
+    old, when = expired_certs(tmp_path / "old")
+    said = f"connection closed (error code 301): the server's certificate ({SERVER}) expired on {when:%Y-%m-%d %H:%M:%S} UTC"
+    logged = r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's certificate: .+"
+    return old, {"cafile": old.ca}, said, logged
+
+
+def another_host(tmp_path: Path, certs: CertPaths) -> tuple[CertPaths, dict, str, str | None]:
+    """A server certificate for localhost, asked for as bridge.example.com: both names said."""
+    said = (
+        f"connection closed (error code 298): the server's certificate ({SERVER}) is for localhost, "
+        "127.0.0.1, not host 'bridge.example.com'"
+    )
+    return certs, {"cafile": certs.ca, "server_name": "bridge.example.com"}, said, None
+
+
+@pytest.mark.parametrize("case", [untrusted, expired, another_host], ids=lambda case: case.__name__)
+async def test_a_refused_server_certificate_is_named_on_the_client(
+    tmp_path, certs, server_backend, server_host, client_backend, caplog, case
 ) -> None:
+    """Each way a server certificate fails: whose, which and why on the client; the failure counted and logged."""
     caplog.set_level(logging.WARNING, SERVER_LOG)
-    old, expired = expired_certs(tmp_path / "old")
+    served, client, said, logged = case(tmp_path, certs)
     async with await aqueduct.serve(
-        server_host, 0, certfile=old.server_cert, keyfile=old.server_key, backend=server_backend
+        server_host, 0, certfile=served.server_cert, keyfile=served.server_key, backend=server_backend
     ) as server:
-        error = await refused(old, client_backend, "127.0.0.1", server.port, cafile=old.ca)
+        error = await refused(served, client_backend, "127.0.0.1", server.port, **client)
         assert error.whose == "server"
-        assert str(error) == (
-            f"connection closed (error code 301): the server's certificate ({SERVER}) "
-            f"expired on {expired:%Y-%m-%d %H:%M:%S} UTC"
-        )
-        await server_logged(
-            caplog, server, r"QUIC handshake from 127\.0\.0\.1:\d+ failed: the client refused this server's "
-            r"certificate: .+",
-        )  # fmt: skip
-
-
-async def test_a_server_certificate_for_another_host_names_both(
-    certs, server_backend, server_host, client_backend
-) -> None:
-    async with await aqueduct.serve(
-        server_host, 0, certfile=certs.server_cert, keyfile=certs.server_key, backend=server_backend
-    ) as server:
-        error = await refused(
-            certs, client_backend, "127.0.0.1", server.port, cafile=certs.ca, server_name="bridge.example.com"
-        )
-        assert error.whose == "server"
-        assert str(error) == (
-            f"connection closed (error code 298): the server's certificate ({SERVER}) is for localhost, "
-            "127.0.0.1, not host 'bridge.example.com'"
-        )
+        assert str(error) == said
+        if logged is not None:
+            await server_logged(caplog, server, logged)
 
 
 async def test_a_producer_gives_up_at_once_on_the_servers_certificate(

@@ -40,7 +40,7 @@ from interop.network import scenario
 from interop.proxy import LossyProxy
 from tests.ports import free_port
 from tests.reliability.faults import Child, Figures, RssSampler, console_script, kill_points
-from tests.reliability.injection import fault_env, faults_reached
+from tests.reliability.injection import fault_env, faults_reached, kill_at_rename_env
 
 pytestmark = [
     pytest.mark.slow,
@@ -281,35 +281,69 @@ async def test_bridge_killed_three_times_during_ingest_loses_and_duplicates_noth
     assert_exactly_once(result, bridge)
 
 
-async def test_bridge_restarts_after_a_crash_cut_its_first_checkpoint_write(
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc) to build the rename hook")
+async def test_jvm_killed_at_its_checkpoint_renames_restarts_exactly_once(
     figures: Figures, tmp_path: Path, certs
 ) -> None:
-    """What the crash test above hits at random, pinned down: the files a SIGKILL leaves
-    while Spark writes the offsets of batch 0 (its write-then-rename temporary file)."""
-    offsets = tmp_path / "checkpoint" / "offsets"
-    offsets.mkdir(parents=True)
-    (tmp_path / "checkpoint" / "metadata").write_text('{"id":"6a1b5c4e-0000-4000-8000-000000000001"}')
-    tmp_name = ".0.5d1f0e4a-6f0b-4e43-9d2c-1c7a4f4b9e11.tmp"
-    (offsets / tmp_name).write_bytes(b"")
-    (offsets / f".{tmp_name}.crc").write_bytes(b"")
-    figures.faults = {"leftover_checkpoint_files": [tmp_name, f".{tmp_name}.crc"]}
-    count = 100
+    """Real kills in the middle of Spark's own checkpoint writes, at the two moments that matter.
+
+    Spark writes each checkpoint entry to a temporary file and renames it
+    into place. A preloaded hook (``inject/kill_at_rename.c``) SIGKILLs
+    the JVM when it calls the ``rename`` that would publish an entry (the
+    content is on disk under its temporary name, the entry does not exist
+    yet): first ``offsets/1`` (a batch planned, not recorded), then, in the
+    next incarnation, ``commits/2`` (a batch written to the sink, its commit
+    not recorded, nothing of it acked yet). Each time ``serve`` sees its JVM
+    die and exits by itself; after the last restart every record is in the
+    sink once with its payload, and every one was acked.
+    """
+    sent: dict[int, bytes] = {}
+    stop = asyncio.Event()
+    cuts = ("offsets/1", "commits/2")
+    mark = tmp_path / "faults"
+    leftovers: dict[str, list[str]] = {}
     async with bridge_process(tmp_path, certs, tcp=True) as bridge:
-        await bridge.start()
+        plain_env = dict(bridge.child.env)
 
         async def send() -> None:
-            async with Connector(f"tcp://127.0.0.1:{bridge.tcp_port}", program="p", instance="i") as conn:
-                stream = await conn.stream(1, "after-crash")
-                for i in range(count):
-                    await stream.send(b"%d" % i)
+            url = f"tcp://127.0.0.1:{bridge.tcp_port}"
+            async with Connector(url, program="p", instance="i", backoff=(0.05, 0.5)) as conn:
+                stream = await conn.stream(1, "through-checkpoint-kills")
+                while not stop.is_set():
+                    sent[len(sent)] = b"message %d" % len(sent)
+                    await stream.send(sent[len(sent) - 1])
+                    await asyncio.sleep(0.01)  # (pacing: batches keep coming while Spark runs)
                 await conn.wait_all_acked(DRAIN_TIMEOUT)
 
-        await bridge.alive_while(send(), DRAIN_TIMEOUT)
-        await drain(bridge, {1: {i: b"%d" % i for i in range(count)}})
+        sender: asyncio.Future[None] | None = None
+        try:
+            for cut in cuts:
+                entry = tmp_path / "checkpoint" / cut
+                bridge.child.env = plain_env | kill_at_rename_env(entry, mark, tmp_path)
+                await bridge.start(query=False)
+                sender = sender or asyncio.ensure_future(send())
+                status = await bridge.child.wait(DRAIN_TIMEOUT)  # serve exits once its JVM was killed
+                leftovers[cut] = sorted(p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp"))
+                assert status != 0 and not entry.exists(), (status, bridge.child.output()[-3000:])
+                await bridge.crash()  # anything the JVM's death left running
+            bridge.child.env = plain_env
+            await bridge.start()
+            await bridge.wait_for_commit(beyond=bridge.committed_batches())  # the restarted query commits
+            stop.set()
+            await bridge.alive_while(sender, DRAIN_TIMEOUT)
+        finally:
+            stop.set()
+            if sender is not None:
+                sender.cancel()
+        expected = {1: dict(sent)}
+        await drain(bridge, expected)
         await bridge.stop()
-    result = verify_output(bridge.output, {1: {i: b"%d" % i for i in range(count)}})
+    result = verify_output(bridge.output, expected)
     record(figures, result)
+    figures.faults = {"jvm_sigkill_at_rename_of": faults_reached(mark), "temporary_files_left": leftovers}
     assert_exactly_once(result, bridge)
+    assert len(faults_reached(mark)) == len(cuts), faults_reached(mark)  # each kill came at its rename
+    assert all(leftovers[cut] for cut in cuts), leftovers  # and left the entry's content unpublished
 
 
 async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_exactly_once(

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pyspark
 
+from bench.processes import DIE_WITH_THE_PARENT
+
 STARTUP = 120.0  # seconds; only turns a hang into a failure
 
 
@@ -39,7 +41,7 @@ def free_port() -> int:
 #: ``spark-class`` all exec the next program), so it reaches the JVM itself, and a worker's
 #: executors end with their worker. ``setpriv`` (util-linux, beside ``unshare``) rather than a
 #: ``preexec_fn``, which is unsafe in a process with threads (py4j's).
-DIE_WITH_THE_TESTS = ["setpriv", "--pdeathsig", "TERM"]
+DIE_WITH_THE_TESTS = DIE_WITH_THE_PARENT
 
 
 def cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:

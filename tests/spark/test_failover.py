@@ -3,9 +3,9 @@
 Every test runs ingest-only bridges as ``aqueduct-bridge serve`` processes,
 producers as Connectors given several bridges' URLs (each starting on a
 different one), and a user's query over every bridge with
-``failover=true`` into Parquet (:mod:`tests.spark.bridge_fleet`). A fault
-comes while the producers are mid-stream (the bridges' credits and
-``--max-lag`` pace them to the query's commits), and every test ends with
+``failover=true`` into Parquet (:mod:`bench.fleet_processes`). A fault
+comes while the producers are mid-stream (their small unacked buffers
+pace them to the query's commits), and every test ends with
 the same verdict: every (stream id, message id) in the sink once with its
 payload, in id order, epochs whole, and every record acked. How long a
 producer's ACKs stalled is reported with the verdict but not asserted
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.workload import Workload
-from tests.spark.bridge_fleet import (
+from bench.fleet_processes import (
     Fleet,
     Partition,
     bridge_options,
@@ -28,6 +27,8 @@ from tests.spark.bridge_fleet import (
     rotated,
     write_bridge_list,
 )
+from demo.workload import Workload
+from tests.spark.bridge_fleet import start_driver
 from tests.spark.standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -139,7 +140,7 @@ async def test_a_standalone_cluster_query_across_two_bridges_survives_one_killed
     b1, b2 = await fleet.add_bridges("b1", "b2", root=cluster.hidden / tmp_path.name)
     listing = tmp_path / "bridges.txt"
     write_bridge_list(listing, [b1, b2])
-    await fleet.start_driver(cluster.master_url, listing)
+    await start_driver(fleet, cluster.master_url, listing)
     fleet.start_producers(workload, lambda p: rotated(fleet.urls("b1", "b2"), p))
     verdict = await fleet.fault(workload, b1.kill)
     assert cluster.executor_namespaces_hide_the_logs()

@@ -35,6 +35,8 @@ def test_one_url_a_sequence_and_a_comma_separated_string_name_the_same_bridges()
         ("tcp://:1", f"bridge URL 'tcp://:1': no host {HINT}"),
         ("tcp://h:1,http://g:2", f"bridge URL 2 of 2 'http://g:2': unknown scheme 'http' {HINT}"),
         ("h:1", f"bridge URL 'h:1': no scheme {HINT}"),
+        ("localhost:27000", f"bridge URL 'localhost:27000': no scheme {HINT}"),  # not scheme 'localhost'
+        ("tcp://h:1,localhost:27000", f"bridge URL 2 of 2 'localhost:27000': no scheme {HINT}"),
         ("tcp://h:1,,tcp://g:2", f"bridge URL 2 of 3 '': empty entry {HINT}"),
         ("tcp://h:1,", f"bridge URL 2 of 2 '': empty entry {HINT}"),
         ("tcp://h:1,aqueduct://h:1,tcp://H:1", "bridge URL 3 of 3 'tcp://H:1': the same bridge as URL 1"),

@@ -19,12 +19,12 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aqueduct.connector.connector_session import ConnectorSession
 from aqueduct.connector.events import RecordsAccepted, StreamNotified
 from aqueduct.connector.inbound import DurableStream
-from aqueduct.connector.outbound import ORDERED, Outbox
+from aqueduct.connector.outbound import ORDERED, RESEND_TURN, OutboundStream, Outbox
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.wire.rangeset import RangeSet
+from tests.connector_link import Link
 
 SID = 1
 
@@ -85,31 +85,25 @@ def test_a_producer_moving_between_bridges_gets_every_record_committed(
 
     for kind, budget, commits in faults:
         store = stores[at]
-        conn = ConnectorSession("p", "i")
-        worker = WorkerSession(WorkerConfig(initial_credits=credits), store.lookup)
-        conn.start()
-        to_worker = b"".join(b for _, b in conn.data_to_send())
+        link = Link(outbox, WorkerSession(WorkerConfig(initial_credits=credits), store.lookup))
         for _ in range(budget):
-            for event in worker.receive_data(to_worker):
+            for event in link.to_worker():
                 if isinstance(event, StreamNotified):
                     store.notified(event)
                 elif isinstance(event, RecordsAccepted):
                     store.store(event)
-                    worker.ack(credits=len(event.records))  # durable: the credits come back
-            to_worker = b""
+                    link.worker.ack(credits=len(event.records))  # durable: the credits come back
             if commits and store.ids is not None:
-                worker.ack([(SID, store.commit(sink))])
-            for event in conn.receive_data(worker.data_to_send()):
-                outbox.apply(event)
+                link.worker.ack([(SID, store.commit(sink))])
+            link.to_connector()
             if SID not in outbox.streams:
                 outbox.open(SID, "s", ORDERED)
             stream = outbox.streams[SID]
             while created < total and len(outbox) < credits:
                 outbox.push([stream.make_message(payloads[created])])
                 created += 1
-            outbox.send_into(conn)
-            to_worker = b"".join(b for _, b in conn.data_to_send())
-            if created == total and not stream.unacked and not to_worker:
+            link.send()
+            if created == total and not stream.unacked and not link.in_flight:
                 break
         # Every fault ends the connection with bytes in flight.
         if kind == "wipe":
@@ -122,3 +116,60 @@ def test_a_producer_moving_between_bridges_gets_every_record_committed(
     assert {mid for mid, _ in sink} == set(range(total))
     assert all(payload == payloads[mid] for mid, payload in sink)
     assert all(s.stored == len(s.rows) for s in stores)  # no store took an id twice
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    buffers=st.lists(st.integers(0, 80), min_size=1, max_size=5),
+    need=st.integers(1, 40),
+    credits=st.integers(1, 64),
+)
+@example(buffers=[80, 80], need=1, credits=1)  # stream after stream, the second stream's first record never went
+@example(buffers=[80, 80, 80], need=40, credits=64)
+def test_a_moved_producer_resends_the_oldest_of_every_stream_first_so_a_bridge_over_max_lag_admits_what_a_query_waits_for(
+    buffers: list[int], need: int, credits: int
+) -> None:
+    """The --max-lag deadlock of a failover read, as the producer's side of it.
+
+    The producer moved to a bridge that has none of its streams, holding
+    ``buffers[i]`` unacked records of stream ``i``. A batch the query planned
+    on the bridge that died waits for the ``need`` oldest of each stream. The
+    bridge is over ``--max-lag``: past the OK's ``credits`` it gives credits
+    back only while this session's uncommitted records stay below its share.
+    A share of ``need`` per stream plus one turn of the round robin (or the
+    OK's grant, if larger) completes the batch, whatever the buffers; after
+    it commits, the rest flows and every record is acked, once.
+    """
+    outbox = Outbox()
+    for sid, n in enumerate(buffers):
+        stream = outbox.streams[sid] = OutboundStream(sid, f"s{sid}")
+        if n:
+            stream.make_messages([b"%d/%d" % (sid, i) for i in range(n)], None, False)
+    share = len(buffers) * need + max(credits, len(buffers) * RESEND_TURN)
+    stored: dict[int, RangeSet] = {}
+    held = owed = 0  # records stored and not committed; credits withheld
+    batch_done = False
+    link = Link(outbox, WorkerSession(WorkerConfig(initial_credits=credits), lambda program, instance: []))
+    while True:  # bounded: every round trip stores a record or commits, else the verdict below
+        progress = False
+        for event in link.to_worker():
+            if isinstance(event, RecordsAccepted):
+                ids = stored.setdefault(event.stream_id, RangeSet())
+                for m in event.records:
+                    assert ids.insert(m.message_id)  # type: ignore[arg-type]  # never twice
+                held += len(event.records)
+                back = len(event.records) if held < share else 0
+                owed += len(event.records) - back
+                link.worker.ack(credits=back)
+                progress = True
+        waited = all(stored.get(sid, RangeSet()).base >= min(need, n) for sid, n in enumerate(buffers))
+        if (batch_done or waited) and held:  # the batch committed, then whatever is durable after it
+            batch_done = True
+            link.worker.ack([(sid, ids.base) for sid, ids in stored.items()], credits=owed)
+            held, owed, progress = 0, 0, True
+        link.to_connector()
+        link.send()
+        if not progress and not link.in_flight:
+            break
+    assert batch_done or not any(buffers), f"the batch waits for good: {held} records held, share {share}"
+    assert all(not s.unacked and s.acked == n for s, n in zip(outbox.streams.values(), buffers, strict=True))

@@ -41,6 +41,7 @@ from aqueduct.connector.states import (
 from aqueduct.connector.worker_session import WorkerConfig, WorkerSession
 from aqueduct.proto.errors import LocalProtocolError
 from aqueduct.wire.rangeset import RangeSet
+from tests.connector_link import Link
 
 
 def sent(session: ConnectorSession) -> list:
@@ -189,6 +190,26 @@ def test_an_ack_drops_exactly_the_records_below_its_point(steps: list[int], poin
         assert list(stream.unacked) == kept
 
 
+def test_after_a_new_ok_the_streams_resends_take_turns_oldest_first() -> None:
+    """Every NOTIFY first, then a share of the OK's credits per stream per turn, each turn one run on the wire."""
+    outbox = Outbox()
+    for sid in (1, 2):
+        outbox.streams[sid] = OutboundStream(sid, f"s{sid}")
+        outbox.streams[sid].make_messages([b"x"] * 40, None, False)
+    outbox.connected((), credits=64)  # two streams: turns of 32
+    frames = [item if isinstance(item, Notify) else (item[0].stream_id, item[0].message_id, len(item))
+              for item in outbox.take(len(outbox))]  # fmt: skip
+    assert frames[:2] == [Notify(1, "s1", 0), Notify(2, "s2", 0)]
+    turns = [(sid, first) for sid, first, _ in frames[2:] if first % 32 == 0]
+    assert turns == [(1, 0), (2, 0), (1, 32), (2, 32)]
+    assert sum(n for _, _, n in frames[2:]) == 80
+    outbox.connected((), credits=64)
+    session = streaming(credits=100)
+    outbox.send_into(session)
+    runs = [(f.stream_id, f.first_id, len(f)) for f, _ in session.data_to_send() if not isinstance(f, Notify)]
+    assert runs == [(1, 0, 32), (2, 0, 32), (1, 32, 8), (2, 32, 8)]
+
+
 def test_finished_stream_is_not_renotified() -> None:
     stream = OutboundStream(1, "s")
     stream.keep([ConnectorMessage.build(1, b"a", message_id=stream.claim(1, False), eos=True)])
@@ -240,18 +261,14 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
     faults = [*faults, ("step", 10_000)]
 
     for kind, budget in faults:
-        conn = ConnectorSession("p", "i")
-        worker = WorkerSession(WorkerConfig(initial_credits=credits), log.lookup)
-        conn.start()
-        to_worker = b"".join(b for _, b in conn.data_to_send())
+        link = Link(outbox, WorkerSession(WorkerConfig(initial_credits=credits), log.lookup))
+        worker = link.worker
         for _ in range(budget):
-            for event in worker.receive_data(to_worker):
+            for event in link.to_worker():
                 if isinstance(event, RecordsAccepted):
                     worker.ack(log.store(event), credits=len(event.records))
-            to_worker = b""
-            for event in conn.receive_data(worker.data_to_send()):
-                outbox.apply(event)
-            if conn.ended:
+            link.to_connector()
+            if link.conn.ended:
                 break
             if 1 not in outbox.streams:
                 outbox.open(1, "s1", ORDERED)
@@ -263,13 +280,11 @@ def test_faults_never_lose_or_duplicate(total: int, credits: int, faults: list, 
                 else:
                     outbox.push(stream.make_messages(payloads[created : created + n], None, False))
                 created += n
-            outbox.send_into(conn)
-            to_worker = b"".join(b for _, b in conn.data_to_send())
-            if created == total and not stream.unacked and not to_worker:
+            link.send()
+            if created == total and not stream.unacked and not link.in_flight:
                 break
         if kind == "restart" and worker.state is ConnectionState.STREAMING:
             worker.restart()
-            for event in conn.receive_data(worker.data_to_send()):
-                outbox.apply(event)
+            link.to_connector()
         # "drop" and the end of "step": the connection dies with bytes in flight.
     assert log.rows.get(1, []) == payloads

@@ -24,14 +24,18 @@ from aqueduct.bridge.source.id_space import (
     copy_start,
     cut,
     epoch_points,
+    gap_records,
+    holds_stable,
     reach,
     read_span,
+    refused_mode,
 )
 from aqueduct.bridge.source.options import AqueductOptionError, SourceOptions
 from aqueduct.bridge.source.points import PER_LOG_MET, parse_points, spark_points
 from aqueduct.bridge.storage.index import IndexEntry
 from aqueduct.bridge.storage.offset import ID_SPACE_MET, OffsetError, SourceOffset
 from aqueduct.bridge.storage.view import FORMAT_FILE, FORMAT_TEXT
+from aqueduct.wire.modes import Mode
 
 
 def entry(first: int, count: int, before: int, after: int, complete: int) -> IndexEntry:
@@ -156,7 +160,9 @@ def a_log(path: Path) -> str:
 def test_failover_options(tmp_path: Path) -> None:
     log = a_log(tmp_path / "a")
     o = SourceOptions.parse({"bridge": "a=h:1,b=h:2", "failover": "true", "bridgeTimeout": "3s"})
-    assert o.failover and o.bridge_timeout == 3.0 and not o.qualified
+    assert o.failover and o.bridge_timeout == 3.0 and not o.qualified and o.bridge_connect_timeout == 2.0
+    o = SourceOptions.parse({"bridge": "a=h:1", "failover": "true", "bridgeConnectTimeout": "500ms"})
+    assert o.bridge_connect_timeout == 0.5
     listed = tmp_path / "bridges"
     listed.write_text("x h:3\n")
     assert SourceOptions.parse({"bridgeList": str(listed)}).failover
@@ -164,6 +170,10 @@ def test_failover_options(tmp_path: Path) -> None:
     errors = {
         (("log", log), ("bridgeTimeout", "5s")): "aqueduct source: bridgeTimeout only applies with failover=true (or bridgeList)",
         (("log", log), ("failover", "true"), ("bridgeTimeout", "0s")): "aqueduct source: bridgeTimeout must be a positive duration, got '0s'",
+        (("log", log), ("bridgeConnectTimeout", "1s")): "aqueduct source: bridgeConnectTimeout only applies with failover=true (or bridgeList)",
+        (("log", log), ("failover", "true"), ("bridgeConnectTimeout", "0s")): (
+            "aqueduct source: bridgeConnectTimeout must be a positive duration, got '0s'"
+        ),
         (("log", log), ("failover", "yes")): "aqueduct source: failover must be 'true' or 'false', got 'yes'",
         (("bridgeList", str(listed)), ("failover", "false")): "aqueduct source: bridgeList implies failover; remove failover=false",
         (("log", log), ("failover", "true"), ("maxRecordsPerTrigger", "5")): (
@@ -213,3 +223,24 @@ def test_epochs_go_on_in_another_copy_from_where_the_failed_one_stopped() -> Non
     # it failed right after the BOUNDARY (id 7): the next copy's first row starts an epoch
     read, carry = points_of([1, 1, 1, 1], refs[:4], EpochCarry.at(4))
     assert points_of([0, 0, 0, 0], refs[4:], carry.other_copy(closed=True))[0] == [8, 8, 8, 8]
+
+
+def test_only_ordered_streams_are_read_in_points_of_reference() -> None:
+    assert refused_mode(Mode.ORDERED) is None
+    for mode in (Mode.UNORDERED, Mode.UNRELIABLE):
+        why = refused_mode(mode)
+        assert why is not None and why.startswith(f"{mode.name}: a failover query reads ORDERED streams only")
+
+
+def test_a_copy_holds_a_stable_record_when_its_point_moved() -> None:
+    assert holds_stable([entry(0, 3, 0, 3, 3)])
+    assert holds_stable([entry(0, 2, 7, 7, 2), entry(2, 1, 7, 8, 3)])  # unstable records, then a stable one
+    assert not holds_stable([entry(0, 2, 0, 0, 2), entry(2, 2, 0, 0, 4)])  # EPHEMERAL only
+    assert not holds_stable([entry(5, 2, 9, 9, 7)])  # truncated down to records without a stable id
+    assert not holds_stable([])
+
+
+def test_a_gap_counts_one_record_per_message_id_in_it() -> None:
+    assert gap_records(0, 8) == 8  # ids 0..7
+    assert gap_records(BEFORE_ALL, 8) == 8  # from the stream's start: ids 0..7 too
+    assert gap_records(10, 15) == 5

@@ -69,6 +69,7 @@ PUBLIC: list[tuple[str, str]] = [
     ("aqueduct.connector", "ConnectorRefused"),
     ("aqueduct.connector", "CreditTimeout"),
     ("aqueduct.connector", "TlsRefused"),
+    ("aqueduct.connector", "StreamRefused"),
     ("aqueduct.connector", "DurableStream"),
     ("aqueduct.connector", "WorkerConfig"),
     ("aqueduct.connector", "WorkerSession"),

@@ -10,6 +10,9 @@ from the earliest to the surest:
    (:meth:`CommitSignals.follow_commit_log`), or, for queries whose
    checkpoint the bridge does not read, a ``StreamingQueryListener`` in
    this driver that hops onto the loop (:meth:`CommitSignals.on_spark_commit`);
+   for a query reading the log over Flight (an ingest-only bridge's, a
+   cluster's), its ``commit`` call, which hops onto the loop from the
+   Flight server's thread (:meth:`CommitSignals.flight_commits`);
 3. each consumer's commit file, polled as a safety net
    (:meth:`CommitSignals.safety_net`): it covers batches committed while
    no listener was watching (before a restart, or in another Spark
@@ -25,6 +28,8 @@ runs on the bridge's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 
 from aqueduct.bridge.app.commit_log import CheckpointCommits
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -79,6 +84,21 @@ class CommitSignals:
         if self.positions is not None:
             self._count_batch(consumer, positions)
             self.positions.on_sink_committed(consumer, positions)
+
+    def flight_commits(self, loop: asyncio.AbstractEventLoop) -> Callable[[str, dict[int, int]], None]:
+        """The Flight server's ``on_commit``: a query reading over Flight committed, its commit file written.
+
+        Called on a Flight thread; acks and truncation follow on ``loop`` at
+        once, as the commit file's safety net would at its next read, up to
+        :data:`SAFETY_NET_INTERVAL` later: a failover query's producers
+        would wait that long for every ACK.
+        """
+
+        def heard(consumer: str, positions: dict[int, int]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the bridge stopped, the file stays
+                loop.call_soon_threadsafe(self.on_spark_commit, consumer, positions)
+
+        return heard
 
     async def follow_commit_log(self, commits: CheckpointCommits) -> None:
         """Ack the moment a batch committed: from the file sink's log, else Spark's commit log.

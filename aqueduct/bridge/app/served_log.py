@@ -17,6 +17,7 @@ from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.app.tls import TLS_DIR, BridgeCertificate, dialled
 from aqueduct.bridge.network.flight_server import (
     TOKEN_FILE,
+    CommitHandler,
     LogFlightServer,
     load_or_create_token,
     start_flight_server,
@@ -32,14 +33,15 @@ class ServedLog:
     token_file: Path
 
 
-def serve_log(c: BridgeConfig, certificate: BridgeCertificate) -> ServedLog:
-    """Serve the log over Flight with the bridge's certificate and its token file."""
+def serve_log(c: BridgeConfig, certificate: BridgeCertificate, on_commit: CommitHandler | None = None) -> ServedLog:
+    """Serve the log over Flight with the bridge's certificate and its token file; readers' commits go to ``on_commit``."""
     token_file = c.log_dir / TLS_DIR / TOKEN_FILE
     token = load_or_create_token(token_file)
     host, port = c.flight_listen
     server = start_flight_server(
-        c.log_dir, host, port, token=token, certfile=certificate.certfile, keyfile=certificate.keyfile
-    )
+        c.log_dir, host, port, token=token, certfile=certificate.certfile, keyfile=certificate.keyfile,
+        on_commit=on_commit,
+    )  # fmt: skip
     return ServedLog(server, f"{dialled(host)}:{server.port}", token_file)
 
 

@@ -137,7 +137,7 @@ class Bridge:
         self.positions.poll()  # acks and truncation for batches committed before a restart
         self._spawn(self.ingest.run(), "group-commit")
         if c.serves_log:
-            self.served_log = serve_log(c, self._certificate())
+            self.served_log = serve_log(c, self._certificate(), self.signals.flight_commits(asyncio.get_running_loop()))
             self.flight_server = self.served_log.server
         if not run_query:
             await self._start_listeners()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from aqueduct.auth.refusals import Refusal
 from aqueduct.connector.events import SessionEnded
+from aqueduct.connector.stream_refusal import parse_stream_refusal
 from aqueduct.logs import fields
 
 __all__ = ["LOG_INTERVAL", "REFUSAL_KINDS", "RefusalLog", "refusal_kind"]
@@ -48,11 +49,15 @@ def refusal_kind(ended: SessionEnded) -> str:
     starts with its reason word (``expired: ...``); ``busy`` is a HELLO
     turned away while the bridge drains
     (:meth:`~aqueduct.bridge.ingest.service.Ingest.turn_away`);
-    ``protocol_violation`` is every frame error and rule broken.
+    ``protocol_violation`` is every frame error and rule broken. A stream's
+    refusal (``stream N refused: REASON``) is of the kind of its reason.
     """
     reason = ended.reason
     if ended.origin == "peer":
         return "connector_error"
+    refused = parse_stream_refusal(reason)
+    if refused is not None:
+        reason = refused[1]
     if reason.startswith("busy: "):
         return "busy"
     if reason.startswith("bad cookie"):

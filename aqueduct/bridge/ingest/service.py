@@ -59,6 +59,7 @@ from aqueduct.connector.events import (
     WorkerEvent,
 )
 from aqueduct.connector.inbound import DurableStream
+from aqueduct.connector.stream_refusal import stream_refusal
 from aqueduct.connector.worker.server import WorkerPeer
 from aqueduct.connector.worker_session import HelloRefused
 from aqueduct.logs import fields
@@ -233,13 +234,15 @@ class Ingest:
     async def _refuse_stream(self, peer: WorkerPeer, connector: str, stream_id: int, reason: str) -> None:
         """Refuse one NOTIFYed stream with ``reason``: counted by kind, logged (rate-limited), told the connector.
 
-        The connector's wire can refuse a stream only by ERROR, which ends
-        the session; Wallaroo v3's refuses that stream alone
-        (:meth:`WorkerPeer.refuse_stream`). Either way it is one refusal.
+        The connector's wire can refuse a stream only by ERROR ``stream N
+        refused: REASON``, which ends the session and tells the connector to
+        come back without that stream (:mod:`aqueduct.connector.stream_refusal`);
+        Wallaroo v3's refuses that stream alone (:meth:`WorkerPeer.refuse_stream`).
+        Either way it is one refusal.
         """
         kind = refusal_kind(SessionEnded(reason, "local"))
         identity = str(peer.identity)
-        self._stream_refused[peer] = reason
+        self._stream_refused[peer] = stream_refusal(stream_id, reason)
         self.refusals.refused(
             kind, peer.remote, "refused stream %d of %s (%s) from %s: %s", stream_id, connector, identity,
             peer.remote, reason, event="stream_refused", connector=connector, identity=identity,

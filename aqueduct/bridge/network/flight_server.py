@@ -15,7 +15,10 @@ here, so a remote read is the local one, shipped):
   a batch ``failOnDataLoss=false`` skipped;
 - the actions ``register``, ``check_consumer`` and ``commit``: the consumer
   registry, so the bridge acks and truncates after a cluster query's
-  commits exactly as after a local one's.
+  commits exactly as after a local one's. A commit is written to the
+  consumer's commit file and handed to ``on_commit`` at once: the bridge's
+  poll of those files runs every few seconds, and its producers would wait
+  for their ACKs that long.
 
 Why Flight: Arrow record batches go over gRPC without a conversion, TLS
 and call headers are built in, and ``pyarrow`` (a dependency already)
@@ -33,7 +36,7 @@ import json
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,9 @@ from aqueduct.bridge.storage.segment import BatchCorrupt
 from aqueduct.bridge.storage.view import StreamIndex
 
 TOKEN_FILE = "flight.token"  # inside the bridge's TLS directory
+
+CommitHandler = Callable[[str, dict[int, int]], None]
+"""``on_commit(consumer, positions)``: a reader committed; called on a Flight thread after the commit file is written."""
 
 
 def load_or_create_token(path: Path) -> str:
@@ -144,8 +150,12 @@ class LogFlightServer(flight.FlightServerBase):
     Listening starts on construction; :meth:`shutdown` stops it.
     """
 
-    def __init__(self, log_dir: Path, host: str, port: int, token: str, certfile: Path, keyfile: Path) -> None:
+    def __init__(
+        self, log_dir: Path, host: str, port: int, token: str, certfile: Path, keyfile: Path,
+        on_commit: CommitHandler | None = None,
+    ) -> None:  # fmt: skip
         self.log = LocalLog(log_dir)
+        self.on_commit = on_commit
         self._catalog = _Catalog(self.log)
         location = flight.Location.for_grpc_tls(host, port)
         super().__init__(
@@ -217,6 +227,8 @@ class LogFlightServer(flight.FlightServerBase):
             elif action.type == "commit":
                 offsets = SourceOffset.parse(body["offsets"]).stream_ids()
                 self.log.commit(consumer, offsets, int(body.get("skipped", 0)))
+                if self.on_commit is not None:
+                    self.on_commit(consumer, offsets)
             else:
                 raise flight.FlightServerError(f"aqueduct bridge: unknown action {action.type!r}")
         except ConsumerError as e:
@@ -227,8 +239,9 @@ class LogFlightServer(flight.FlightServerBase):
 
 
 def start_flight_server(
-    log_dir: Path, host: str, port: int, *, token: str, certfile: Path, keyfile: Path
-) -> LogFlightServer:
+    log_dir: Path, host: str, port: int, *, token: str, certfile: Path, keyfile: Path,
+    on_commit: CommitHandler | None = None,
+) -> LogFlightServer:  # fmt: skip
     """Listen on ``host:port`` (0: any free port) and serve ``log_dir``; ``server.address`` says where."""
-    return LogFlightServer(log_dir, host, port, token, certfile, keyfile)
+    return LogFlightServer(log_dir, host, port, token, certfile, keyfile, on_commit)
 

@@ -20,7 +20,7 @@ query's points, one removed is forgotten.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -38,6 +38,7 @@ from aqueduct.bridge.source.id_space import (
     Copy,
     Gap,
     cut,
+    gap_records,
     reach,
 )
 from aqueduct.bridge.source.options import EARLIEST, LATEST, AqueductOptionError, SourceOptions
@@ -73,7 +74,9 @@ class FailoverStreamReader(DataSourceStreamReader):
         self._committed: dict[int, int] | None = None
         self._start: dict[int, int] | None = None
         self._start_ran = False
-        self._skipped = 0  # points skipped as lost (failOnDataLoss=false)
+        #: per stream, where the gaps already skipped end (failOnDataLoss=false): latestOffset and then
+        #: partitions meet the same gap, which is skipped (warned, counted) once
+        self._skipped_to: dict[int, int] = {}
 
     def __getstate__(self) -> dict:
         return {"options": self.options, "bridges": self.bridges}
@@ -109,10 +112,8 @@ class FailoverStreamReader(DataSourceStreamReader):
         """Where ``startingOffsets`` says, in points; the consumer is registered on every bridge."""
         usable, _ = self.bridges.refresh(None)
         points = self.starting_points(usable)
-        for name in self.bridges.answered:
-            self.bridges.register(
-                name, None if self.options.starting_offsets == "earliest" else points
-            )
+        at = None if self.options.starting_offsets == "earliest" else points
+        self.bridges.calls.each(sorted(self.bridges.answered), lambda name: self.bridges.register(name, at))
         self._committed = dict(points)
         self._start = dict(points)
         return spark_points(points)
@@ -132,22 +133,35 @@ class FailoverStreamReader(DataSourceStreamReader):
             )
             end, gaps = reach(copies, lo, held.get(sid, ()))
             for a, b in gaps:
-                self._lost(sid, a, b)
+                self._lost(sid, a, b, copies)
             if end > lo or sid in start:
                 ends[sid] = max(end, lo)
         return spark_points(ends)
 
-    def _lost(self, sid: int, a: int, b: int) -> None:
-        """Records ``(a, b]`` of stream ``sid`` no bridge holds any more: data loss, or skipped if allowed."""
+    def _lost(self, sid: int, a: int, b: int, copies: Iterable[Copy]) -> None:
+        """Records ``(a, b]`` of stream ``sid`` no bridge holds any more: data loss, or skipped if allowed.
+
+        A skip is warned about once and counted (at most one record per
+        message id of the gap, :func:`~.id_space.gap_records`) in the
+        ``skipped_records`` of the bridge whose copy goes on after it, as
+        the per-log reader counts a truncation in its log's.
+        """
         where = f"stream {sid} records with points of reference ({a}, {b}]"
         if self.options.fail_on_data_loss:
             raise AqueductDataLoss(
                 f"aqueduct source: {where} are held by no bridge (truncated or lost with a bridge before this "
                 "query read them; failOnDataLoss=false skips them instead)"
             )
+        a = max(a, self._skipped_to.get(sid, BEFORE_ALL))
+        if b <= a:
+            return  # skipped already
         logger.warning("aqueduct source: consumer %r skips %s, held by no bridge (failOnDataLoss=false)",
                        self.options.consumer, where)  # fmt: skip
-        self._skipped += 1
+        self._skipped_to[sid] = b
+        after = {c.bridge for c in copies if c.start == b}
+        holder = next((n for n in self.bridges.preference() if n in after), None)
+        if holder is not None:
+            self.bridges.note_skipped(holder, gap_records(a, b))
 
     def partitions(self, start: dict, end: dict) -> list[FailoverPartition]:
         """Each stream's ``(start, end]`` cut into pieces from the copies as they are now, packed by volume.
@@ -167,9 +181,10 @@ class FailoverStreamReader(DataSourceStreamReader):
         for sid in sorted(ends):
             lo, hi = starts.get(sid, BEFORE_ALL), ends[sid]
             by_name = {c.copy.bridge: c for c in copies.get(sid, [])}
-            for item in cut(sid, lo, hi, [c.copy for c in by_name.values()], order):
+            held_now = [c.copy for c in by_name.values()]
+            for item in cut(sid, lo, hi, held_now, order):
                 if isinstance(item, Gap):
-                    self._lost(sid, item.lo, item.hi)
+                    self._lost(sid, item.lo, item.hi, held_now)
                     continue
                 planned = tuple(by_name[n].for_range(item.lo, item.hi) for n in item.candidates)
                 others = tuple(

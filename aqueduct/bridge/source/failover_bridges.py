@@ -7,17 +7,30 @@ and those of the bridge list (:mod:`.bridge_list`, read again at every
 answered the last refresh, which are held or left out (:class:`Membership`,
 ``bridgeTimeout``); and each stream's copies as points (:mod:`.id_space`).
 It registers the query's consumer on each bridge and tells each one the
-query's commits as its own log offsets (:func:`~.id_space.commit_offset`).
+query's commits as its own log offsets (:func:`~.id_space.commit_offset`),
+with the records ``failOnDataLoss=false`` skipped. The calls of a refresh
+or a commit go to every bridge at once (:mod:`.bridge_calls`): a trigger
+waits for the slowest bridge, and a partitioned one costs it at most
+``bridgeConnectTimeout`` once its connection is gone. A bridge left out
+is still asked at every refresh, to notice when it is back, but in the
+background: it costs the triggers nothing.
+
+Which streams it reads: ORDERED ones (a stream's points of reference are
+the same records on every bridge only when its ids arrive in order); an
+UNORDERED or UNRELIABLE stream the query selects stops it with an error
+saying how to leave the stream out (:func:`~.id_space.refused_mode`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import Future
 
+from aqueduct.bridge.source.bridge_calls import BridgeCalls
 from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
 from aqueduct.bridge.source.clock import Clock
-from aqueduct.bridge.source.data_loss import corruption_is_data_loss
+from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.failover_read import GONE, PlannedCopy, complete_point
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
@@ -25,7 +38,14 @@ from aqueduct.bridge.source.flight_client import (
     RemoteSnapshots,
     open_bridges,
 )
-from aqueduct.bridge.source.id_space import BEFORE_ALL, Copy, commit_offset, copy_start
+from aqueduct.bridge.source.id_space import (
+    BEFORE_ALL,
+    Copy,
+    commit_offset,
+    copy_start,
+    holds_stable,
+    refused_mode,
+)
 from aqueduct.bridge.source.log_access import LocalLog, LogAccess, Snapshots
 from aqueduct.bridge.source.options import AqueductOptionError, SourceOptions
 from aqueduct.bridge.storage.consumers import ConsumerError
@@ -49,10 +69,14 @@ def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], t
           ca: str | None = None) -> dict[str | None, RemoteLog]:  # fmt: skip
     """:func:`open_bridges` with the options' credentials, calls bounded by ``bridgeTimeout``.
 
-    A read does not wait for a bridge that went away to come back
-    (``reconnect_window`` 0): the reader goes on at once with another copy,
-    and waits for any bridge to hold the records only when none does
-    (:func:`~.failover_read.read_piece`).
+    Connecting is bounded by ``bridgeConnectTimeout``: a host that drops
+    packets (partitioned, not dead) fails a call in that time, not in
+    ``bridgeTimeout``. A read does not wait for a bridge that went away to
+    come back (``reconnect_window`` 0): the reader goes on at once with
+    another copy, and waits for any bridge to hold the records only when
+    none does (:func:`~.failover_read.read_piece`). A commit that does not
+    reach its bridge raises, so what it carried (skipped records) is sent
+    with the next one.
     """
     try:
         opened = open_bridges(
@@ -63,7 +87,9 @@ def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], t
         raise AqueductOptionError(f"aqueduct source: {e}") from None
     for remote in opened.values():
         remote.call_timeout = options.bridge_timeout
+        remote.connect_timeout = options.bridge_connect_timeout
         remote.reconnect_window = 0.0
+        remote.quiet_commits = False
     return opened
 
 
@@ -75,6 +101,7 @@ class FailoverBridges:
         self.clock = clock
         self.fixed = _fixed_bridges(options)
         self.logs: dict[str, LogAccess] = dict(self.fixed)
+        self.calls = BridgeCalls()
         self._reset()
 
     def _reset(self) -> None:
@@ -90,6 +117,11 @@ class FailoverBridges:
         self._told: dict[str, tuple[object, object]] = {}
         #: (bridge, stream id) -> (closed epochs' end offset, last index entry, their point): see complete_point
         self._complete: dict[tuple[str, int], tuple[int, object, int]] = {}
+        #: records skipped as lost (failOnDataLoss=false) not yet told to the bridge that holds what follows
+        self._skips: dict[str, int] = {}
+        self._unstable_warned: set[int] = set()  # streams said to hold no stable record
+        #: left-out bridges' visits under way in the background (see _asked_meanwhile)
+        self._asking: dict[str, Future[dict[int, StreamIndex] | None]] = {}
 
     def __getstate__(self) -> dict:
         return {
@@ -97,6 +129,7 @@ class FailoverBridges:
             "clock": self.clock,
             "fixed": self.fixed,
             "logs": self.logs,
+            "calls": self.calls,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -115,7 +148,7 @@ class FailoverBridges:
         listed = {e.name for e in entries}
         for name in [n for n in self.logs if n not in self.fixed and n not in listed]:
             logger.info("aqueduct source: bridge %s left the bridge list; forgotten", name)
-            for table in (self.logs, self._snapshots, self.streams, self._sent, self._told):
+            for table in (self.logs, self._snapshots, self.streams, self._sent, self._told, self._skips, self._asking):
                 table.pop(name, None)
             self.answered.discard(name)
             self._registered.discard(name)
@@ -138,6 +171,7 @@ class FailoverBridges:
                 continue
             logger.info("aqueduct source: bridge %s (%s) joined the bridge list", e.name, e.address)
             self.logs[e.name] = remote
+            self._snapshots.pop(e.name, None)  # a visit still under way when it left may have put one back
 
     def _load(self, name: str) -> dict[int, StreamIndex] | None:
         """``name``'s streams as of now, None if it cannot be reached (or its log is gone)."""
@@ -163,15 +197,18 @@ class FailoverBridges:
     ) -> tuple[dict[int, list[Copy]], dict[int, list[Copy]]]:
         """Every stream's copies on the bridges planning reads, and those on bridges held (not read, waited for).
 
-        A bridge answering for the first time is registered at ``committed`` (the query's points).
+        Every bridge is asked at once (:meth:`_visit`), and waited for but
+        those left out (:meth:`_asked_meanwhile`). A bridge answering for the
+        first time is registered at ``committed`` (the query's points).
         """
         self._update_list()
         now = self.clock.monotonic()
-        self.answered = set()
+        loaded = self.calls.each([n for n in self.logs if not self.membership.left_out(n, now)], self._visit)
         for name in self.logs:
-            streams = self._load(name)
-            if streams is not None and not self._points_known(name, streams):
-                streams = None
+            if name not in loaded:
+                loaded[name] = self._asked_meanwhile(name)
+        self.answered = set()
+        for name, streams in loaded.items():
             if streams is None:
                 self.membership.failed(name, now)
                 self._sent.pop(name, None)  # a commit it missed is sent again when it answers
@@ -184,18 +221,80 @@ class FailoverBridges:
                 self.answered.add(name)
         usable: dict[int, list[Copy]] = {}
         held: dict[int, list[Copy]] = {}
+        stable: dict[int, bool] = {}
         reads = self.options.reads
         with corruption_is_data_loss():
             for name, streams in self.streams.items():
                 for sid, s in streams.items():
                     if not s.entries or not reads.selects(sid, s.meta.stream_name):
                         continue
+                    refused = refused_mode(s.meta.mode)
+                    if refused:
+                        raise AqueductOptionError(
+                            f"aqueduct source: stream {sid} ({s.meta.stream_name!r}, on bridge {name}) is {refused}; "
+                            "leave it out of this query (option streams or streamPattern) and read it with "
+                            "failover=false"
+                        )
                     c = Copy(name, copy_start(s.entries), self.complete_point(name, s))
                     (usable if name in self.answered else held).setdefault(sid, []).append(c)
+                    stable[sid] = stable.get(sid, False) or holds_stable(s.entries)
+        self._warn_unstable(stable)
         if committed is not None:  # a bridge new to the query joins at its points
-            for name in self.answered - self._registered:
-                self.register(name, committed)
+            self.calls.each(sorted(self.answered - self._registered), lambda name: self.register(name, committed))
         return usable, held
+
+    def _visit(self, name: str) -> dict[int, StreamIndex] | None:
+        """One bridge's part of a refresh: its streams, their ends, and whether it dropped the consumer.
+
+        None: it cannot be reached (then nothing more is asked of it, so a
+        partitioned bridge costs one connect timeout). Runs beside the other
+        bridges' on :attr:`calls`' threads, so it touches only ``name``'s
+        entries of the caches. A bridge that dropped the query's consumer
+        no longer keeps its records: that is the query's data loss, as with
+        one bridge.
+        """
+        streams = self._load(name)
+        if streams is None or not self._points_known(name, streams):
+            return None
+        try:
+            self.logs[name].check_not_dropped(self.options.consumer)
+        except ConsumerError as e:
+            raise AqueductDataLoss(f"aqueduct source: bridge {name}: {e}") from None
+        except GONE:
+            pass  # gone since it answered: the next refresh sees it
+        return streams
+
+    def _asked_meanwhile(self, name: str) -> dict[int, StreamIndex] | None:
+        """A left-out bridge's streams if the visit an earlier refresh started in the background found it back.
+
+        None otherwise (then a visit starts, unless one is under way): a
+        bridge that was left out is asked at every refresh to notice its
+        return, without a trigger waiting for a host that drops packets. Its
+        streams, a trigger old at most, are a snapshot like any other.
+        """
+        asking = self._asking.get(name)
+        if asking is not None and not asking.done():
+            return None
+        self._asking.pop(name, None)
+        if asking is not None:
+            found = asking.result()  # a visit's own errors (a dropped consumer) are the query's
+            if found is not None:
+                return found
+        self._asking[name] = self.calls.start(name, self._visit)
+        return None
+
+    def _warn_unstable(self, stable: Mapping[int, bool]) -> None:
+        """Say once per stream that one holding records but none with a stable id is not read yet (and why)."""
+        for sid, any_stable in stable.items():
+            if not any_stable and sid not in self._unstable_warned:
+                self._unstable_warned.add(sid)
+                logger.warning(
+                    "aqueduct source: stream %d holds records but none with a stable id; a failover query reads "
+                    "a record without a stable id (EPHEMERAL, UNSTABLE_REFERENCE) with the stable record before "
+                    "it, so these wait for the stream's first stable record (a stream that never has one is "
+                    "never read with failover: read it with failover=false)",
+                    sid,
+                )
 
     def _points_known(self, name: str, streams: dict[int, StreamIndex]) -> bool:
         """Work out the ends of ``name``'s copies (a record lookup each, remembered); False if it went away meanwhile."""
@@ -266,29 +365,47 @@ class FailoverBridges:
         """Bridge names, preferred first: the answering ones in their order, held ones after them."""
         return sorted(self.logs, key=lambda n: n not in self.answered)
 
+    def note_skipped(self, name: str, records: int) -> None:
+        """``records`` were skipped as lost before ``name``'s copy: told to it with the next commit it gets."""
+        self._skips[name] = self._skips.get(name, 0) + records
+
     def commit(self, points: Mapping[int, int]) -> None:
         """Tell every answering bridge holding each stream that the query committed it up to ``points``.
 
         Worked out again only for a bridge whose snapshot or the points
         changed (both compared by identity: the reader hands the same dict
-        until the points move), and sent only when its offsets moved.
+        until the points move), or that has skipped records to hear of, and
+        sent only when its offsets moved or it has; to every bridge at once.
         """
+        todo = []
         for name in sorted(self.answered):
             known, told = self._told.get(name), (self.streams[name], points)
-            if known is not None and known[0] is told[0] and known[1] is told[1]:
+            if known is not None and known[0] is told[0] and known[1] is told[1] and not self._skips.get(name):
                 continue  # the same snapshot and points as last time: nothing new to say
             self._told[name] = told
-            try:
-                positions = self.positions(name, points)
-                if not positions or positions == self._sent.get(name):
-                    continue
-                self.logs[name].commit(self.options.consumer, positions, 0)
-                self._sent[name] = positions
-            except (*GONE, ConsumerError) as e:
+            todo.append(name)
+        for name, outcome in self.calls.each(todo, lambda name: self._tell(name, points)).items():
+            if isinstance(outcome, Exception):
                 self._told.pop(name, None)  # worked out and sent again next time
                 self.answered.discard(name)  # not preferred by the batch planned next
                 logger.warning(
                     "aqueduct source: commit to bridge %s failed (%s); the next one covers it",
                     name,
-                    e,
+                    outcome,
                 )
+            elif outcome is not None:
+                positions, skipped = outcome
+                self._sent[name] = positions
+                self._skips[name] = self._skips.get(name, 0) - skipped
+
+    def _tell(self, name: str, points: Mapping[int, int]) -> tuple[dict[int, int], int] | Exception | None:
+        """``name``'s commit, run beside the others': the positions and skipped records sent, None if nothing was new."""
+        skipped = self._skips.get(name, 0)
+        try:
+            positions = self.positions(name, points)
+            if not positions or (positions == self._sent.get(name) and not skipped):
+                return None
+            self.logs[name].commit(self.options.consumer, positions, skipped)
+            return positions, skipped
+        except (*GONE, ConsumerError) as e:
+            return e

@@ -83,6 +83,12 @@ class RemoteLog:
         #: and no wait, since another copy may serve the read)
         self.call_timeout = CALL_TIMEOUT
         self.reconnect_window = RECONNECT_WINDOW
+        #: seconds connecting (TCP and TLS) may take before a call fails as unreachable (None: the call's
+        #: own timeout); a failover query sets bridgeConnectTimeout, so a partitioned host costs that
+        self.connect_timeout: float | None = None
+        #: a commit the bridge does not get is only logged (the next one covers it); a failover query
+        #: wants the error, to send again what the commit carried
+        self.quiet_commits = True
 
     def __repr__(self) -> str:
         return f"RemoteLog({self.address!r})"  # never the token
@@ -93,8 +99,18 @@ class RemoteLog:
     # ------------------------------------------------------------ transport
 
     def _client(self) -> flight.FlightClient:
+        """The channel, dialled on first use (and after a failure: see :meth:`action`).
+
+        gRPC bounds a connection attempt by its minimum reconnect backoff
+        (20 s by default), and a call made while the channel connects waits
+        for it up to the call's own timeout: against a host that drops
+        packets, the whole timeout. With :attr:`connect_timeout` the attempt
+        gives up after that long and the call fails ``UNAVAILABLE`` at once.
+        """
         if self._flight is None:
-            tls = {"tls_root_certs": self._ca} if self._ca else {}
+            tls: dict[str, Any] = {"tls_root_certs": self._ca} if self._ca else {}
+            if self.connect_timeout is not None:
+                tls["generic_options"] = [("grpc.min_reconnect_backoff_ms", max(1, round(self.connect_timeout * 1000)))]
             host = f"[{self.host}]" if ":" in self.host else self.host
             self._flight = flight.FlightClient(f"grpc+tls://{host}:{self.port}", **tls)
         return self._flight
@@ -191,6 +207,8 @@ class RemoteLog:
         try:
             self._registry("commit", body)
         except UNREACHABLE as e:
+            if not self.quiet_commits:
+                raise
             logger.warning("aqueduct source: bridge %s unreachable (%s); commit left to the next batch", self.address, e)
 
 

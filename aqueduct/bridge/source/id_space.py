@@ -21,6 +21,14 @@ holds later ones, is lost data (:class:`Gap`). A committed point is told
 to each bridge as its own log offset (:func:`commit_offset`), so every
 bridge acks its producers, whichever copy was read.
 
+What it does not cover, said rather than read wrong: an UNORDERED or
+UNRELIABLE stream (:func:`refused_mode`), whose point is the first id not
+yet received, so a record's point depends on the order a bridge received
+the stream in and two copies disagree; and records without a stable id
+after a stream's last stable one (on a stream without BOUNDARY records),
+which belong to the range that ends at its next stable record and wait
+for it; a stream with none at all (:func:`holds_stable`) waits forever.
+
 A copy's ``epoch`` column is its own counter, so a producer that moved
 leaves two epochs with one number on two bridges. A failover read names an
 epoch by the point where it starts instead, the reference before its
@@ -41,10 +49,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from aqueduct.bridge.storage.index import IndexEntry
+from aqueduct.wire.modes import Mode
 
 __all__ = [
     "BEFORE_ALL", "Copy", "EpochCarry", "Gap", "Piece", "belongs", "commit_offset", "copy_start", "cut", "epoch_points",
-    "reach", "read_span", "span_entries",
+    "gap_records", "holds_stable", "reach", "read_span", "refused_mode", "span_entries",
 ]  # fmt: skip
 
 #: The point before a stream's first record: records with no stable id that
@@ -91,6 +100,38 @@ def belongs(reference: int, stable: bool, lo: int, hi: int) -> bool:
     without a stable id follows the stable record whose point it carries.
     """
     return lo < reference <= hi if stable else lo <= reference < hi
+
+
+def refused_mode(mode: Mode) -> str | None:
+    """Why a stream of this delivery mode cannot be read in points of reference, or None (ORDERED: it can).
+
+    An ORDERED stream's point after a record is that record's id + 1 on
+    every bridge. An UNORDERED or UNRELIABLE stream's point is the first
+    id not yet received: the same record carries different points on two
+    bridges that received the stream in different orders (and an UNRELIABLE
+    stream's point stops at its first lost record), so ranges of points
+    would read some records twice and miss others.
+    """
+    if mode is Mode.ORDERED:
+        return None
+    return (
+        f"{mode.name}: a failover query reads ORDERED streams only (the point of reference of an {mode.name} "
+        "stream is the first id not yet received, so its records carry different points on different bridges)"
+    )
+
+
+def holds_stable(entries: Sequence[IndexEntry]) -> bool:
+    """Whether a copy holds a record with a stable id: on an ORDERED stream each one moves the point.
+
+    A copy that holds records but none with a stable id (EPHEMERAL or
+    UNSTABLE_REFERENCE only) has no point to read them up to.
+    """
+    return bool(entries) and entries[-1].reference_after != entries[0].reference_before
+
+
+def gap_records(lo: int, hi: int) -> int:
+    """At most how many records a gap ``(lo, hi]`` held: one per message id from ``lo`` (id 0 from the start) below ``hi``."""
+    return hi - max(lo, 0)
 
 
 def copy_start(entries: Sequence[IndexEntry]) -> int:

@@ -54,10 +54,13 @@ OPTIONS = (
     "failover",
     "bridgeList",
     "bridgeTimeout",
+    "bridgeConnectTimeout",
 )
 
 #: Seconds a bridge's calls may fail before a failover query plans without it.
 DEFAULT_BRIDGE_TIMEOUT = 10.0
+#: Seconds connecting to a bridge may take (failover): what a partitioned host costs a trigger.
+DEFAULT_BRIDGE_CONNECT_TIMEOUT = 2.0
 #: Options a failover query refuses: their budgets count log offsets, which differ between bridges.
 NOT_WITH_FAILOVER = ("maxRecordsPerTrigger", "maxBytesPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay")
 
@@ -174,6 +177,7 @@ class SourceOptions:
     failover: bool = False
     bridge_list: str | None = None  # a file on the driver naming bridges, re-read at every trigger
     bridge_timeout: float = DEFAULT_BRIDGE_TIMEOUT  # seconds a failing bridge holds its streams back
+    bridge_connect_timeout: float = DEFAULT_BRIDGE_CONNECT_TIMEOUT  # seconds connecting to a bridge may take
 
     @property
     def sources(self) -> tuple[tuple[str | None, str, str], ...]:
@@ -249,7 +253,10 @@ class SourceOptions:
             bridge_ca=opts.get("bridgeca"),
             failover=failover,
             bridge_list=bridge_list,
-            bridge_timeout=_bridge_timeout(opts, failover),
+            bridge_timeout=_bridge_timeout(opts, failover, "bridgeTimeout", DEFAULT_BRIDGE_TIMEOUT),
+            bridge_connect_timeout=_bridge_timeout(
+                opts, failover, "bridgeConnectTimeout", DEFAULT_BRIDGE_CONNECT_TIMEOUT
+            ),
         )
 
 
@@ -283,12 +290,13 @@ def _check_list_names(bridge_list: str, sources: tuple[tuple[str | None, str, st
         )
 
 
-def _bridge_timeout(opts: Mapping[str, str], failover: bool) -> float:
-    if "bridgetimeout" in opts and not failover:
-        raise AqueductOptionError("aqueduct source: bridgeTimeout only applies with failover=true (or bridgeList)")
-    timeout = _duration(opts, "bridgeTimeout", DEFAULT_BRIDGE_TIMEOUT)
+def _bridge_timeout(opts: Mapping[str, str], failover: bool, name: str, default: float) -> float:
+    """``bridgeTimeout`` or ``bridgeConnectTimeout``: a positive duration, given only with failover."""
+    if name.lower() in opts and not failover:
+        raise AqueductOptionError(f"aqueduct source: {name} only applies with failover=true (or bridgeList)")
+    timeout = _duration(opts, name, default)
     if timeout <= 0:
-        raise AqueductOptionError(f"aqueduct source: bridgeTimeout must be a positive duration, got {opts['bridgetimeout']!r}")
+        raise AqueductOptionError(f"aqueduct source: {name} must be a positive duration, got {opts[name.lower()]!r}")
     return timeout
 
 

@@ -34,7 +34,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import BinaryIO
 
-from aqueduct.connector.errors import ConnectorRefused
+from aqueduct.connector.errors import ConnectorRefused, StreamRefused
 from aqueduct.connector.outbound import Mode
 from aqueduct.connector.producer.client import DEFAULT_MOVE_AFTER, Connector, ConnectorStream
 from aqueduct.connector.producer.pacing import Pacing
@@ -224,6 +224,8 @@ async def _produce(args: argparse.Namespace, conn: Connector, files: list[Binary
                     await conn.wait_all_acked(args.ack_timeout)
                 except TimeoutError:
                     summary["errors"].append(f"not all acked within {args.ack_timeout} s")
+                except StreamRefused:
+                    pass  # the others are all acked; each refused stream is named below
             summary["resumed"] = conn.resent
     except ConnectorRefused as exc:
         summary["refused"] = exc.reason
@@ -232,6 +234,9 @@ async def _produce(args: argparse.Namespace, conn: Connector, files: list[Binary
         summary["errors"].append(f"connection: {exc}")
     finally:
         reporter.cancel()
+    for refusal in conn.refused.values():  # given up alone, the other streams went on
+        summary["refused"] = summary["refused"] or refusal.reason
+        summary["errors"].append(f"refused: {refusal.reason}")
     summary["sent"] = progress.sent
     summary["acked"] = _committed(streams, progress.start)
     summary["connections"] = conn.stats.connections
@@ -268,7 +273,11 @@ async def _send_all(
                     if (delay := pacing.wait(loop.time())) > 0:
                         await asyncio.sleep(delay)
                     pacing.sent(loop.time())
-                await _send_batch(stream, part)
+                try:
+                    await _send_batch(stream, part)
+                except StreamRefused:  # that stream alone is given up: the others go on
+                    live.remove(entry)
+                    break
                 progress.sent += len(part)
 
 

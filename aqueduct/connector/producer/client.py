@@ -26,8 +26,11 @@ is bounded (``max_buffer``) so memory stays bounded when the worker is slow.
 ``on_delivery`` is confluent-kafka's delivery report: called once per
 reliable record, with ``None`` when an ACK says the record is committed
 downstream, or with the error when it never will be (the worker refused
-the session, or the connector closed first). ``flush(timeout)`` waits for
-those reports and returns how many records are still waiting.
+the session or the record's stream, or the connector closed first).
+``flush(timeout)`` waits for those reports and returns how many records
+are still waiting. A refused stream
+(:class:`~aqueduct.connector.errors.StreamRefused`) is given up alone: the
+connector reconnects at once and goes on with the others.
 """
 
 from __future__ import annotations
@@ -50,10 +53,11 @@ from aqueduct.connector.errors import (
     ConnectorRefused,
     CreditTimeout,
     HandshakeFailed,
+    StreamRefused,
     TlsRefused,
     WorkerBusy,
 )
-from aqueduct.connector.events import Acked, SessionAccepted, SessionEnded
+from aqueduct.connector.events import Acked, NotifyRefused, SessionAccepted, SessionEnded
 from aqueduct.connector.frames import DEFAULT_MAX_FRAME_SIZE, ConnectorMessage
 from aqueduct.connector.outbound import ORDERED, UNORDERED, UNRELIABLE, Mode, OutboundStream, Outbox
 from aqueduct.connector.producer.bridges import BridgeAddress, bridge_list
@@ -272,8 +276,11 @@ class ConnectorStream:
         return None if ephemeral else ids
 
     async def wait_acked(self, point: int, timeout: float | None = None) -> None:
-        """Wait until the worker committed every id below ``point``."""
-        await self._host.wait_until(lambda: self._state.acked >= point, timeout)
+        """Wait until the worker committed every id below ``point`` (a refused stream raises its refusal)."""
+        state = self._state
+        await self._host.wait_until(lambda: state.acked >= point or state.refused is not None, timeout)
+        if state.acked < point and state.refused is not None:
+            raise state.refused
 
     async def reopen(self) -> None:
         """NOTIFY again after EOS (the stream closed)."""
@@ -454,7 +461,8 @@ class Connector:
         delivery report made). Unlike :meth:`wait_all_acked`, running out of
         time is no error: the count says what is left, as confluent-kafka's
         ``flush`` does. A worker's refusal raises ``ConnectorRefused`` (the
-        records it leaves were reported to ``on_delivery`` with it).
+        records it leaves were reported to ``on_delivery`` with it), and so
+        does a refused stream's, once the other streams' records are settled.
         """
         with contextlib.suppress(TimeoutError, ConnectorClosed):
             await self.wait_all_acked(timeout)
@@ -477,6 +485,8 @@ class Connector:
         self._raise_if_fatal()
         existing = self._streams.get(stream_id)
         if existing is not None:
+            if existing.refused is not None:
+                raise existing.refused
             if not existing.closed:
                 return ConnectorStream(self, existing)
             await self.wait_until(lambda: not existing.unacked, self.credits_timeout, CreditTimeout)
@@ -491,10 +501,22 @@ class Connector:
         return ConnectorStream(self, state)
 
     async def wait_all_acked(self, timeout: float | None = None) -> None:
-        """Wait until every reliable message sent so far is committed by the worker."""
+        """Wait until every reliable message sent so far is committed by the worker.
+
+        A refused stream's records never will be: once every other stream's
+        are, the first refusal (:attr:`refused`) is raised.
+        """
         await self.wait_until(
             lambda: all(not s.unacked for s in self._streams.values()), timeout
         )
+        refusal = next(iter(self.refused.values()), None)
+        if refusal is not None:
+            raise refusal
+
+    @property
+    def refused(self) -> dict[int, StreamRefused]:
+        """The streams the worker refused, by id, with why: given up for good, the others go on."""
+        return {sid: s.refused for sid, s in self._streams.items() if s.refused is not None}
 
     # ------------------------------------------------------------ StreamHost: what stream handles use
 
@@ -600,6 +622,11 @@ class Connector:
                 else:
                     ended, handshaken = await self._serve(lane, link)
                     busy = None if handshaken else _refused_as_busy(ended)
+                    if lane.gave_up is not None:  # one stream refused, given up alone: the others go on, at once
+                        self.stats.errors.append(ended.reason)
+                        rotation.served(loop.time())
+                        failures = 0
+                        continue
                     if ended.origin in ("peer", "local") and busy is None and not self.retry_permanent_errors:
                         self._give_up(ConnectorRefused(ended.reason))
                         return
@@ -631,6 +658,20 @@ class Connector:
     def _taken_by_others(self, lane: _Lane) -> frozenset[int]:
         """The bridges the connector's other connections serve (none to move to)."""
         return frozenset(other.rotation.at for other in self._lanes if other is not lane)
+
+    def _refuse_stream(self, lane: _Lane, event: NotifyRefused) -> None:
+        """Give up the refused stream for good; each record it leaves is reported with the refusal.
+
+        The lane then comes back at once without it (``lane.gave_up``); the
+        session reports only streams it notified, and a refused stream is
+        never notified again, so that happens once per stream and connection.
+        """
+        stream = self._streams[event.stream_id]
+        dropped = stream.refuse(event.rule)  # nothing the second time (another connection's refusal)
+        lane.gave_up = stream.refused
+        if self.on_delivery is not None:
+            for record in dropped:
+                self._report(stream.refused, stream, record)
 
     def _give_up(self, error: ConnectorRefused) -> None:
         """A permanent error: every waiting call raises it, every unacked record is reported with it."""
@@ -683,7 +724,7 @@ class Connector:
     async def _serve(self, lane: _Lane, link: WorkerLink) -> tuple[SessionEnded, bool]:
         """Run one session of ``lane`` over ``link`` until it ends; also say whether OK arrived."""
         session = ConnectorSession(self.program, self.instance, self.cookie, self.max_frame_size)
-        lane.session, lane.link, lane.resyncing = session, link, None
+        lane.session, lane.link, lane.resyncing, lane.gave_up = session, link, None, None
         session.start()
         writer = asyncio.get_running_loop().create_task(self._write_loop(lane, session, link))
         ended: SessionEnded | None = None
@@ -715,6 +756,8 @@ class Connector:
                             handshaken = True
                         elif isinstance(event, Acked) and self.on_delivery is not None:
                             self._report_acked(event)
+                        elif isinstance(event, NotifyRefused):
+                            self._refuse_stream(lane, event)
                         lane.outbox.apply(event)
                 lane.kick.set()
                 self._changed()
@@ -753,6 +796,7 @@ class _Lane:
         self.kick = asyncio.Event()  # wakes the writer
         self.runner: asyncio.Task[None] | None = None
         self.resyncing: str | None = None  # why the session is being ended to catch up
+        self.gave_up: StreamRefused | None = None  # the stream the session's end refused (see _refuse_stream)
         self._closing: asyncio.Task[None] | None = None
 
     @property
