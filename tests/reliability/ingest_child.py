@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import pytest
+
 TIMEOUT = 60.0  # only turns a hang into a failure
 STORED_LINE_LIMIT = 256 * 1024 * 1024  # the answer to ``stop`` is one line holding every stored payload
 
@@ -26,6 +28,24 @@ def namespace_refusal(directory: Path) -> str | None:
     if probe.returncode != 0:
         return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip() or probe.returncode}"
     return None
+
+
+def small_disk_dir(tmp_path: Path) -> Path:
+    """``tmp_path/small``, made, for a private tmpfs a test mounts and enters; the test skipped if it cannot."""
+    small = tmp_path / "small"
+    small.mkdir()
+    reason = namespace_refusal(small) or (None if shutil.which("nsenter") else "no nsenter(1) on this machine")
+    if reason:
+        pytest.skip(reason)
+    return small
+
+
+def in_namespace(pid: int, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in process ``pid``'s mount namespace (where its tmpfs is); ``env`` added to this one's."""
+    return subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", *argv], capture_output=True, text=True, timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
 
 
 class IngestChild:

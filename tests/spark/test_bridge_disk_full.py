@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,14 +20,10 @@ import pytest
 from demo.producer import produce
 from demo.verify import verify_output
 from demo.workload import Workload
-from tests.reliability.ingest_child import namespace_refusal
+from tests.reliability.ingest_child import in_namespace, small_disk_dir
 from tests.spark.test_bridge_kill import TIMEOUT, _bridge_command, _free_port, _until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
-
-
-def _in_namespace(pid: int, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", "-t", str(pid), "-m", *argv], capture_output=True, text=True, timeout=60)
 
 
 def caught_up_while_full(output: str) -> bool:
@@ -42,11 +36,7 @@ def caught_up_while_full(output: str) -> bool:
 
 
 async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Path) -> None:
-    small = tmp_path / "small"
-    small.mkdir()
-    reason = namespace_refusal(small) or (None if shutil.which("nsenter") else "no nsenter(1) on this machine")
-    if reason:
-        pytest.skip(reason)
+    small = small_disk_dir(tmp_path)
     port = _free_port()
     command = _bridge_command(port, tmp_path)
     command[command.index("--log") + 1] = str(small / "log")
@@ -68,14 +58,14 @@ async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Pat
             await asyncio.sleep(0.2)
         producers = asyncio.gather(*(produce(url, workload, p, timeout=TIMEOUT) for p in range(2)))
         await _until(lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch")
-        filled = _in_namespace(proc.pid, "dd", "if=/dev/zero", f"of={small}/filler", "bs=64k")
+        filled = in_namespace(proc.pid, "dd", "if=/dev/zero", f"of={small}/filler", "bs=64k")
         assert "No space left on device" in filled.stderr, filled.stderr
         await _until(lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk")
         # Their chance to end wrongly (an ACK of what is not durable) came and went: Spark
         # committed everything complete while the disk was full.
         await _until(lambda: caught_up_while_full(log_file.read_text()), "Spark to catch up while the disk is full")
         assert proc.returncode is None and not producers.done()  # up, and producers held back
-        freed = _in_namespace(proc.pid, "rm", f"{small}/filler")
+        freed = in_namespace(proc.pid, "rm", f"{small}/filler")
         assert freed.returncode == 0, freed.stderr
         await asyncio.wait_for(producers, TIMEOUT)  # every message acked
         await _until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,

@@ -117,6 +117,19 @@ def test_lines_not_from_log4j_are_records_of_their_own() -> None:
     ]
 
 
+def test_hadoops_missing_native_library_is_kept_out_at_every_start_and_other_warnings_are_not() -> None:
+    text = (
+        "26/11/27 11:12:03 WARN NativeCodeLoader: Unable to load native-hadoop library for your platform... "
+        "using builtin-java classes where applicable\n"
+        "26/11/27 11:12:04 WARN MicroBatchExecution: Current batch is falling behind.\n"
+    )
+    records = relay(text)
+    assert [(r.levelname, r.fields["spark_logger"]) for r in records] == [  # type: ignore[attr-defined]
+        ("DEBUG", "NativeCodeLoader"),
+        ("WARNING", "MicroBatchExecution"),
+    ]
+
+
 @pytest.fixture
 def bridge_log() -> Iterator[Callable[[str], io.StringIO]]:
     """Set up the bridge's logging as ``serve`` does, in a format, into a string; undone after."""

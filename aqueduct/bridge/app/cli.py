@@ -148,6 +148,8 @@ _SERVE_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         "--log-format": (("text", "json"), "stderr lines as text, or one JSON object per line for log shippers"),
         "--metrics HOST:PORT": (host_port, "serve Prometheus metrics at http://HOST:PORT/metrics (needs the "
                                            "metrics extra; see docs/metrics.md)"),
+        "--stalled-after SECONDS": (positive_float, "count a connected producer as stalled in the metrics once "
+                                                    "a record of it waits this long for its ACK"),
     },
 }  # fmt: skip
 
@@ -372,6 +374,7 @@ def _config(args: argparse.Namespace) -> BridgeConfig:
         spark_log_level=args.spark_log_level,
         spark_start_timeout=args.spark_start_timeout,
         metrics=args.metrics,
+        stalled_after=args.stalled_after,
         spark_ui_port=args.spark_ui,
         flight=args.flight,
         ingest_only=args.ingest_only,

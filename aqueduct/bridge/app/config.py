@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqueduct.bridge.app.stalled import STALLED_AFTER
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.storage.log import DEFAULT_SEGMENT_BYTES
 from aqueduct.connector.worker_session import WorkerConfig
@@ -75,6 +76,7 @@ class BridgeConfig:
     #: seconds Spark may take to start the session and the query; beyond, the bridge fails loudly
     spark_start_timeout: float = 120.0
     metrics: tuple[str, int] | None = None  # serve Prometheus metrics at http://HOST:PORT/metrics
+    stalled_after: float = STALLED_AFTER  # seconds an unacked record waits before its producer counts as stalled
     spark_ui_port: int | None = None  # turn the Spark UI of a session the bridge creates on, on this port
     #: listen address of the log's Flight server (None: only when ingest-only or the master is not local)
     flight: tuple[str, int] | None = None

@@ -17,11 +17,13 @@ Its stderr comes to the bridge through a pipe, read by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from aqueduct.bridge.app.jvm_log import JvmLog
@@ -32,7 +34,7 @@ _jvm_log: JvmLog | None = None  # the stderr reader of the JVM this process laun
 LAST_WORDS_WAIT = 1.0  # seconds an ended JVM's stderr gets to be read to its end (its workers may hold it)
 
 
-def launch_detached_gateway() -> None:
+def launch_detached_gateway(master: str) -> None:
     """Start pyspark's JVM gateway in a new session, unless this process has one already.
 
     Call before the first ``SparkSession.builder.getOrCreate()``: that
@@ -40,6 +42,12 @@ def launch_detached_gateway() -> None:
     its own. Spark settings still go through the builder; the launch takes
     what pyspark always takes (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults``).
     Its stderr goes through :class:`JvmLog` into this process's logging.
+
+    For a ``local`` master the driver binds to loopback anyway
+    (:func:`~aqueduct.bridge.app.pipeline.local_session`): ``SPARK_LOCAL_IP``
+    (unless set) tells the JVM so before it looks for an address of its
+    own, which on a host whose name resolves to loopback (Debian's
+    ``127.0.1.1``) it would warn about at every start.
     """
     global _jvm_log
     from pyspark import SparkContext
@@ -47,6 +55,8 @@ def launch_detached_gateway() -> None:
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
+            if master.startswith("local"):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM's environment is a copy of ours
             # Read before the launch returns: a JVM that fails to start says why there.
             read_end, write_end = os.pipe()
             _jvm_log = JvmLog(read_end).start()
@@ -104,6 +114,62 @@ def quiet_accumulator_server(spark: Any) -> None:
         server.handle_error = lambda request, address: logger.warning(
             "Spark's accumulator connection from %s ended: %r", address, sys.exc_info()[1]
         )
+
+
+#: Spark's log4j loggers that report what stopping a query causes, nothing gone wrong: the tasks it
+#: interrupts and kills, their writes aborted, the job group already gone (see ``jvm_log.STOP_CAUSED``)
+STOP_LOGGERS = (
+    "org.apache.spark.util.Utils",  # "Aborting task", with the InterruptedException
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",  # "Aborting job", "... aborted."
+    "org.apache.spark.scheduler.DAGScheduler",  # "Failed to cancel job group"
+    "org.apache.spark.scheduler.TaskSetManager",  # "Lost task ... TaskKilled"
+    "org.apache.spark.executor.Executor",  # a killed task's interrupted I/O
+    "org.apache.spark.storage.DiskBlockObjectWriter",  # "Error deleting" a killed task's shuffle files, one a file
+)
+
+
+@contextlib.contextmanager
+def quiet_stop(spark: Any) -> Iterator[None]:
+    """Silence :data:`STOP_LOGGERS` in ``spark``'s JVM while the block stops queries; restored after.
+
+    For a JVM this process does not read (a ``SparkBridge``'s: the user's
+    own session, its stderr on the user's terminal), what a stop causes
+    cannot be filtered line by line as ``serve`` does (:mod:`.jvm_log`); so
+    the few loggers that report it are turned off for the stop's duration
+    and put back as they were (a logger with no level of its own loses the
+    one set here). The rest of the JVM's log, errors included, is untouched.
+    A JVM that is gone or has no log4j 2 is left alone.
+
+    Not reached this way, as they do not go through log4j: the traceback a
+    Python worker prints when the JVM closes its socket under a killed task
+    (``BrokenPipeError``), and, for a ``foreachBatch`` query interrupted
+    inside its Python function, the ``StackOverflowError`` Spark's own check
+    "did the stop cause this?" (a regular expression over the long Python
+    error) can hit, printed by the JVM's handler of uncaught exceptions.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        log4j = jvm.org.apache.logging.log4j
+        context = log4j.LogManager.getContext(False)
+        config = context.getConfiguration()
+        own = config.getLoggers()
+        before = {name: own.get(name).getLevel() if own.containsKey(name) else None for name in STOP_LOGGERS}
+        for name in STOP_LOGGERS:
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    except Exception as exc:  # noqa: BLE001 - the JVM is gone, or logs otherwise: stop as is
+        logger.debug("cannot quiet Spark's stop: %r", exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # the JVM went away during the stop: nothing to restore
+            for name, level in before.items():
+                if level is None:
+                    config.removeLogger(name)
+                else:
+                    log4j.core.config.Configurator.setLevel(name, level)
+            context.updateLoggers()
 
 
 def stopped_by_signal(how: str | None) -> bool:

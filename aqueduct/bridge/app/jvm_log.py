@@ -15,7 +15,12 @@ running tasks. So the bridge reads it through a pipe instead, and:
 - once the bridge is stopping (:meth:`JvmLog.stopping`), keeps out at DEBUG
   the records a stop itself causes (:func:`harmless_on_stop`): tasks and
   threads interrupted or killed, Python workers whose socket the JVM closed.
-  Anything else, and everything while the bridge is not stopping, is shown.
+  Anything else, and everything while the bridge is not stopping, is shown;
+- keeps out at DEBUG, always, the few lines every start prints that ask
+  nothing of anyone (:data:`HARMLESS`). The start's other harmless warnings
+  are avoided at their source instead: adaptive query execution is off in
+  the bridge's session (:func:`~aqueduct.bridge.app.pipeline.local_session`),
+  and a local master's JVM is told its address (:func:`~aqueduct.bridge.app.jvm.launch_detached_gateway`).
 
 Capture rather than log4j's JSON layout: the layout would not cover the
 Python workers' tracebacks or the JVM's own lines, and the filter on a stop
@@ -58,6 +63,11 @@ STOP_CAUSED = (
     (None, "RpcEnvStoppedException"),  # a call into a SparkContext being stopped
     (None, "SparkContext was shut down"),
 )
+#: what every start prints that asks nothing of anyone: (log4j logger, text in the record)
+HARMLESS = (
+    # Hadoop's optional native code (compression, checksums) is not installed: its Java versions serve
+    ("NativeCodeLoader", "Unable to load native-hadoop library"),
+)
 
 
 @dataclass
@@ -99,10 +109,19 @@ def parse_header(line: str) -> JvmRecord:
     return JvmRecord(logging.INFO, "jvm", line, line)
 
 
+def _listed(record: JvmRecord, table: tuple[tuple[str | None, str], ...]) -> bool:
+    text = record.text()
+    return any(source in (None, record.spark_logger) and marker in text for source, marker in table)
+
+
 def harmless_on_stop(record: JvmRecord) -> bool:
     """A record a stop of the bridge's query and session causes by itself, nothing gone wrong."""
-    text = record.text()
-    return any(source in (None, record.spark_logger) and marker in text for source, marker in STOP_CAUSED)
+    return _listed(record, STOP_CAUSED)
+
+
+def harmless(record: JvmRecord) -> bool:
+    """A record every start prints that asks nothing of anyone (:data:`HARMLESS`)."""
+    return _listed(record, HARMLESS)
 
 
 class JvmLog:
@@ -136,7 +155,7 @@ class JvmLog:
         if record is None:
             return
         level = record.level
-        if self._stopping.is_set() and harmless_on_stop(record):
+        if harmless(record) or (self._stopping.is_set() and harmless_on_stop(record)):
             level = logging.DEBUG
         extra = fields(spark_logger=record.spark_logger, relayed=record.text())
         if record.trace:

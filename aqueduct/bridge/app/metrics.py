@@ -4,8 +4,10 @@
 metrics="HOST:PORT")`` start :func:`start_metrics`. Nothing is counted for
 it on the hot paths: a custom collector reads, at scrape time, the counters
 the bridge keeps anyway (the ingest's :class:`~aqueduct.bridge.ingest.counters.IngestCounters`,
-the log's offsets, the consumers' positions, the QUIC listener's failed
-handshakes). The bridge's state lives on its event loop, so the scrape (on
+the log's offsets and index, the consumers' positions, the QUIC listener's
+failed handshakes, whether group commits find the disk full), and which
+producers wait too long for an ACK is read from those (:mod:`.stalled`).
+The bridge's state lives on its event loop, so the scrape (on
 ``prometheus_client``'s HTTP thread) takes one snapshot there and does the
 rest, the log directory's disk usage included, on its own thread.
 
@@ -29,6 +31,7 @@ from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.app.drain import Drain, Waiting
 from aqueduct.bridge.app.handshake_metrics import HandshakeCollector
 from aqueduct.bridge.app.progress import BridgeProgress
+from aqueduct.bridge.app.stalled import stalled_producers
 from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.positions import ConsumerPositions
 from aqueduct.bridge.ingest.service import REFUSAL_KINDS, Ingest
@@ -83,6 +86,8 @@ class Snapshot:
     failed_handshakes: dict[str, int]
     draining: bool
     drain_waiting: int  # records the drain waits for (0 when not draining)
+    disk_full: bool  # group commits find no room on the log's disk (they retry; credits are held)
+    stalled_producers: int  # connected producers with a record unacked beyond ``stalled_after``
 
 
 def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
@@ -94,6 +99,7 @@ def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
     sids = log.stream_ids()
     streams = {sid: log.snapshot(sid) for sid in sids}
     names = log.stream_names()
+    acked = ingest.committed_offsets()
     now = time.time()
     consumers = {}
     for name, consumer in positions.consumers.items():
@@ -111,7 +117,7 @@ def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
         counters=counters,
         streams=len(sids),
         durable_records=sum(log.durable_end(s) for s in sids),
-        acked_records=sum(ingest.committed_offsets().values()),
+        acked_records=sum(acked.values()),
         backlog=ingest.lag,
         buffered=ingest.buffered,
         batches=bridge.progress().batches,
@@ -119,6 +125,11 @@ def take_snapshot(bridge: ScrapedBridge) -> Snapshot | None:
         failed_handshakes=failed,
         draining=bridge.drain.draining,
         drain_waiting=bridge.left().records if bridge.drain.draining else 0,
+        disk_full=ingest.disk_full is not None,
+        stalled_producers=stalled_producers(
+            streams, {sid: log.connector_of(sid) for sid in sids}, ingest.connected, acked, now,
+            bridge.config.stalled_after,
+        ),
     )
 
 
@@ -226,6 +237,11 @@ class BridgeCollector:
                     "Records of complete epochs a draining bridge waits for its ack-driving consumers to commit.",
                     snap.drain_waiting)  # fmt: skip
         yield gauge("log_disk_bytes", "Bytes the log directory takes on disk.", disk_bytes(self.bridge.config.log_dir))
+        yield gauge("log_disk_full", "1 while group commits find the log's disk full (retried; credits held), else 0.",
+                    int(snap.disk_full))  # fmt: skip
+        yield gauge("stalled_producers",
+                    "Connected producers with a record durable but unacked for longer than --stalled-after.",
+                    snap.stalled_producers)  # fmt: skip
 
 
 class MetricsServer:

@@ -123,12 +123,16 @@ def local_session(
     """A SparkSession for the bridge's own driver (loopback only for ``local``).
 
     Spark's UI is off unless ``ui_port`` is given (it then listens there, on
-    the driver's bind address: loopback for a ``local`` master).
+    the driver's bind address: loopback for a ``local`` master). Adaptive
+    query execution is off: the session runs streaming queries, for which
+    Spark turns it off anyway, warning at every query start that it does.
     """
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    defaults = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    defaults = {
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.adaptive.enabled": "false",
+    }  # fmt: skip
     if ui_port is not None:
         defaults |= {"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)}
     if master.startswith("local"):  # an embedded driver needs no network exposure

@@ -56,6 +56,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from aqueduct.bridge.app.config import BridgeConfig, parse_address
+from aqueduct.bridge.app.jvm import quiet_stop
 from aqueduct.bridge.app.preflight import (
     PreflightError,
     check_files,
@@ -239,11 +240,12 @@ class SparkBridge:
         loop = self._loop
         if loop is None:
             return
-        self._stop_queries()
-        if self._failure_watch is not None:
-            self._failure_watch.cancel()
         try:
-            self._call(self._bridge.stop())
+            with quiet_stop(self.spark):  # what stopping the queries causes is no failure (the JVM is the user's)
+                self._stop_queries()
+                if self._failure_watch is not None:
+                    self._failure_watch.cancel()
+                self._call(self._bridge.stop())
         finally:
             loop.call_soon_threadsafe(loop.stop)
             assert self._thread is not None

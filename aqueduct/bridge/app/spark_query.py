@@ -167,7 +167,7 @@ class SparkQuery:
         c = self.config
         if self.spark is None:
             began = time.monotonic()
-            launch_detached_gateway()  # a process-group SIGTERM must not kill Spark under us
+            launch_detached_gateway(c.master)  # a process-group SIGTERM must not kill Spark under us
             self.took["jvm"] = time.monotonic() - began
             self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
             quiet_accumulator_server(self.spark)

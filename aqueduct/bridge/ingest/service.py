@@ -302,6 +302,11 @@ class Ingest:
         """Records in complete epochs that Spark has not committed yet."""
         return self.backlog.lag
 
+    @property
+    def connected(self) -> set[str]:
+        """The connectors (program/instance) with a session open now."""
+        return set(self._sessions.values())
+
     # ------------------------------------------------------------ Spark side
 
     def committed_offsets(self) -> dict[int, int]:

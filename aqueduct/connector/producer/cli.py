@@ -37,6 +37,7 @@ from typing import BinaryIO
 from aqueduct.connector.errors import ConnectorRefused, StreamRefused
 from aqueduct.connector.outbound import Mode
 from aqueduct.connector.producer.client import DEFAULT_MOVE_AFTER, Connector, ConnectorStream
+from aqueduct.connector.producer.pacing import Pacing
 from aqueduct.console import (
     COOKIE_ENV,
     UsageError,
@@ -77,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key", default=None, metavar="PEM", help="private key of --cert")
     p.add_argument("--quic-backend", choices=BACKENDS, default="aioquic", help="QUIC stack of aqueduct:// connections (default aioquic; picoquic needs the picoquic extra)")
     p.add_argument("--count", type=non_negative_int, default=None, help="generate this many messages per stream instead of reading lines")
-    p.add_argument("--rate", type=positive_float, default=None, help="messages per second in total (default: as fast as credits allow)")
+    p.add_argument("--rate", type=positive_float, default=None, help="messages per second in total; behind after a pause (a reconnect), it catches up at most twice as fast (default: as fast as credits allow)")
     p.add_argument("--streams", type=positive_int, default=1, help="generated streams (default 1)")
     p.add_argument("--first-stream-id", type=non_negative_int, default=None, metavar="N", help="number the streams N, N+1, ... (default: ids derived from --program, --instance and the stream name, so producers never share one)")
     p.add_argument("--payload-size", type=non_negative_int, default=100, help="bytes per generated payload (default 100)")
@@ -252,9 +253,13 @@ async def _send_all(
     rate: float | None,
     progress: _Progress,
 ) -> None:
-    """Round-robin over the streams, what each source hands over in turn (one record at a time under ``rate``)."""
+    """Round-robin over the streams, what each source hands over in turn (one record at a time under ``rate``).
+
+    ``rate`` spaces the records by :class:`~aqueduct.connector.producer.pacing.Pacing`:
+    on schedule, and after a pause (a reconnect) a catch-up at a bounded pace.
+    """
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    pacing = Pacing(rate, loop.time()) if rate else None
     live = list(zip(streams, sources, strict=True))
     while live:
         for entry in list(live):
@@ -263,17 +268,17 @@ async def _send_all(
             if items is None:
                 live.remove(entry)
                 continue
-            for part in ([item] for item in items) if rate else (items,):
+            for part in ([item] for item in items) if pacing else (items,):
+                if pacing is not None:
+                    if (delay := pacing.wait(loop.time())) > 0:
+                        await asyncio.sleep(delay)
+                    pacing.sent(loop.time())
                 try:
                     await _send_batch(stream, part)
                 except StreamRefused:  # that stream alone is given up: the others go on
                     live.remove(entry)
                     break
                 progress.sent += len(part)
-                if rate:
-                    delay = start + progress.sent / rate - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
 
 
 async def _send_batch(stream: ConnectorStream, items: Records) -> None:
