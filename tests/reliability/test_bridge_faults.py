@@ -305,23 +305,13 @@ async def test_jvm_killed_at_its_checkpoint_renames_restarts_exactly_once(
     async with bridge_process(tmp_path, certs, tcp=True) as bridge:
         plain_env = dict(bridge.child.env)
 
-        async def send() -> None:
-            url = f"tcp://127.0.0.1:{bridge.tcp_port}"
-            async with Connector(url, program="p", instance="i", backoff=(0.05, 0.5)) as conn:
-                stream = await conn.stream(1, "through-checkpoint-kills")
-                while not stop.is_set():
-                    sent[len(sent)] = b"message %d" % len(sent)
-                    await stream.send(sent[len(sent) - 1])
-                    await asyncio.sleep(0.01)  # (pacing: batches keep coming while Spark runs)
-                await conn.wait_all_acked(DRAIN_TIMEOUT)
-
         sender: asyncio.Future[None] | None = None
         try:
             for cut in cuts:
                 entry = tmp_path / "checkpoint" / cut
                 bridge.child.env = plain_env | kill_at_rename_env(entry, mark, tmp_path)
                 await bridge.start(query=False)
-                sender = sender or asyncio.ensure_future(send())
+                sender = sender or asyncio.ensure_future(send_steadily(bridge, sent, stop, pause=0.01))
                 status = await bridge.child.wait(DRAIN_TIMEOUT)  # serve exits once its JVM was killed
                 leftovers[cut] = sorted(p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp"))
                 assert status != 0 and not entry.exists(), (status, bridge.child.output()[-3000:])
@@ -365,17 +355,7 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
     async with bridge_process(tmp_path, certs, tcp=True, env=fault) as bridge:
         await bridge.start(query=False)
 
-        async def send() -> None:
-            url = f"tcp://127.0.0.1:{bridge.tcp_port}"
-            async with Connector(url, program="p", instance="i", backoff=(0.05, 0.5)) as conn:
-                stream = await conn.stream(1, "through-a-kill")
-                while not stop.is_set():
-                    sent[len(sent)] = b"message %d" % len(sent)
-                    await stream.send(sent[len(sent) - 1])
-                    await asyncio.sleep(0.005)  # (pacing: batches keep coming while Spark runs)
-                await conn.wait_all_acked(DRAIN_TIMEOUT)
-
-        sender = asyncio.ensure_future(send())
+        sender = asyncio.ensure_future(send_steadily(bridge, sent, stop, pause=0.005))
         try:
             await bridge.alive_while(wait_for_file(mark), DRAIN_TIMEOUT)  # the write reached its rename
             torn = sorted(p.name for p in (tmp_path / "log" / "commits").iterdir())
@@ -397,6 +377,22 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
     figures.faults = {"sigkill_during_commit_file_write": faults_reached(mark), "commit_files_at_kill": torn}
     assert_exactly_once(result, bridge)
     assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the new content unpublished
+
+
+async def send_steadily(bridge: BridgeProcess, sent: dict[int, bytes], stop: asyncio.Event, pause: float) -> None:
+    """One connector sending on stream 1 until ``stop`` (each record noted in ``sent``), then waiting for every ACK.
+
+    The pause paces it, so micro-batches keep coming while Spark runs and a
+    kill always finds records in flight.
+    """
+    url = f"tcp://127.0.0.1:{bridge.tcp_port}"
+    async with Connector(url, program="p", instance="i", backoff=(0.05, 0.5)) as conn:
+        stream = await conn.stream(1, "sent-through-kills")
+        while not stop.is_set():
+            sent[len(sent)] = b"message %d" % len(sent)
+            await stream.send(sent[len(sent) - 1])
+            await asyncio.sleep(pause)
+        await conn.wait_all_acked(DRAIN_TIMEOUT)
 
 
 async def wait_for_file(path: Path) -> None:
