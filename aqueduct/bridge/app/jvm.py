@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,6 +129,22 @@ STOP_LOGGERS = (
 )
 
 
+TASKS_END_WAIT = 10.0  # seconds a stop's killed tasks get to report their end while the loggers are quiet
+
+
+def _wait_for_killed_tasks(spark: Any, timeout: float) -> None:
+    """Until no executor runs a task (at most ``timeout`` s): a stopped query's tasks end after the stop returns.
+
+    A query's stop cancels its job and returns; the executors report the
+    killed tasks afterwards (``TaskSetManager``'s "Lost task ... TaskKilled"),
+    so the loggers are put back only once those reports came.
+    """
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(e.numRunningTasks() for e in tracker.getExecutorInfos()):
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def quiet_stop(spark: Any) -> Iterator[None]:
     """Silence :data:`STOP_LOGGERS` in ``spark``'s JVM while the block stops queries; restored after.
@@ -164,6 +181,7 @@ def quiet_stop(spark: Any) -> Iterator[None]:
         yield
     finally:
         with contextlib.suppress(Exception):  # the JVM went away during the stop: nothing to restore
+            _wait_for_killed_tasks(spark, TASKS_END_WAIT)
             for name, level in before.items():
                 if level is None:
                     config.removeLogger(name)
