@@ -82,3 +82,32 @@ async def test_acks_are_durable_before_they_are_sent_and_a_restart_never_goes_be
     assert seen_in_file == [{1: 11}]
     with DurableLog(tmp_path / "log") as reopened:  # no commit file: only acked.json knows
         assert Ingest(reopened).committed_offsets() == {1: 11}
+
+
+async def test_a_stop_closes_the_log_only_after_the_acks_it_decided(tmp_path: Path) -> None:
+    """An ACK decided just before a stop is recorded and sent before the log closes.
+
+    Its ``acked.json`` write finishes on the log's I/O thread; a log closed
+    before the ACK went out left that task looking up a stream of a closed
+    log (``stream 1 was never opened in this log``, a traceback at the stop).
+    """
+    log = DurableLog(tmp_path / "log")
+    ingest = Ingest(log)
+    commits = asyncio.create_task(ingest.run())
+    server = await serve_tcp("127.0.0.1", 0, ingest)
+    try:
+        async with Connector(f"tcp://127.0.0.1:{server.port}", program="t", instance="stopping") as conn:
+            stream = await conn.stream(1, "s")
+            for i in range(10):
+                await stream.send(b"m%d" % i)
+            await stream.send(None, boundary=True)
+            for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
+                if 1 in log.stream_ids() and log.complete_offset(1) == 11:
+                    break
+                await asyncio.sleep(0.01)
+            ingest.on_committed({1: 11})  # the last commit, as the query stops
+            await ingest.acks_settled()
+            assert read_acked(log.path) == {1: 11}
+            await conn.wait_all_acked(TIMEOUT)  # the ACK went out before the log could close
+    finally:
+        await stop_ingest(server, commits, log)

@@ -205,6 +205,7 @@ class Bridge:
                 await self.ingest.group_commit()
             except LogError as exc:  # full or failed: producers still hold what is not durable
                 logger.warning("stopping without the last records durable: %s", exc)
+            await self.ingest.acks_settled()  # an ACK still being recorded needs the log open
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
             self.metrics = None

@@ -189,6 +189,15 @@ class Acks:
             self._ack_writes.add(task)
             task.add_done_callback(self._ack_writes.discard)
 
+    async def settled(self) -> None:
+        """Until every ACK decided so far is recorded and sent (or its write failed).
+
+        A stop closes the log only after this: an ACK whose ``acked.json``
+        write finishes after the close would find the log's streams gone.
+        """
+        while self._ack_writes:
+            await asyncio.gather(*self._ack_writes, return_exceptions=True)
+
     async def _send_acks(self, written: Future[None], offsets: dict[int, int], points: dict[int, int]) -> None:
         """Send ``points`` once ``acked.json`` holds ``offsets`` (those they cover) durably.
 

@@ -321,6 +321,10 @@ class Ingest:
         """Every query that drives acks committed each record below ``positions`` in its sink (see :mod:`.acks`)."""
         self.acks.on_committed(positions)
 
+    async def acks_settled(self) -> None:
+        """Until every ACK decided so far is recorded and sent (see :meth:`.Acks.settled`): before the log closes."""
+        await self.acks.settled()
+
     def truncate_below(self, positions: Mapping[int, int]) -> None:
         """Let the log drop segments below ``positions``, never above what was acked (see :mod:`.acks`)."""
         self.acks.truncate_below(positions)
