@@ -8,7 +8,7 @@ from pathlib import Path
 from aqueduct.bridge.ingest.service import Ingest
 from aqueduct.bridge.storage.acked import read_acked
 from aqueduct.bridge.storage.log import DurableLog
-from aqueduct.connector.producer.client import Connector
+from aqueduct.connector.producer.client import Connector, ConnectorStream
 from aqueduct.connector.worker.tcp_listener import serve_tcp
 from tests.ingest_stop import stop_ingest
 
@@ -64,13 +64,7 @@ async def test_acks_are_durable_before_they_are_sent_and_a_restart_never_goes_be
     try:
         async with Connector(f"tcp://127.0.0.1:{server.port}", program="t", instance="told") as conn:
             stream = await conn.stream(1, "s")
-            for i in range(10):
-                await stream.send(b"m%d" % i)
-            await stream.send(None, boundary=True)
-            for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
-                if 1 in log.stream_ids() and log.complete_offset(1) == 11:
-                    break
-                await asyncio.sleep(0.01)
+            await send_one_epoch(stream, log)
             ingest.on_committed({1: 11})
             for _ in range(int(TIMEOUT / 0.001)):  # what the file says the moment the ACK is in
                 if stream.acked == 11:
@@ -98,16 +92,21 @@ async def test_a_stop_closes_the_log_only_after_the_acks_it_decided(tmp_path: Pa
     try:
         async with Connector(f"tcp://127.0.0.1:{server.port}", program="t", instance="stopping") as conn:
             stream = await conn.stream(1, "s")
-            for i in range(10):
-                await stream.send(b"m%d" % i)
-            await stream.send(None, boundary=True)
-            for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
-                if 1 in log.stream_ids() and log.complete_offset(1) == 11:
-                    break
-                await asyncio.sleep(0.01)
+            await send_one_epoch(stream, log)
             ingest.on_committed({1: 11})  # the last commit, as the query stops
             await ingest.acks_settled()
             assert read_acked(log.path) == {1: 11}
             await conn.wait_all_acked(TIMEOUT)  # the ACK went out before the log could close
     finally:
         await stop_ingest(server, commits, log)
+
+
+async def send_one_epoch(stream: ConnectorStream, log: DurableLog) -> None:
+    """Ten records and a boundary on stream 1, until the log holds the epoch durably (offset 11)."""
+    for i in range(10):
+        await stream.send(b"m%d" % i)
+    await stream.send(None, boundary=True)
+    for _ in range(int(TIMEOUT / 0.01)):  # bounded poll: the epoch is durable
+        if 1 in log.stream_ids() and log.complete_offset(1) == 11:
+            break
+        await asyncio.sleep(0.01)
