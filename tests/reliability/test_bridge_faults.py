@@ -312,16 +312,10 @@ async def test_jvm_killed_at_its_checkpoint_commit_rename_restarts_exactly_once(
             assert status != 0 and not entry.exists(), (status, bridge.child.output()[-3000:])
             await bridge.crash()  # anything the JVM's death left running
             bridge.child.env = plain_env
-            await bridge.start()
-            await bridge.wait_for_commit(beyond=bridge.committed_batches())  # the restarted query commits
-            stop.set()
-            await bridge.alive_while(sender, DRAIN_TIMEOUT)
+            expected = await resume_and_drain(bridge, sender, stop, sent)
         finally:
             stop.set()
             sender.cancel()
-        expected = {1: dict(sent)}
-        await drain(bridge, expected)
-        await bridge.stop()
     result = verify_output(bridge.output, expected)
     record(figures, result)
     figures.faults = {"jvm_sigkill_at_rename_of": faults_reached(mark), "temporary_files_left": leftovers}
@@ -356,16 +350,10 @@ async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_ex
             await bridge.crash()
             for key in fault:
                 bridge.child.env.pop(key)
-            await bridge.start()
-            await bridge.wait_for_commit(beyond=bridge.committed_batches())  # the restarted query commits
-            stop.set()
-            await bridge.alive_while(sender, DRAIN_TIMEOUT)
+            expected = await resume_and_drain(bridge, sender, stop, sent)
         finally:
             stop.set()
             sender.cancel()
-        expected = {1: dict(sent)}
-        await drain(bridge, expected)
-        await bridge.stop()
     result = verify_output(bridge.output, expected)
     record(figures, result)
     figures.faults = {"sigkill_during_commit_file_write": faults_reached(mark), "commit_files_at_kill": torn}
@@ -387,6 +375,21 @@ async def send_steadily(bridge: BridgeProcess, sent: dict[int, bytes], stop: asy
             await stream.send(sent[len(sent) - 1])
             await asyncio.sleep(pause)
         await conn.wait_all_acked(DRAIN_TIMEOUT)
+
+
+async def resume_and_drain(
+    bridge: BridgeProcess, sender: asyncio.Future[None], stop: asyncio.Event, sent: dict[int, bytes]
+) -> dict[int, dict[int, bytes]]:
+    """After a kill: start ``bridge`` again, let its query commit, stop the sender once every record
+    it sent is acked, wait until the sink holds them and stop the bridge; returns what was sent."""
+    await bridge.start()
+    await bridge.wait_for_commit(beyond=bridge.committed_batches())  # the restarted query commits
+    stop.set()
+    await bridge.alive_while(sender, DRAIN_TIMEOUT)
+    expected = {1: dict(sent)}
+    await drain(bridge, expected)
+    await bridge.stop()
+    return expected
 
 
 async def wait_for_file(path: Path) -> None:
