@@ -139,8 +139,9 @@ class SparkBridge:
     present a certificate this CA signed), ``tcp_tls`` (the ``tcp``
     listener takes TLS), ``token_key``, ``acl`` and ``token_revoked``
     (producers admitted by signed tokens and ACL-listed certificates, the
-    files re-read when they change; a file that cannot be used raises
-    :class:`~aqueduct.bridge.ingest.producer_auth.ProducerAuthError` here), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    files re-read when they change; a file that cannot be used is refused
+    here, naming the keyword: ``SparkBridge: token_key: cannot read …``),
+    ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
     ``retention``, ``segment_bytes`` and ``max_consumer_lag``; ``flight``
     (``HOST:PORT``) serves the log over Arrow Flight there, which happens
     anyway (beside the first listener, any free port) when the session's
