@@ -86,6 +86,13 @@ def test_a_credential_file_it_cannot_use_is_refused_naming_the_keyword(
     assert not (tmp_path / "log").exists()
 
 
+@pytest.mark.parametrize("value", [0, -1.5, float("nan"), float("inf"), "30", True])
+def test_a_stalled_after_that_is_no_positive_number_of_seconds_is_refused(tmp_path: Path, value: object) -> None:
+    """``serve --stalled-after`` takes a positive number; so does ``SparkBridge(stalled_after=)``."""
+    refused(tmp_path, f"SparkBridge: stalled_after= must be a positive number of seconds, got {value!r}",
+            tcp="127.0.0.1:0", stalled_after=value)  # fmt: skip
+
+
 def test_a_key_of_another_certificate_is_refused(tmp_path: Path, certs) -> None:
     refused(
         tmp_path,
