@@ -50,6 +50,11 @@ def refused(tmp_path: Path, error: str, **settings) -> None:
          "client_cafile= admits only connectors with a certificate, but tcp= has no TLS and would admit anyone: "
          "add tcp_tls=True, or run it on another bridge"),
         ({"quic": "127.0.0.1:0", "client_cafile": "MISSING.pem"}, "client_cafile= MISSING.pem: no such file"),
+        ({"tcp": "127.0.0.1:0", "token_key": "MISSING.pub"},
+         "token_key: cannot read MISSING.pub: No such file or directory"),
+        ({"tcp": "127.0.0.1:0", "acl": "MISSING.acl"}, "acl: cannot read MISSING.acl: No such file or directory"),
+        ({"tcp": "127.0.0.1:0", "token_revoked": "MISSING"},
+         "token_revoked= needs token_key= or acl= (it revokes tokens or certificates)"),
     ],
 )  # fmt: skip
 def test_what_serve_refuses_is_refused_in_the_same_words(
@@ -57,6 +62,35 @@ def test_what_serve_refuses_is_refused_in_the_same_words(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # relative file names, as a user's script would give them
     refused(tmp_path, f"SparkBridge: {error}", **settings)
+
+
+@pytest.mark.parametrize(
+    ("setting", "text", "error"),
+    [
+        ("token_key", "not a key\n", "token_key: afile:1: no PEM public key (-----BEGIN PUBLIC KEY-----) found"),
+        ("acl", "allow CN=x streams=*\n", "acl: afile:1: missing programs="),
+        ("token_revoked", "tokn x\n", "token_revoked: afile:1: expected `token ID`"),
+    ],
+)
+def test_a_credential_file_it_cannot_use_is_refused_naming_the_keyword(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str, text: str, error: str
+) -> None:
+    """The messages come from the files' parser, shared with ``serve``: here they name ``SparkBridge``'s keyword."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text(text)
+    (tmp_path / "empty.acl").write_text("# nobody yet\n")
+    others = {"acl": "empty.acl"} if setting == "token_revoked" else {}
+    with pytest.raises(ValueError) as caught:
+        SparkBridge(NO_SESSION, tmp_path / "log", tcp="127.0.0.1:0", **{setting: "afile"}, **others)
+    assert str(caught.value).startswith(f"SparkBridge: {error}") and "\n" not in str(caught.value)
+    assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize("value", [0, -1.5, float("nan"), float("inf"), "30", True])
+def test_a_stalled_after_that_is_no_positive_number_of_seconds_is_refused(tmp_path: Path, value: object) -> None:
+    """``serve --stalled-after`` takes a positive number; so does ``SparkBridge(stalled_after=)``."""
+    refused(tmp_path, f"SparkBridge: stalled_after= must be a positive number of seconds, got {value!r}",
+            tcp="127.0.0.1:0", stalled_after=value)  # fmt: skip
 
 
 def test_a_key_of_another_certificate_is_refused(tmp_path: Path, certs) -> None:

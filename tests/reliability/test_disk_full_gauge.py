@@ -1,5 +1,8 @@
 """``aqueduct_log_disk_full`` of a real bridge whose log's disk fills: 1 while writes are refused, 0 after.
 
+Refused writes of both kinds: a new stream whose files cannot be made (its
+producer is asked to reconnect), then group commits (retried, credits held).
+
 ``aqueduct-bridge serve --ingest-only`` (no Spark) runs in a private mount
 namespace (``unshare -m``, as root) with its log on a 4 MiB tmpfs there.
 The test fills that tmpfs from inside the namespace (``nsenter -m``)
@@ -72,13 +75,24 @@ async def test_the_disk_full_gauge_is_1_while_the_log_cannot_write_and_0_once_it
                         lambda: sample(address, "aqueduct_records_durable_total") >= 100, proc, err)  # fmt: skip
             filled = in_namespace(proc.pid, sys.executable, "-c", FILL, str(small), env={"PYTHONPATH": str(ROOT)})
             assert filled.returncode == 0, filled.stderr
-            sender = asyncio.create_task(s.send_many([b"x" * 200] * 2000))  # held back once credits stop
-            await until("the gauge to say the disk is full", lambda: disk_full(address) == 1, proc, err)
-            assert "no credits are granted until it is durable" in err.read_text()
-            freed = in_namespace(proc.pid, "rm", str(small / "filler"))
-            assert freed.returncode == 0, freed.stderr
-            await until("the gauge to say the disk has room", lambda: disk_full(address) == 0, proc, err)
-            await asyncio.wait_for(sender, TIMEOUT)
+            async with Connector(f"tcp://127.0.0.1:{tcp.group(1)}", program="p", instance="late") as late:  # type: ignore[attr-defined]
+                # A new stream on the full disk, nothing buffered for a group commit to find it full:
+                # its files cannot be made, its producer is asked to reconnect, and the gauge says why.
+                new = await late.stream(2, "new")
+                await new.send(b"first of a new stream")
+                await until("the gauge to say a new stream found the disk full", lambda: disk_full(address) == 1,
+                            proc, err)  # fmt: skip
+                assert "stream 2 of p/late: cannot create its files" in err.read_text()
+                sender = asyncio.create_task(s.send_many([b"x" * 200] * 2000))  # held back once credits stop
+                await until("a group commit to find the disk full",
+                            lambda: "no credits are granted until it is durable" in err.read_text(), proc, err)  # fmt: skip
+                assert disk_full(address) == 1
+                freed = in_namespace(proc.pid, "rm", str(small / "filler"))
+                assert freed.returncode == 0, freed.stderr
+                await until("the gauge to say the disk has room", lambda: disk_full(address) == 0, proc, err)
+                await asyncio.wait_for(sender, TIMEOUT)
+                await until("the new stream's record durable once its files were made",
+                            lambda: sample(address, "aqueduct_records_durable_total") >= 100 + 2000 + 1, proc, err)  # fmt: skip
         assert "the log's disk has room again" in err.read_text()
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0

@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from aqueduct.bridge.app.stalled import STALLED_AFTER as DEFAULT_STALLED_AFTER
 from aqueduct.connector.errors import ConnectorRefused
 from aqueduct.connector.producer.client import Connector
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 TIMEOUT = 180.0  # generous: only there to turn a hang into a failure
+STALLED_AFTER = 0.5  # seconds: short, so the wait for the unacked producer to count as stalled is short
 
 
 def _free_port() -> int:
@@ -100,7 +102,9 @@ async def test_json_logs_metrics_and_spark_ui_of_a_running_bridge(tmp_path: Path
 async def test_spark_bridge_serves_metrics_of_its_consumers(spark: object, tmp_path: Path) -> None:
     from aqueduct.bridge import SparkBridge
 
-    with SparkBridge(spark, log=tmp_path / "log", tcp="127.0.0.1:0", metrics="127.0.0.1:0") as bridge:
+    with SparkBridge(
+        spark, log=tmp_path / "log", tcp="127.0.0.1:0", metrics="127.0.0.1:0", stalled_after=STALLED_AFTER
+    ) as bridge:
         bridge.stream("reports")  # registers the consumer; no query needed to be behind
         assert bridge.tcp_address is not None and bridge.metrics_address is not None
         async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="p", instance="0") as conn:
@@ -118,3 +122,11 @@ async def test_spark_bridge_serves_metrics_of_its_consumers(spark: object, tmp_p
             assert metrics[("aqueduct_consumer_lag_records", (("consumer", "reports"),))] == 5
             age = metrics[("aqueduct_consumer_oldest_unread_age_seconds", (("consumer", "reports"),))]
             assert 0 <= age <= time.monotonic() - sending  # the oldest unread record is one just sent
+            for _ in range(int(TIMEOUT / 0.1)):  # no query acks them: stalled once STALLED_AFTER passed
+                if metrics[("aqueduct_stalled_producers", ())] == 1:
+                    break
+                await asyncio.sleep(0.1)
+                metrics = _samples(await asyncio.to_thread(_get, url))
+            stalled_at = time.monotonic() - sending
+            assert metrics[("aqueduct_stalled_producers", ())] == 1 and conn.unacked == 5
+            assert STALLED_AFTER <= stalled_at < DEFAULT_STALLED_AFTER  # the setting, not the 60 s default

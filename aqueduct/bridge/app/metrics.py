@@ -86,7 +86,7 @@ class Snapshot:
     failed_handshakes: dict[str, int]
     draining: bool
     drain_waiting: int  # records the drain waits for (0 when not draining)
-    disk_full: bool  # group commits find no room on the log's disk (they retry; credits are held)
+    disk_full: bool  # group commits, or a new stream's files, find no room on the log's disk
     stalled_producers: int  # connected producers with a record unacked beyond ``stalled_after``
 
 
@@ -237,8 +237,8 @@ class BridgeCollector:
                     "Records of complete epochs a draining bridge waits for its ack-driving consumers to commit.",
                     snap.drain_waiting)  # fmt: skip
         yield gauge("log_disk_bytes", "Bytes the log directory takes on disk.", disk_bytes(self.bridge.config.log_dir))
-        yield gauge("log_disk_full", "1 while group commits find the log's disk full (retried; credits held), else 0.",
-                    int(snap.disk_full))  # fmt: skip
+        yield gauge("log_disk_full", "1 while the log's disk is found full (group commits retried, credits held; "
+                    "a new stream's producer asked to reconnect), else 0.", int(snap.disk_full))  # fmt: skip
         yield gauge("stalled_producers",
                     "Connected producers with a record durable but unacked for longer than --stalled-after.",
                     snap.stalled_producers)  # fmt: skip

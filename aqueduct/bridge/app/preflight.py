@@ -75,7 +75,7 @@ def check_options(c: BridgeConfig, spell: Spelling) -> None:
     from aqueduct.bridge.ingest.producer_auth import ProducerAuth, ProducerAuthError
 
     try:  # read now: a bad file is one line here, before anything is created
-        ProducerAuth.from_options(c.token_key, c.acl, c.token_revoked)
+        ProducerAuth.from_options(c.token_key, c.acl, c.token_revoked, spell=spell)
     except ProducerAuthError as exc:
         raise PreflightError(str(exc)) from None
     if c.metrics is not None and importlib.util.find_spec("prometheus_client") is None:

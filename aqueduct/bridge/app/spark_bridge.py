@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import signal
 import sys
@@ -98,6 +99,13 @@ def _address(value: str | tuple[str, int] | None, field: str) -> tuple[str, int]
         raise PreflightError(f"SparkBridge: {keyword(field)} {exc}") from None
 
 
+def _positive_seconds(value: Any, field: str) -> float:
+    """A number of seconds above 0 (not NaN or infinite), as ``serve``'s option of ``field`` takes it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise PreflightError(f"SparkBridge: {keyword(field)} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def _workers_run_this_interpreter(spark: Any) -> None:
     """Spark's Python workers import this package: unless the user chose their Python, they run this one.
 
@@ -139,15 +147,18 @@ class SparkBridge:
     present a certificate this CA signed), ``tcp_tls`` (the ``tcp``
     listener takes TLS), ``token_key``, ``acl`` and ``token_revoked``
     (producers admitted by signed tokens and ACL-listed certificates, the
-    files re-read when they change; a file that cannot be used raises
-    :class:`~aqueduct.bridge.ingest.producer_auth.ProducerAuthError` here), ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
+    files re-read when they change; a file that cannot be used is refused
+    here, naming the keyword: ``SparkBridge: token_key: cannot read …``),
+    ``quic_backend``, ``credits``, ``credit_budget``, ``memory_budget``, ``max_lag``,
     ``retention``, ``segment_bytes`` and ``max_consumer_lag``; ``flight``
     (``HOST:PORT``) serves the log over Arrow Flight there, which happens
     anyway (beside the first listener, any free port) when the session's
     master is not local: :meth:`stream` then reads through it, so the
     executors of a cluster need no access to the log directory; and
     ``metrics="HOST:PORT"`` to serve Prometheus metrics at
-    ``http://HOST:PORT/metrics`` (docs/metrics.md).
+    ``http://HOST:PORT/metrics`` (docs/metrics.md), with ``stalled_after``
+    (seconds, ``--stalled-after``) saying when a producer waiting for its
+    ACK counts as stalled there.
     """
 
     def __init__(
@@ -165,6 +176,7 @@ class SparkBridge:
         allowed = {
             "certfile", "keyfile", "client_cafile", "quic_backend", "credits", "credit_budget", "memory_budget", "max_lag", "retention",
             "segment_bytes", "max_consumer_lag", "flight", "tcp_tls", "token_key", "acl", "token_revoked",
+            "stalled_after",
         }  # fmt: skip
         unknown = sorted(set(settings) - allowed)
         if unknown:
@@ -177,6 +189,8 @@ class SparkBridge:
         assert {f.name for f in fields(BridgeConfig)} >= allowed
         if "flight" in settings:
             settings["flight"] = _address(settings["flight"], "flight")
+        if "stalled_after" in settings:
+            settings["stalled_after"] = _positive_seconds(settings["stalled_after"], "stalled_after")
         for name in ("certfile", "keyfile", "client_cafile", "token_key", "acl", "token_revoked"):
             if settings.get(name) is not None:
                 settings[name] = Path(settings[name])

@@ -12,7 +12,10 @@ reconnects (:mod:`aqueduct.auth.verified`; expiry and revocation are
 checked every time).
 
 A file that cannot be used at start raises :class:`ProducerAuthError`
-(one line naming the file), before the bridge creates anything.
+(one line naming the file and the option that gave it), before the bridge
+creates anything. The option is named as the user spelled it: ``serve``'s
+``--token-key`` by default, ``SparkBridge``'s ``token_key`` when
+:mod:`aqueduct.bridge.app.preflight` passes that surface's spelling.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ __all__ = ["ProducerAuth", "ProducerAuthError"]
 T = TypeVar("T")
 
 
+def _serve_option(field: str) -> str:
+    """``token_key`` -> ``--token-key``: the option of ``aqueduct-bridge serve`` (the names agree for these three)."""
+    return "--" + field.replace("_", "-")
+
+
 class ProducerAuthError(ValueError):
     """A credential file the bridge cannot start with: ``str()`` is one line naming it."""
 
@@ -51,6 +59,8 @@ def _parse_keys(text: str, source: str) -> KeyRing:
 
 
 def _watch(option: str, path: Path, parse: Callable[[str, str], T]) -> WatchedFile[T]:
+    """``path`` read and parsed now, kept current; a problem is one line starting ``option: ``."""
+    option = option.rstrip("=")  # ``token_key: …``, not ``token_key=: …``
     try:
         return WatchedFile(path, parse)
     except AuthFileError as exc:
@@ -64,12 +74,24 @@ def _watch(option: str, path: Path, parse: Callable[[str, str], T]) -> WatchedFi
 class ProducerAuth:
     """Who the bridge admits: tokens under its public key(s), certificates its ACL lists, minus revocations."""
 
-    def __init__(self, token_key: Path | None = None, acl: Path | None = None, token_revoked: Path | None = None) -> None:
+    def __init__(
+        self,
+        token_key: Path | None = None,
+        acl: Path | None = None,
+        token_revoked: Path | None = None,
+        *,
+        spell: Callable[[str], str] = _serve_option,
+    ) -> None:
         if token_key is None and acl is None:
-            raise ProducerAuthError("--token-revoked needs --token-key or --acl (it revokes tokens or certificates)")
-        self._keys = None if token_key is None else _watch("--token-key", token_key, _parse_keys)
-        self._acl = None if acl is None else _watch("--acl", acl, parse_acl)
-        self._revoked = None if token_revoked is None else _watch("--token-revoked", token_revoked, parse_revocations)
+            raise ProducerAuthError(
+                f"{spell('token_revoked')} needs {spell('token_key')} or {spell('acl')} "
+                "(it revokes tokens or certificates)"
+            )
+        self._keys = None if token_key is None else _watch(spell("token_key"), token_key, _parse_keys)
+        self._acl = None if acl is None else _watch(spell("acl"), acl, parse_acl)
+        self._revoked = (
+            None if token_revoked is None else _watch(spell("token_revoked"), token_revoked, parse_revocations)
+        )
         self._admission = Admission(
             keys=None if self._keys is None else self._keys.current(),
             acl=None if self._acl is None else self._acl.current,
@@ -79,12 +101,17 @@ class ProducerAuth:
 
     @classmethod
     def from_options(
-        cls, token_key: Path | None, acl: Path | None, token_revoked: Path | None
+        cls,
+        token_key: Path | None,
+        acl: Path | None,
+        token_revoked: Path | None,
+        *,
+        spell: Callable[[str], str] = _serve_option,
     ) -> ProducerAuth | None:
         """The bridge's credentials, or None when no option asks for any (the shared cookie admits)."""
         if token_key is None and acl is None and token_revoked is None:
             return None
-        return cls(token_key, acl, token_revoked)
+        return cls(token_key, acl, token_revoked, spell=spell)
 
     def check(self, secret: bytes, certificate_subject: str | None) -> Identity | Denied:
         """The identity HELLO's ``secret`` (and verified certificate) establishes now, or why not."""

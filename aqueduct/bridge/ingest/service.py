@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from aqueduct.auth.identity import Identity, Method
@@ -97,6 +99,8 @@ class Ingest:
         self._stream_refused: dict[WorkerPeer, str] = {}
         #: the ERROR every HELLO gets once the bridge takes no new sessions (:meth:`turn_away`)
         self.turning_away: str | None = None
+        #: why the last new stream's files found no room on the log's disk, and since when (None: room was found)
+        self._no_room_for_streams: tuple[str, float] | None = None
 
     # ------------------------------------------------------------ session side
 
@@ -226,8 +230,11 @@ class Ingest:
         except OSError as exc:  # e.g. out of descriptors: the producer should come back, not give up
             logger.warning("stream %d of %s: cannot create its files (%s); asking it to reconnect",
                            event.stream_id, state, exc)  # fmt: skip
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._no_room_for_streams is None:
+                self._no_room_for_streams = (f"no room for stream {event.stream_id}'s files: {exc}", time.monotonic())
             await peer.restart()
             return
+        self._no_room_for_streams = None
         if event.stream_id not in self.backlog:
             self.backlog.move(event.stream_id, complete=0, committed=0)
 
@@ -279,6 +286,8 @@ class Ingest:
         hands out the credits before re-raising.
         """
         done = await self.writer.commit()
+        if done.nbytes:  # the disk took these records: it has room for a stream's files too
+            self._no_room_for_streams = None
         for sid in done.ends:
             self.backlog.move(sid, complete=self.log.complete_offset(sid))
         self.credits.made_durable(done.earned, done.nbytes)
@@ -289,8 +298,14 @@ class Ingest:
 
     @property
     def disk_full(self) -> tuple[str, float] | None:
-        """Why group commits wait for space, and since when (``time.monotonic()``); None while they succeed."""
-        return self.writer.disk_full
+        """Why the log's disk has no room, and since when (``time.monotonic()``); None while writes succeed.
+
+        Either group commits wait for space (they retry, credits are held),
+        or a new stream's files could not be made (its producer was asked
+        to reconnect): a disk already full when a stream opens, with no
+        group commit pending to find it so.
+        """
+        return self.writer.disk_full or self._no_room_for_streams
 
     @property
     def buffered(self) -> int:
