@@ -130,7 +130,9 @@ async def test_example_job_under_spark_submit_killed_restarted_with_python_exact
             async def load() -> None:
                 for i in range(1_000_000):  # until the job stops
                     await s.send(json.dumps({"user": f"c{i}", "amount": float(i)}).encode())
-                    if i % 50 == 0:
+                    if i % 10 == 9:  # the stream has epochs: a batch takes only closed ones
+                        await s.send(None, boundary=True)
+                    if i % 50 == 49:
                         await asyncio.sleep(0.01)
 
             written = len(list((tmp_path / "out").glob("batch-*.jsonl")))
