@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -28,6 +29,7 @@ from _pytest.nodes import Node
 import aqueduct
 from aqueduct.runtime.certs import CertPaths, generate_certs
 from interop.netns import isolated_loopback
+from tests.jvm_options import TEST_JVM_OPTIONS
 
 PICOQUIC_SERVER_OUTSIDE_NAMESPACE = (
     "a picoquic server listens on every interface: run where loopback is the only one "
@@ -77,13 +79,25 @@ def long_running(item: pytest.Item) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse ``--dist loadgroup`` where it cannot group: each Spark test would then start its own session.
+    """Give Spark's JVMs :data:`TEST_JVM_OPTIONS`; refuse ``--dist loadgroup`` where it cannot group.
+
+    ``PYSPARK_SUBMIT_ARGS`` reaches every JVM pyspark launches, here and in
+    the ``serve`` processes and user jobs the tests start (unless the
+    caller set its own); the standalone cluster's daemons take
+    ``SPARK_DAEMON_JAVA_OPTS`` (:func:`tests.spark.standalone.cluster_env`).
+
+    Refusing ``--dist loadgroup`` where it cannot group: each Spark test would then start its own session.
 
     pytest-xdist (3.8) puts a test's group into its node id by setting
     ``item._nodeid``; from pytest 9.2 on, ``nodeid`` is built from another
     attribute, the scheduler sees no groups and runs every test alone (two
     Spark sessions and two standalone clusters on two cores).
     """
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS",
+        f"--driver-java-options {TEST_JVM_OPTIONS} --conf spark.executor.extraJavaOptions={TEST_JVM_OPTIONS} "
+        "pyspark-shell",
+    )
     if config.getoption("dist", "no") == "loadgroup" and "_nodeid" not in Node.nodeid.fget.__code__.co_names:
         raise pytest.UsageError("--dist loadgroup cannot group tests with this pytest (item.nodeid does not read "
                                 "item._nodeid, which pytest-xdist sets): install pytest<9.2 (pyproject.toml)")

@@ -115,8 +115,12 @@ class Child:
     a full pipe while the test is busy elsewhere.
     """
 
-    def __init__(self, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None, *, own_session: bool = False
+    ) -> None:
+        """``own_session``: lead a session and process group of its own, as a service manager starts a service."""
         self.argv = list(argv)
+        self.own_session = own_session
         self.log = log
         self.env = {**os.environ, **(env or {})}
         self.proc: asyncio.subprocess.Process | None = None
@@ -127,7 +131,8 @@ class Child:
             out.write(f"--- start {' '.join(self.argv)}\n".encode())
             out.flush()
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL, env=self.env
+                *self.argv, stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL, env=self.env,
+                start_new_session=self.own_session,
             )
 
     @property

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
 import pytest
 
 from aqueduct.connector.producer.client import Connector
@@ -59,7 +60,7 @@ class BridgeProcess:
 
     def __init__(
         self, tmp: Path, certs, *, quic: bool = False, tcp: bool = False, args: tuple[str, ...] = (),
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, own_session: bool = False,
     ) -> None:  # fmt: skip
         self.tmp = tmp
         self.quic_port = free_port(socket.SOCK_DGRAM) if quic else None
@@ -76,7 +77,9 @@ class BridgeProcess:
             argv += ["--quic", f"127.0.0.1:{self.quic_port}"]
         if tcp:
             argv += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
-        self.child = Child(argv, tmp / "bridge.log", env={"PYSPARK_PYTHON": sys.executable, **(env or {})})
+        self.child = Child(
+            argv, tmp / "bridge.log", env={"PYSPARK_PYTHON": sys.executable, **(env or {})}, own_session=own_session
+        )
         self.starts = 0
 
     @property
@@ -125,6 +128,16 @@ class BridgeProcess:
             assert self.child.running, self.child.output()[-3000:]
             assert time.monotonic() < deadline, "no micro-batch committed"
             await asyncio.sleep(0.2)
+
+    def planned_batches(self) -> int:
+        """Micro-batches the Spark query has planned (entries in its checkpoint's offset log)."""
+        offsets = self.tmp / "checkpoint" / "offsets"
+        return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
+
+    async def batch_in_flight(self) -> None:
+        """Until the query has planned a micro-batch it has not committed (its offsets written, no commit)."""
+        while self.planned_batches() <= self.committed_batches():
+            await asyncio.sleep(0.02)
 
     async def alive_while(self, awaitable: Awaitable[T], timeout: float) -> T:
         """Await ``awaitable``, failing at once if the bridge process exits meanwhile."""
@@ -247,13 +260,24 @@ async def test_bridge_killed_three_times_during_ingest_loses_and_duplicates_noth
         supervisor = asyncio.ensure_future(supervise_producer(cli, rng, 2, DRAIN_TIMEOUT))
         try:
             for i, delay in enumerate(crash_after):
-                if i == len(crash_after) - 1:
+                last = i == len(crash_after) - 1
+                if last:
                     # The last crash lands while Spark is running micro-batches (after the
-                    # first commit of this incarnation), not only during ingest.
+                    # first commit of this incarnation), not only during ingest ...
                     await bridge.wait_for_commit(beyond=bridge.committed_batches())
                 await asyncio.sleep(delay)  # ingest running
+                if last:  # ... at the worst moment: a batch planned, not committed, to be redone after the restart
+                    with contextlib.suppress(TimeoutError):  # unless the producers ran dry: no batch comes
+                        await asyncio.wait_for(bridge.batch_in_flight(), 30)
+                    figures.extra["batch_in_flight_at_last_kill"] = bridge.planned_batches() > bridge.committed_batches()
                 batches_at_kill.append(bridge.committed_batches())
-                await bridge.crash()
+                if last:  # the bridge alone: its Spark JVM and workers must die with it, releasing the checkpoint
+                    family = psutil.Process(bridge.child.pid).children(recursive=True)
+                    await bridge.child.kill()
+                    _, alive = await asyncio.to_thread(psutil.wait_procs, family, timeout=30)
+                    assert not alive, f"processes outlived the killed bridge: {alive}"
+                else:
+                    await bridge.crash()
                 # The first two crashes land while Spark is still starting (ingest runs
                 # already); from then on each start waits for the query to be up.
                 startups.append(await bridge.start(query=i >= len(crash_after) - 2))
@@ -282,33 +306,51 @@ async def test_bridge_killed_three_times_during_ingest_loses_and_duplicates_noth
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc) to build the rename hook")
-async def test_jvm_killed_at_its_checkpoint_commit_rename_restarts_exactly_once(
+async def test_killed_at_the_sources_commit_file_then_the_jvm_at_sparks_commit_rename_restarts_exactly_once(
     figures: Figures, tmp_path: Path, certs
 ) -> None:
-    """A real kill in the middle of Spark's own checkpoint write, at the moment that matters most.
+    """Real kills in the middle of both checkpoint writes of a micro-batch, one after the other, on one log.
 
-    Spark writes each checkpoint entry to a temporary file and renames it
-    into place. A preloaded hook (``inject/kill_at_rename.c``) SIGKILLs
-    the JVM when it calls the ``rename`` that would publish ``commits/1``:
-    the batch is in the sink, its commit not recorded, nothing of it acked
-    yet (the content on disk under its temporary name). ``serve`` sees its
-    JVM die and exits by itself; after the restart the batch is run again
-    with the same offsets, and every record is in the sink once with its
-    payload, every one acked. (A kill at ``offsets/N`` differs only in the
-    batch being planned again: the same restart path.)
+    1. **The source's commit file** (``LOG/commits/<consumer>.json``): the
+       Python process writing it (one Spark started) stops itself once the
+       new content is on disk under its temporary name, before the rename
+       (``inject/sitecustomize.py``); the test then SIGKILLs the bridge and
+       everything it started, as a machine crash would at that moment. A
+       connector sends throughout, so micro-batches keep coming (the source
+       writes a batch's commit file when the next one runs).
+    2. **Spark's own checkpoint**, in the restarted bridge: Spark writes
+       each entry to a temporary file and renames it into place. A
+       preloaded hook (``inject/kill_at_rename.c``) SIGKILLs the JVM when it
+       calls the ``rename`` that would publish the restarted query's first
+       ``commits/N``: the batch is in the sink, its commit not recorded,
+       nothing of it acked yet. ``serve`` sees its JVM die and exits by
+       itself. (A kill at ``offsets/N`` differs only in the batch being
+       planned again: the same restart path.)
+
+    After the second restart the batch is run again with the same offsets,
+    and every record is in the sink once with its payload, every one acked.
+    Both kills share one bridge: a Spark start costs tens of seconds on two cores.
     """
     sent: dict[int, bytes] = {}
     stop = asyncio.Event()
-    entry = tmp_path / "checkpoint" / "commits" / "1"
-    mark = tmp_path / "faults"
+    commits = tmp_path / "checkpoint" / "commits"
+    commit_file_mark, rename_mark = tmp_path / "commit-file-fault", tmp_path / "rename-fault"
     async with bridge_process(tmp_path, certs, tcp=True) as bridge:
         plain_env = dict(bridge.child.env)
-        bridge.child.env = plain_env | kill_at_rename_env(entry, mark, tmp_path)
+        bridge.child.env = plain_env | fault_env("commit-file:1", commit_file_mark, log=tmp_path / "log")
         await bridge.start(query=False)
-        sender = asyncio.ensure_future(send_steadily(bridge, sent, stop, pause=0.01))
+        sender = asyncio.ensure_future(send_steadily(bridge, sent, stop, pause=0.005))
         try:
+            await bridge.alive_while(wait_for_file(commit_file_mark), DRAIN_TIMEOUT)  # the write reached its rename
+            torn = sorted(p.name for p in (tmp_path / "log" / "commits").iterdir())
+            await bridge.crash()
+
+            # the restarted query's first commit: the batch left uncommitted, run again, or the next one
+            entry = commits / str(max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1) + 1)
+            bridge.child.env = plain_env | kill_at_rename_env(entry, rename_mark, tmp_path)
+            await bridge.start(query=False)
             status = await bridge.child.wait(DRAIN_TIMEOUT)  # serve exits once its JVM was killed
-            leftovers = sorted(p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp"))
+            leftovers = sorted(p.name for p in commits.iterdir() if p.name.endswith(".tmp"))
             assert status != 0 and not entry.exists(), (status, bridge.child.output()[-3000:])
             await bridge.crash()  # anything the JVM's death left running
             bridge.child.env = plain_env
@@ -318,47 +360,14 @@ async def test_jvm_killed_at_its_checkpoint_commit_rename_restarts_exactly_once(
             sender.cancel()
     result = verify_output(bridge.output, expected)
     record(figures, result)
-    figures.faults = {"jvm_sigkill_at_rename_of": faults_reached(mark), "temporary_files_left": leftovers}
+    figures.faults = {
+        "sigkill_during_commit_file_write": faults_reached(commit_file_mark), "commit_files_at_kill": torn,
+        "jvm_sigkill_at_rename_of": faults_reached(rename_mark), "temporary_files_left": leftovers,
+    }  # fmt: skip
     assert_exactly_once(result, bridge)
-    assert len(faults_reached(mark)) == 1, faults_reached(mark)  # the kill came at the rename
-    assert leftovers, leftovers  # and left the entry's content unpublished
-
-
-async def test_bridge_killed_while_the_source_writes_its_commit_file_restarts_exactly_once(
-    figures: Figures, tmp_path: Path, certs
-) -> None:
-    """A real kill in the middle of the source's commit-file write (``LOG/commits/<consumer>.json``).
-
-    The Python process writing it (one Spark started) stops itself once
-    the new content is on disk under its temporary name, before the rename
-    (``inject/sitecustomize.py``); the test then SIGKILLs the bridge and
-    everything it started, as a machine crash would at that moment, and
-    restarts it. A connector sends throughout, so micro-batches keep
-    coming (the source writes a batch's commit file when the next one runs).
-    """
-    mark = tmp_path / "faults"
-    fault = fault_env("commit-file:1", mark, log=tmp_path / "log")
-    sent: dict[int, bytes] = {}
-    stop = asyncio.Event()
-    async with bridge_process(tmp_path, certs, tcp=True, env=fault) as bridge:
-        await bridge.start(query=False)
-
-        sender = asyncio.ensure_future(send_steadily(bridge, sent, stop, pause=0.005))
-        try:
-            await bridge.alive_while(wait_for_file(mark), DRAIN_TIMEOUT)  # the write reached its rename
-            torn = sorted(p.name for p in (tmp_path / "log" / "commits").iterdir())
-            await bridge.crash()
-            for key in fault:
-                bridge.child.env.pop(key)
-            expected = await resume_and_drain(bridge, sender, stop, sent)
-        finally:
-            stop.set()
-            sender.cancel()
-    result = verify_output(bridge.output, expected)
-    record(figures, result)
-    figures.faults = {"sigkill_during_commit_file_write": faults_reached(mark), "commit_files_at_kill": torn}
-    assert_exactly_once(result, bridge)
-    assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the new content unpublished
+    assert any(name.endswith(".json.tmp") for name in torn), torn  # killed with the source's new content unpublished
+    assert len(faults_reached(rename_mark)) == 1, faults_reached(rename_mark)  # the JVM's kill came at the rename
+    assert leftovers, leftovers  # and left Spark's entry unpublished
 
 
 async def send_steadily(bridge: BridgeProcess, sent: dict[int, bytes], stop: asyncio.Event, pause: float) -> None:

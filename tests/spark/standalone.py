@@ -24,6 +24,7 @@ from pathlib import Path
 import pyspark
 
 from bench.processes import DIE_WITH_THE_PARENT
+from tests.jvm_options import TEST_JVM_OPTIONS
 
 STARTUP = 120.0  # seconds; only turns a hang into a failure
 
@@ -52,6 +53,7 @@ def cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         "SPARK_HOME": os.path.dirname(pyspark.__file__),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,  # the master's and workers' (the executors': tests/conftest.py)
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])),
@@ -155,6 +157,7 @@ class StandaloneCluster:
             "--conf", f"spark.connect.grpc.binding.port={port}",
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
             "--conf", "spark.ui.enabled=false", "--conf", f"spark.local.dir={work}",
+            "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}",
             "spark-internal",
         ]  # fmt: skip
 

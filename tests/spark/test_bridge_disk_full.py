@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,9 @@ import pytest
 from demo.producer import produce
 from demo.verify import verify_output
 from demo.workload import Workload
+from tests.ports import free_port
 from tests.reliability.ingest_child import in_namespace, small_disk_dir
-from tests.spark.test_bridge_kill import TIMEOUT, _bridge_command, _free_port, _until
+from tests.spark.serve_process import TIMEOUT, bridge_command, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -37,8 +39,8 @@ def caught_up_while_full(output: str) -> bool:
 
 async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Path) -> None:
     small = small_disk_dir(tmp_path)
-    port = _free_port()
-    command = _bridge_command(port, tmp_path)
+    port = free_port(socket.SOCK_STREAM)
+    command = bridge_command(port, tmp_path)
     command[command.index("--log") + 1] = str(small / "log")
     script = f'mount -t tmpfs -o size=8m tmpfs "{small}" && exec "$@"'
     log_file = tmp_path / "bridge.log"
@@ -57,18 +59,18 @@ async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Pat
             assert proc.returncode is None, log_file.read_text()[-3000:]
             await asyncio.sleep(0.2)
         producers = asyncio.gather(*(produce(url, workload, p, timeout=TIMEOUT) for p in range(2)))
-        await _until(lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch")
+        await until(lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch")
         filled = in_namespace(proc.pid, "dd", "if=/dev/zero", f"of={small}/filler", "bs=64k")
         assert "No space left on device" in filled.stderr, filled.stderr
-        await _until(lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk")
+        await until(lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk")
         # Their chance to end wrongly (an ACK of what is not durable) came and went: Spark
         # committed everything complete while the disk was full.
-        await _until(lambda: caught_up_while_full(log_file.read_text()), "Spark to catch up while the disk is full")
+        await until(lambda: caught_up_while_full(log_file.read_text()), "Spark to catch up while the disk is full")
         assert proc.returncode is None and not producers.done()  # up, and producers held back
         freed = in_namespace(proc.pid, "rm", f"{small}/filler")
         assert freed.returncode == 0, freed.stderr
         await asyncio.wait_for(producers, TIMEOUT)  # every message acked
-        await _until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,
+        await until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,
                      "every row in the sink")  # fmt: skip
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0

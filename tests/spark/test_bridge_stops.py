@@ -1,17 +1,19 @@
-"""Clean stops: SIGTERM to the bridge's whole process group, or its Spark JVM ending first.
+"""A clean stop when the bridge's Spark JVM ends first, from a stop signal.
 
 A service manager (systemd, a container runtime) stops a service by
-signalling its process group, or every process of the unit. The bridge
-must then exit 0 with one line saying what happened and no traceback,
-everything it acked durable, and leave no process behind.
+signalling its process group, or every process of the unit, the JVM
+perhaps first. The bridge must then exit 0 with one line saying what
+happened and no traceback, everything it acked durable, and leave no
+process behind. SIGTERM to the group (the JVM untouched, in a session
+of its own) is :mod:`tests.reliability.test_serve_quiet_logs`'s stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
+import socket
 from pathlib import Path
 
 import psutil
@@ -20,17 +22,18 @@ import pytest
 from demo.producer import produce
 from demo.verify import verify_output
 from demo.workload import Workload
-from tests.spark.test_bridge_kill import TIMEOUT, _bridge_command, _free_port, _until
+from tests.ports import free_port
+from tests.spark.serve_process import TIMEOUT, bridge_command, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 async def _serve_and_deliver(tmp: Path) -> tuple[asyncio.subprocess.Process, list[psutil.Process]]:
     """A bridge leading its own process group (as under systemd), with a workload delivered and acked."""
-    port = _free_port()
+    port = free_port(socket.SOCK_STREAM)
     with open(tmp / "bridge.log", "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            *_bridge_command(port, tmp), stdout=log, stderr=log, start_new_session=True
+            *bridge_command(port, tmp), stdout=log, stderr=log, start_new_session=True
         )
     workload = Workload(producers=1, streams=2, events=200, epoch=20)
     for _ in range(int(TIMEOUT / 0.2)):  # listening (Spark may still be starting)
@@ -41,7 +44,7 @@ async def _serve_and_deliver(tmp: Path) -> tuple[asyncio.subprocess.Process, lis
         assert proc.returncode is None, (tmp / "bridge.log").read_text()[-3000:]
         await asyncio.sleep(0.2)
     await produce(f"tcp://127.0.0.1:{port}", workload, 0, timeout=TIMEOUT)  # every message acked
-    await _until(lambda: verify_output(tmp / "out", workload.expected()).ok, "every row in the sink")
+    await until(lambda: verify_output(tmp / "out", workload.expected()).ok, "every row in the sink")
     return proc, psutil.Process(proc.pid).children(recursive=True)
 
 
@@ -75,14 +78,6 @@ async def _ends_cleanly(proc: asyncio.subprocess.Process, tree: list[psutil.Proc
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
     return text
-
-
-async def test_sigterm_to_the_process_group_stops_the_bridge_cleanly(tmp_path: Path) -> None:
-    proc, tree = await _serve_and_deliver(tmp_path)
-    assert _jvms(tree)  # its JVM: in a session of its own, untouched by the signal
-    os.killpg(proc.pid, signal.SIGTERM)
-    text = await _ends_cleanly(proc, tree, tmp_path / "bridge.log")
-    assert "aqueduct-bridge: SIGTERM: stopped in " in text and ", everything acked is durable" in text
 
 
 async def test_the_jvm_ending_first_from_a_stop_signal_stops_the_bridge_cleanly(tmp_path: Path) -> None:
