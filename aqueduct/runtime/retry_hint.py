@@ -1,4 +1,4 @@
-"""When a refused client should come back: a busy server's schedule, like HTTP's Retry-After.
+"""When a refused client should come back: a busy server's queue of numbered turns, like HTTP's Retry-After.
 
 A server at its handshake bound refuses new connections (CONNECTION_REFUSED,
 see :mod:`aqueduct.runtime.backends.quic_server`). Clients that only know their own
@@ -8,38 +8,71 @@ building those doomed attempts (keys, TLS hello, a socket) cost the
 producers more CPU than the handshakes that succeeded.
 
 So the refusal names a window to come back in, in its reason phrase
-(``busy: retry within 4.20 s, not before 3.95 s``). The server cannot count
-the crowd (a retry comes from a new port with a new connection id), and an
-earlier hint that guessed the crowd from the refusals, doubling its window
-each second, sat at its 60 s cap through a whole storm: the last producer
-of 2,000 came back minutes after the queue could have cleared. What the
-server *can* know is its own capacity, and that is enough:
+(``busy: retry within 4.20 s, not before 3.95 s; turn 2b9c01d4000004d2``).
+Two earlier schedules failed in storms, for reasons this one is built
+against:
 
-- **Capacity by Little's law.** While every slot is taken, the handshakes
-  completed per second are ``slots / mean handshake duration``; the server
-  passes each completed handshake's duration (an exponentially weighted
-  mean), so the estimate exists from the first completions after a restart.
-  Before any, an assumed duration of :data:`PRIOR_DURATION`: a guess too
-  short only gets its clients refused again, with a better window.
-- **A virtual queue.** Each refusal is given the next free slot of a promised
-  schedule, ``T_next = max(T_next, now) + 1 / capacity``, and told a window
-  starting at that slot, :data:`MIN_WINDOW` wide (or one slot if slots are
-  longer): the refused are spread evenly over exactly the time the server
-  needs for them, not over 60 s when the queue clears in 5. Nothing is
-  promised beyond :data:`MAX_WINDOW`: a client refused when the schedule is
-  full is told the window at the cap and gets a slot when it comes back.
+- one doubled its window each second while refusals outnumbered
+  completions: it sat at its 60 s cap through a whole storm;
+- one gave every refusal the next slot at the end of a paced schedule. The
+  server could not tell a producer refused again from a new one (a retry
+  comes from a new port with a new connection id), so every repeat took
+  another slot: the schedule's length was *refusals* / capacity, not
+  producers / capacity; past the 60 s cap every refused producer was told
+  the same quarter-second window and came back in one herd (5,000 token
+  producers: 7,851 refusals naming 60 s, 2.8 handshakes/s with the bridge's
+  loop idle).
+
+The model here is a ticket queue (a bakery's numbered tickets):
+
+- **A turn per producer, kept across refusals.** A producer refused for
+  the first time is given the next turn number ``k`` (``issued``). The
+  phrase names it; our connector sends it back as its next Initial's QUIC
+  token (RFC 9000 section 8.1's address-validation token, which the server
+  reads before any TLS work). A producer that names a turn keeps it: refused
+  again, it is told when that turn comes, and the queue does not grow.
+- **Turns called at the server's capacity.** The turn being served
+  (``head``) advances at the handshakes a second the server completes with
+  every slot taken (Little's law: ``slots / mean handshake duration``, the
+  duration measured on each completion), so turn ``k`` comes
+  ``(k - head) / capacity`` seconds from now. The estimate is re-read each
+  time a producer comes back, so a queue promised at a wrong capacity
+  (a restarted server's first guess, :data:`PRIOR_DURATION`) is corrected
+  at the producer's next refusal, never lengthened.
+- **A called turn is admitted.** A producer whose turn has come is admitted
+  even with every slot taken, up to ``slots`` more (:meth:`Admission.admits`):
+  its wait was the server's promise. A newcomer with every slot taken goes
+  to the end of the queue.
+- **Nothing promised beyond :data:`MAX_WINDOW`.** A turn further ahead is
+  told to come back within the cap, at a random point of its second half
+  (not all at its end: that was the herd above), and is then told its turn.
+
+Table of one Initial's fate (``in progress``: handshakes holding a slot):
+
+================  ============================  ==========================================
+in progress       the Initial names             decision
+================  ============================  ==========================================
+< slots           anything                      admitted
+>= slots          no turn of this server        refused, given the next turn (queue grows)
+>= slots          a turn not yet called         refused, told when that turn comes
+< 2 x slots       a called turn                 admitted (the promise is kept)
+>= 2 x slots      a called turn                 refused, told to come back at once (same turn)
+================  ============================  ==========================================
 
 Clients that only read ``retry within B s`` (the phrase's first part, which
 older clients search for) wait up to B and are refused again if early;
 clients that read both wait a random time between the two (jitter inside
-their slot's window). Bounded state, O(1) per event, no per-client memory:
-a refusal stays cheap however large the storm. Pure bookkeeping: the caller
-passes the time.
+their window). A turn is a number in this process's queue, not a credential:
+a client that forges one only gets its handshake run sooner, never more than
+twice the bound at once. State is a few numbers, O(1) per event, nothing per
+client. Pure bookkeeping: the caller passes the time.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import struct
 from dataclasses import dataclass
 
 from aqueduct.proto.errors import ConnectionLost
@@ -50,27 +83,32 @@ MIN_WINDOW = 0.25
 MAX_WINDOW = 60.0
 """Nothing is promised further ahead: a client commits to its wait, the server's capacity may change."""
 PRIOR_DURATION = 0.25
-"""Seconds a handshake is assumed to take before one has completed."""
-_WEIGHT = 1 / 16  # of each completed handshake's duration in the running mean
+"""Seconds a handshake is assumed to take before one has completed (corrected at each producer's return)."""
+_WEIGHT = 1 / 8  # of each completed handshake's duration in the running mean: 64 completions outweigh the prior 5,000:1
 
 _REASON = "busy: retry within {:.2f} s"
 _LATER = ", not before {:.2f} s"
+_TURN = "; turn {}"
 _WITHIN = re.compile(r"busy: retry within ([0-9]+(?:\.[0-9]+)?) s")
 _NOT_BEFORE = re.compile(r", not before ([0-9]+(?:\.[0-9]+)?) s")
+_TURN_NAMED = re.compile(r"; turn ([0-9a-f]{16})\b")
+_TICKET = struct.Struct("!4sI")  # this server's queue (random per process), the turn's number
 
 
 @dataclass(frozen=True)
 class RetryWindow:
-    """Come back between ``not_before`` and ``within`` seconds from the refusal."""
+    """Come back between ``not_before`` and ``within`` seconds from the refusal, naming ``turn`` (if any)."""
 
     not_before: float
     within: float
+    turn: bytes = b""
 
 
 def busy_reason(window: RetryWindow) -> str:
     """The reason phrase of a refusal that names ``window`` (from now on: the older, shorter phrase)."""
     later = _LATER.format(window.not_before)
-    return _REASON.format(window.within) + ("" if later == _LATER.format(0.0) else later)
+    phrase = _REASON.format(window.within) + ("" if later == _LATER.format(0.0) else later)
+    return phrase + (_TURN.format(window.turn.hex()) if window.turn else "")
 
 
 def retry_window(lost: ConnectionLost) -> RetryWindow | None:
@@ -93,7 +131,12 @@ def window_named(reason: str) -> RetryWindow | None:
     if within is None:
         return None
     not_before = _NOT_BEFORE.search(reason, within.end())
-    return RetryWindow(float(not_before.group(1)) if not_before else 0.0, float(within.group(1)))
+    turn = _TURN_NAMED.search(reason, within.end())
+    return RetryWindow(
+        float(not_before.group(1)) if not_before else 0.0,
+        float(within.group(1)),
+        bytes.fromhex(turn.group(1)) if turn else b"",
+    )
 
 
 def retry_within(lost: ConnectionLost) -> float | None:
@@ -102,17 +145,37 @@ def retry_within(lost: ConnectionLost) -> float | None:
     return window.within if window else None
 
 
-class RetryHint:
-    """The schedule a server at its bound of ``slots`` handshakes promises the clients it refuses."""
+@dataclass(frozen=True)
+class Admitted:
+    """The Initial starts a handshake (it holds a slot until :meth:`Admission.completed` or its end)."""
 
-    __slots__ = ("slots", "duration", "next_slot")
 
-    def __init__(self, now: float, slots: int) -> None:
+@dataclass(frozen=True)
+class Refused:
+    """The Initial is refused; its client is told ``window`` (which names its turn)."""
+
+    window: RetryWindow
+
+
+class Admission:
+    """Which Initials a server at its bound of ``slots`` handshakes admits, and when the refused come back.
+
+    See the module's table. ``queue`` (random bytes, one per process) keeps
+    another process's turns, a restarted server's predecessor's, from counting
+    here: they are newcomers.
+    """
+
+    __slots__ = ("slots", "duration", "head", "issued", "_at", "_queue")
+
+    def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
         self.duration = PRIOR_DURATION  # mean seconds a completed handshake took
-        self.next_slot = now  # when the schedule's next free slot begins
+        self.head = 0.0  # the turn being called: turns below it have come
+        self.issued = 0  # turns given so far; the next newcomer refused gets this one
+        self._at = now  # when ``head`` was last advanced
+        self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
     def capacity(self) -> float:
@@ -123,15 +186,49 @@ class RetryHint:
         """A handshake completed after ``duration`` seconds (its slot is free for the next client)."""
         self.duration += _WEIGHT * (max(duration, 1e-6) - self.duration)
 
-    def refused(self, now: float) -> RetryWindow:
-        """A client was refused: the window of the next free slot of the schedule."""
-        start = max(self.next_slot, now)
-        interval = 1.0 / self.capacity
-        width = max(MIN_WINDOW, interval)
-        if start + interval - now > MAX_WINDOW - width:  # beyond what may be promised
-            return RetryWindow(MAX_WINDOW - width, MAX_WINDOW)
-        self.next_slot = start + interval
-        return RetryWindow(start - now, start - now + width)
+    def admits(self, now: float, in_progress: int, token: bytes) -> Admitted | Refused:
+        """An Initial arrived with ``in_progress`` handshakes holding slots, carrying QUIC ``token``."""
+        self._advance(now)
+        turn = self._turn(token)
+        if in_progress < self.slots or (turn is not None and turn < self.head and in_progress < 2 * self.slots):
+            return Admitted()
+        if turn is None:  # a newcomer: the end of the queue
+            turn = self.issued
+            self.issued += 1
+        return Refused(self._window(turn))
+
+    def _advance(self, now: float) -> None:
+        """Call the turns the server had capacity for since the last event (never beyond those given)."""
+        self.head = min(float(self.issued), self.head + (now - self._at) * self.capacity)
+        self._at = now
+
+    def _turn(self, token: bytes) -> int | None:
+        """The turn ``token`` names, if it is one of this queue's."""
+        if len(token) != _TICKET.size:
+            return None
+        queue, turn = _TICKET.unpack(token)
+        return turn if queue == self._queue and turn < self.issued else None
+
+    def _window(self, turn: int) -> RetryWindow:
+        """When ``turn`` comes, as a window from now, naming the turn."""
+        ticket = _TICKET.pack(self._queue, turn)
+        start = max(0.0, (turn - self.head) / self.capacity)
+        width = max(MIN_WINDOW, 1.0 / self.capacity)
+        if start + width > MAX_WINDOW:  # beyond what may be promised: ask again, spread over the cap's second half
+            spread = (turn % 1024) / 1024 * (MAX_WINDOW / 2 - width)
+            return RetryWindow(MAX_WINDOW / 2 + spread, MAX_WINDOW / 2 + spread + width, ticket)
+        return RetryWindow(start, start + width, ticket)
 
 
-__all__ = ["MAX_WINDOW", "MIN_WINDOW", "RetryHint", "RetryWindow", "busy_reason", "retry_window", "retry_within", "window_named"]
+__all__ = [
+    "MAX_WINDOW",
+    "MIN_WINDOW",
+    "Admission",
+    "Admitted",
+    "Refused",
+    "RetryWindow",
+    "busy_reason",
+    "retry_window",
+    "retry_within",
+    "window_named",
+]

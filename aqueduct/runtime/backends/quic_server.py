@@ -11,10 +11,13 @@ progress. An Initial that would open one more is answered at once with a
 CONNECTION_CLOSE carrying ``CONNECTION_REFUSED`` (RFC 9000 section 20.1),
 built from the Initial keys alone (no TLS work, no connection state): the
 client sees a refused connection and retries, instead of waiting for an
-idle timeout. The refusal's reason phrase names a window to retry in, the
-next free slot of a schedule paced at the server's measured handshake rate
-(:mod:`aqueduct.runtime.retry_hint`), so a crowd many times that rate comes
-back spread over the time the server needs for it. Handshakes that finished (or failed) free
+idle timeout. The refusal's reason phrase names a window to retry in and a
+turn, in a queue called at the server's measured handshake rate
+(:class:`aqueduct.runtime.retry_hint.Admission`, whose table decides every
+Initial), so a crowd many times that rate comes back spread over the time
+the server needs for it; a client that names its turn in its next Initial's
+QUIC token keeps its place, and is admitted once its turn has come even
+with every slot taken (up to twice the bound). Handshakes that finished (or failed) free
 their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
 closed (its client gave up or is too slow to finish). A handshake leaves
 the table when it completes or fails, and only the oldest can expire, so a
@@ -49,7 +52,7 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.stateless_reset import ResetTokens
 from aqueduct.runtime.backends.tls_failures import HandshakeFailures
-from aqueduct.runtime.retry_hint import RetryHint, busy_reason
+from aqueduct.runtime.retry_hint import Admission, Refused, busy_reason
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
@@ -106,7 +109,8 @@ class BoundedQuicServer(QuicServer):
         #: when its Aqueduct handshake completes or its connection ends
         self._handshaking: dict[Any, float] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
-        self.retry_hint = RetryHint(self._loop.time(), max_handshakes)
+        self.admission = Admission(self._loop.time(), max_handshakes)
+        self.turns_kept = 0  # refusals of an Initial that named its turn: the queue did not grow
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
         self.handshake_failures = HandshakeFailures()
         #: handshakes that completed, ``resumed`` (a session ticket: no certificate work) or ``full``
@@ -129,15 +133,7 @@ class BoundedQuicServer(QuicServer):
         if not known and header.packet_type == QuicPacketType.ONE_RTT:
             self._reset(data, header.destination_cid, addr)
             return
-        initial = not known and header.packet_type == QuicPacketType.INITIAL
-        if initial and self._full():
-            if header.version in self._configuration.supported_versions:
-                assert self._transport is not None
-                reason = busy_reason(self.retry_hint.refused(self._loop.time()))
-                self._transport.sendto(
-                    encode_refusal(header.version, header.destination_cid, header.source_cid, reason), addr
-                )
-                self.refused += 1
+        if not known and header.packet_type == QuicPacketType.INITIAL and not self._admitted(header, addr):
             return
         super().datagram_received(data, addr)
         if not known:
@@ -183,21 +179,44 @@ class BoundedQuicServer(QuicServer):
         error = ready.exception()
         if error is None:
             if began is not None:
-                self.retry_hint.completed(self._loop.time() - began)
+                self.admission.completed(self._loop.time() - began)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
         self.handshake_failures.failed(addr, error)
 
-    def _full(self) -> bool:
-        """All slots are taken, after closing handshakes that held theirs too long.
+    def _admitted(self, header: Any, addr: NetworkAddress) -> bool:
+        """Whether a new connection's Initial starts a handshake; if not, it is refused here, at once.
 
-        Only the oldest can have expired (the table is in start order), so a
-        refusal costs O(1), not a scan of every handshake in progress.
+        :class:`~aqueduct.runtime.retry_hint.Admission` decides from the
+        handshakes holding a slot and the turn the Initial's token names; a
+        refusal is built from the Initial's keys alone (no state kept). An
+        Initial of a version this server does not speak is left to aioquic
+        (which answers with version negotiation).
+        """
+        if header.version not in self._configuration.supported_versions:
+            return True
+        now = self._loop.time()
+        self._expire(now)
+        decision = self.admission.admits(now, len(self._handshaking), header.token)
+        if not isinstance(decision, Refused):
+            return True
+        assert self._transport is not None
+        reason = busy_reason(decision.window)
+        self._transport.sendto(encode_refusal(header.version, header.destination_cid, header.source_cid, reason), addr)
+        self.refused += 1
+        self.turns_kept += bool(header.token)
+        return False
+
+    def _expire(self, now: float) -> None:
+        """Close the handshakes that held their slot longer than ``HANDSHAKE_TIMEOUT``, if every slot is taken.
+
+        Only the oldest can have expired (the table is in start order), so
+        this costs O(1), not a scan of every handshake in progress.
         """
         if len(self._handshaking) < self.max_handshakes:
-            return False
-        expired = self._loop.time() - HANDSHAKE_TIMEOUT
+            return
+        expired = now - HANDSHAKE_TIMEOUT
         stale = []
         for protocol, began in self._handshaking.items():
             if began >= expired:
@@ -207,7 +226,6 @@ class BoundedQuicServer(QuicServer):
             del self._handshaking[protocol]
             protocol.close()  # frees the slot now; the client retries if it still cares
             self.expired += 1
-        return len(self._handshaking) >= self.max_handshakes
 
     def _connection_terminated(self, protocol: Any) -> None:
         self._handshaking.pop(protocol, None)
