@@ -1,4 +1,4 @@
-"""A model of a reconnect storm: the bridge's admission (its real ``RetryHint``) against a given capacity.
+"""A model of a reconnect storm: the bridge's admission (its real ``Admission``) against a given capacity.
 
 ::
 
@@ -6,10 +6,10 @@
 
 Why the last producer comes back minutes after a kill when a handshake
 costs milliseconds is a question about admission, not about CPU: this
-model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.RetryHint`
+model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.Admission`
 (fed each handshake's duration, as the server does) and the producers' own
-retry rule (``Connector``'s capped full-jitter backoff, stretched to a random
-time within the window a refusal names)
+retry rule (``Connector``'s capped full-jitter backoff; a random time within
+the window a refusal names, its turn sent back with the next attempt)
 against a server that completes ``--capacity`` handshakes a second, at
 most ``--slots`` at once (the aioquic server's bound), every other Initial
 refused. Nothing but the clock is simulated: no sockets, no CPU.
@@ -31,7 +31,7 @@ import random
 import sys
 from typing import Any
 
-from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, RetryHint, RetryWindow
+from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, Admission, Admitted, RetryWindow
 
 BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
 
@@ -47,12 +47,12 @@ def simulate(
 ) -> dict[str, Any]:
     """One storm; when the producers got in, how often they were refused, the windows named."""
     rng = random.Random(seed)
-    hint = RetryHint(0.0, slots)
+    admission = Admission(0.0, slots)
     events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
     for p in range(producers):
         heapq.heappush(events, (detect + backoff(1, rng), 1, p))
     failures = [1] * producers
-    began = [0.0] * producers  # when each producer's admitted handshake began
+    turns = [b""] * producers  # the turn each producer was last named (sent back, as the connector does)
     in_progress = 0
     server_free = 0.0  # when the server finishes the handshakes it has admitted (one at a time)
     admitted: list[float] = []
@@ -60,24 +60,26 @@ def simulate(
     while events:
         now, kind, p = heapq.heappop(events)
         if kind == 0:
+            admission.completed(now, in_progress)
             in_progress -= 1
-            hint.completed(now - began[p])
             admitted.append(now)
             continue
-        if in_progress < slots:
+        decision = admission.admits(now, in_progress, turns[p])
+        if isinstance(decision, Admitted):
             in_progress += 1
-            began[p] = now
             server_free = max(server_free, now) + 1.0 / capacity
             heapq.heappush(events, (server_free, 0, p))
             continue
-        named = hint.refused(now)
+        named = decision.window
         if window == "capacity":  # the crowd still out, spread over the time the server needs for it
             named = RetryWindow(0.0, min(MAX_WINDOW, max(MIN_WINDOW, (producers - len(admitted)) / capacity)))
         elif window.startswith("fixed:"):
             named = RetryWindow(0.0, float(window.split(":")[1]))
+        turns[p] = named.turn
         windows.append(named.within)
         failures[p] += 1
-        delay = max(backoff(failures[p], rng), rng.uniform(named.not_before, named.within))
+        told = rng.uniform(named.not_before, named.within)
+        delay = told if named.turn else max(backoff(failures[p], rng), told)  # Connector's rule
         heapq.heappush(events, (now + delay, 1, p))
     admitted.sort()
     return {

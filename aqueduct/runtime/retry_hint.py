@@ -32,13 +32,17 @@ The model here is a ticket queue (a bakery's numbered tickets):
   reads before any TLS work). A producer that names a turn keeps it: refused
   again, it is told when that turn comes, and the queue does not grow.
 - **Turns called at the server's capacity.** The turn being served
-  (``head``) advances at the handshakes a second the server completes with
-  every slot taken (Little's law: ``slots / mean handshake duration``, the
-  duration measured on each completion), so turn ``k`` comes
-  ``(k - head) / capacity`` seconds from now. The estimate is re-read each
-  time a producer comes back, so a queue promised at a wrong capacity
-  (a restarted server's first guess, :data:`PRIOR_DURATION`) is corrected
-  at the producer's next refusal, never lengthened.
+  (``head``) advances at the handshakes a second the server completes
+  while every slot is taken (a running mean of the gaps between those
+  completions: with a queue waiting, that *is* what the server can do; a
+  server not saturated refuses nobody and learns nothing), so turn ``k``
+  comes ``(k - head) / capacity`` seconds from now. The estimate is re-read
+  each time a producer comes back, so a queue promised at a wrong capacity
+  (a restarted server's first guess, :data:`PRIOR_RATE`) is corrected at
+  the producer's next refusal, never lengthened. (Little's law, ``slots /
+  mean handshake duration``, which an earlier version used, overstates the
+  rate as soon as more than ``slots`` handshakes run: the called turns
+  below.)
 - **A called turn is admitted.** A producer whose turn has come is admitted
   even with every slot taken, up to ``slots`` more (:meth:`Admission.admits`):
   its wait was the server's promise. A newcomer with every slot taken goes
@@ -56,7 +60,8 @@ in progress       the Initial names             decision
 >= slots          no turn of this server        refused, given the next turn (queue grows)
 >= slots          a turn not yet called         refused, told when that turn comes
 < 2 x slots       a called turn                 admitted (the promise is kept)
->= 2 x slots      a called turn                 refused, told to come back at once (same turn)
+>= 2 x slots      a called turn                 refused, told to come back within one round of
+                                                handshakes (``slots / capacity``; same turn)
 ================  ============================  ==========================================
 
 Clients that only read ``retry within B s`` (the phrase's first part, which
@@ -82,9 +87,14 @@ MIN_WINDOW = 0.25
 """The narrowest window named: clients' timers and the network jitter that much anyway."""
 MAX_WINDOW = 60.0
 """Nothing is promised further ahead: a client commits to its wait, the server's capacity may change."""
-PRIOR_DURATION = 0.25
-"""Seconds a handshake is assumed to take before one has completed (corrected at each producer's return)."""
-_WEIGHT = 1 / 8  # of each completed handshake's duration in the running mean: 64 completions outweigh the prior 5,000:1
+PRIOR_RATE = 50.0
+"""Handshakes a second assumed before any was measured (an aioquic bridge on a loaded core; corrected at each return)."""
+TRUSTED = 16
+"""Completions with every slot taken before the measured rate is trusted with a promise longer than :data:`PROBE_WINDOW`."""
+PROBE_WINDOW = 2.0
+"""The farthest a server that has not measured its rate yet (just restarted) sends anyone: too far, and a rate
+underestimated leaves it idle while its producers wait out the promise; the turn keeps their order meanwhile."""
+_WEIGHT = 1 / 16  # of each gap between completions in the running mean: 100 completions outweigh the prior 600:1
 
 _REASON = "busy: retry within {:.2f} s"
 _LATER = ", not before {:.2f} s"
@@ -165,37 +175,54 @@ class Admission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "duration", "head", "issued", "_at", "_queue")
+    __slots__ = ("slots", "interval", "measured", "head", "issued", "_at", "_last", "_queue")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
-        self.duration = PRIOR_DURATION  # mean seconds a completed handshake took
+        self.interval = 1.0 / PRIOR_RATE  # mean seconds between two completions with every slot taken
+        self.measured = 0  # completions with every slot taken, counted up to TRUSTED
         self.head = 0.0  # the turn being called: turns below it have come
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
+        self._last: float | None = None  # when the last handshake completed with every slot taken
         self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
     def capacity(self) -> float:
-        """Handshakes a second with every slot taken (Little's law)."""
-        return self.slots / self.duration
+        """Handshakes a second the server completes with every slot taken."""
+        return 1.0 / self.interval
 
-    def completed(self, duration: float) -> None:
-        """A handshake completed after ``duration`` seconds (its slot is free for the next client)."""
-        self.duration += _WEIGHT * (max(duration, 1e-6) - self.duration)
+    def completed(self, now: float, in_progress: int) -> None:
+        """A handshake completed at ``now``, with ``in_progress`` handshakes (itself included) holding slots.
+
+        Only the gap between two completions of a saturated server measures
+        its capacity: with slots free, or since an idle spell, the gaps are
+        the clients' arrivals.
+        """
+        if in_progress < self.slots:
+            self._last = None
+            return
+        if self._last is not None:
+            self.interval += _WEIGHT * (max(now - self._last, 1e-6) - self.interval)
+            self.measured = min(TRUSTED, self.measured + 1)
+        self._last = now
 
     def admits(self, now: float, in_progress: int, token: bytes) -> Admitted | Refused:
         """An Initial arrived with ``in_progress`` handshakes holding slots, carrying QUIC ``token``."""
         self._advance(now)
         turn = self._turn(token)
-        if in_progress < self.slots or (turn is not None and turn < self.head and in_progress < 2 * self.slots):
+        if in_progress < self.slots:
             return Admitted()
         if turn is None:  # a newcomer: the end of the queue
-            turn = self.issued
             self.issued += 1
-        return Refused(self._window(turn))
+            return Refused(self._window(self.issued - 1))
+        if turn >= self.head:  # early: told again when its turn comes (the queue does not grow)
+            return Refused(self._window(turn))
+        if in_progress < 2 * self.slots:  # its turn has come: the server's promise
+            return Admitted()
+        return Refused(self._window(turn, behind=True))
 
     def _advance(self, now: float) -> None:
         """Call the turns the server had capacity for since the last event (never beyond those given)."""
@@ -209,11 +236,20 @@ class Admission:
         queue, turn = _TICKET.unpack(token)
         return turn if queue == self._queue and turn < self.issued else None
 
-    def _window(self, turn: int) -> RetryWindow:
-        """When ``turn`` comes, as a window from now, naming the turn."""
+    def _window(self, turn: int, behind: bool = False) -> RetryWindow:
+        """When ``turn`` comes, as a window from now, naming the turn.
+
+        ``behind``: the turn has come but the server is at twice its bound
+        (it completes fewer than the estimate said): within one round.
+        """
         ticket = _TICKET.pack(self._queue, turn)
-        start = max(0.0, (turn - self.head) / self.capacity)
         width = max(MIN_WINDOW, 1.0 / self.capacity)
+        if behind:
+            return RetryWindow(0.0, max(width, self.slots / self.capacity), ticket)
+        start = (turn - self.head) / self.capacity
+        if self.measured < TRUSTED and start + width > PROBE_WINDOW:  # no rate measured yet: ask again soon
+            spread = (turn % 1024) / 1024 * (PROBE_WINDOW / 2 - width)
+            return RetryWindow(PROBE_WINDOW / 2 + spread, PROBE_WINDOW / 2 + spread + width, ticket)
         if start + width > MAX_WINDOW:  # beyond what may be promised: ask again, spread over the cap's second half
             spread = (turn % 1024) / 1024 * (MAX_WINDOW / 2 - width)
             return RetryWindow(MAX_WINDOW / 2 + spread, MAX_WINDOW / 2 + spread + width, ticket)

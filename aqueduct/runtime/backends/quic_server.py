@@ -173,13 +173,14 @@ class BoundedQuicServer(QuicServer):
         (:class:`~aqueduct.runtime.backends.tls_failures.HandshakeFailures`):
         it is the only trace on the server of a certificate refused either way.
         """
+        in_progress = len(self._handshaking)
         began = self._handshaking.pop(protocol, None)
         if ready.cancelled():
             return
         error = ready.exception()
         if error is None:
             if began is not None:
-                self.admission.completed(self._loop.time() - began)
+                self.admission.completed(self._loop.time(), in_progress)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
