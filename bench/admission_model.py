@@ -91,6 +91,7 @@ def simulate(
         "p50_back_s": admitted[len(admitted) // 2],
         "ideal_s": detect + producers / capacity,  # every handshake back to back from the detection on
         "refusals": len(windows),
+        "turns_issued": admission.issued,  # places given in the queue: one per producer at most, however often refused
         "window_max_s": max(windows, default=0.0),
         "window_median_s": sorted(windows)[len(windows) // 2] if windows else 0.0,
     }

@@ -222,6 +222,7 @@ class Admission:
             return Refused(self._window(turn))
         if in_progress < 2 * self.slots:  # its turn has come: the server's promise
             return Admitted()
+        self.head = max(0.0, self.head - 1)  # a promise not kept: every later turn comes one place later
         return Refused(self._window(turn, behind=True))
 
     def _advance(self, now: float) -> None:
