@@ -43,9 +43,14 @@ def backoff(failures: int, rng: random.Random) -> float:
 
 
 def simulate(
-    producers: int, capacity: float, slots: int, detect: float, window: str, seed: int = 1
+    producers: int, capacity: float, slots: int, detect: float, window: str, seed: int = 1, latency: float = 0.0
 ) -> dict[str, Any]:
-    """One storm; when the producers got in, how often they were refused, the windows named."""
+    """One storm; when the producers got in, how often they were refused, the windows named.
+
+    ``latency``: seconds a handshake takes however idle the server (its
+    round trips and the client's side: on a loaded machine the producers'
+    processes answer late), so at most ``slots / latency`` complete a second.
+    """
     rng = random.Random(seed)
     admission = Admission(0.0, slots)
     events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
@@ -68,7 +73,7 @@ def simulate(
         if isinstance(decision, Admitted):
             in_progress += 1
             server_free = max(server_free, now) + 1.0 / capacity
-            heapq.heappush(events, (server_free, 0, p))
+            heapq.heappush(events, (max(server_free, now + latency), 0, p))
             continue
         named = decision.window
         if window == "capacity":  # the crowd still out, spread over the time the server needs for it
@@ -89,7 +94,7 @@ def simulate(
         "window": window,
         "last_back_s": admitted[-1],
         "p50_back_s": admitted[len(admitted) // 2],
-        "ideal_s": detect + producers / capacity,  # every handshake back to back from the detection on
+        "ideal_s": detect + producers / min(capacity, slots / latency if latency else capacity),  # back to back
         "refusals": len(windows),
         "turns_issued": admission.issued,  # places given in the queue: one per producer at most, however often refused
         "window_max_s": max(windows, default=0.0),
@@ -104,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=64, help="handshakes in progress at once (default 64)")
     p.add_argument("--detect", type=float, nargs="+", default=[10.0, 0.0], help="seconds until producers notice")
     p.add_argument("--window", nargs="+", default=["hint", "capacity"], help="hint | capacity | fixed:W")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds a handshake takes at least (client side)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = [
-        simulate(args.producers, c, args.slots, d, w, args.seed)
+        simulate(args.producers, c, args.slots, d, w, args.seed, args.latency)
         for c in args.capacity for d in args.detect for w in args.window
     ]
     if args.json:

@@ -90,10 +90,12 @@ MAX_WINDOW = 60.0
 PRIOR_RATE = 50.0
 """Handshakes a second assumed before any was measured (an aioquic bridge on a loaded core; corrected at each return)."""
 TRUSTED = 16
-"""Completions with every slot taken before the measured rate is trusted with a promise longer than :data:`PROBE_WINDOW`."""
+"""Completions with every slot taken before the measured rate is trusted with any promise (see :data:`PROBE_WINDOW`)."""
 PROBE_WINDOW = 2.0
-"""The farthest a server that has not measured its rate yet (just restarted) sends anyone: too far, and a rate
-underestimated leaves it idle while its producers wait out the promise; the turn keeps their order meanwhile."""
+"""Before its rate is trusted (just restarted), a server sends nobody farther than this, or than the time it has been
+refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
+and a probe that does not grow with the wait would have thousands retrying every second while handshakes take 20 s
+(measured: their doomed attempts then starve the handshakes admitted). The turn keeps their order meanwhile."""
 _WEIGHT = 1 / 16  # of each gap between completions in the running mean: 100 completions outweigh the prior 600:1
 
 _REASON = "busy: retry within {:.2f} s"
@@ -175,7 +177,7 @@ class Admission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "interval", "measured", "head", "issued", "_at", "_last", "_queue")
+    __slots__ = ("slots", "interval", "measured", "head", "issued", "_at", "_last", "_since", "_queue")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
@@ -187,6 +189,7 @@ class Admission:
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
         self._last: float | None = None  # when the last handshake completed with every slot taken
+        self._since: float | None = None  # when the server began refusing (None: a slot has been free since)
         self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
@@ -202,7 +205,7 @@ class Admission:
         the clients' arrivals.
         """
         if in_progress < self.slots:
-            self._last = None
+            self._last = self._since = None
             return
         if self._last is not None:
             self.interval += _WEIGHT * (max(now - self._last, 1e-6) - self.interval)
@@ -215,6 +218,8 @@ class Admission:
         turn = self._turn(token)
         if in_progress < self.slots:
             return Admitted()
+        if self._since is None:
+            self._since = now
         if turn is None:  # a newcomer: the end of the queue
             self.issued += 1
             return Refused(self._window(self.issued - 1))
@@ -246,14 +251,15 @@ class Admission:
         ticket = _TICKET.pack(self._queue, turn)
         width = max(MIN_WINDOW, 1.0 / self.capacity)
         if behind:
-            return RetryWindow(0.0, max(width, self.slots / self.capacity), ticket)
+            return RetryWindow(0.0, min(MAX_WINDOW, max(width, self.slots / self.capacity)), ticket)
         start = (turn - self.head) / self.capacity
-        if self.measured < TRUSTED and start + width > PROBE_WINDOW:  # no rate measured yet: ask again soon
-            spread = (turn % 1024) / 1024 * (PROBE_WINDOW / 2 - width)
-            return RetryWindow(PROBE_WINDOW / 2 + spread, PROBE_WINDOW / 2 + spread + width, ticket)
-        if start + width > MAX_WINDOW:  # beyond what may be promised: ask again, spread over the cap's second half
-            spread = (turn % 1024) / 1024 * (MAX_WINDOW / 2 - width)
-            return RetryWindow(MAX_WINDOW / 2 + spread, MAX_WINDOW / 2 + spread + width, ticket)
+        farthest = MAX_WINDOW
+        if self.measured < TRUSTED:  # no rate measured yet: ask again once the server has waited as long again
+            assert self._since is not None
+            farthest = min(MAX_WINDOW, max(PROBE_WINDOW, self._at - self._since))
+        if start + width > farthest:  # beyond what may be promised: ask again, spread over the second half
+            spread = (turn % 1024) / 1024 * max(0.0, farthest / 2 - width)
+            return RetryWindow(farthest / 2 + spread, farthest / 2 + spread + width, ticket)
         return RetryWindow(start, start + width, ticket)
 
 
