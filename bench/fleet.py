@@ -231,6 +231,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_baseline_mb": baseline / 1e6,
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
+                        "admission": admission_summary(),
                         **ticker.summary(),
                     }), flush=True)
                 elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
@@ -242,6 +243,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
+                        "admission": admission_summary(),
                         **ticker.summary(since, until),
                     }), flush=True)
                 elif line.startswith("stop "):
@@ -259,6 +261,28 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             log.close()
+
+
+def admission_summary() -> dict[str, float]:
+    """What the aioquic server's admission did: refusals, those naming their turn, expired handshakes, its rate.
+
+    The listener exposes only handshake counts, so the server is found among
+    this process's objects (a benchmark's look inside, once per report);
+    empty on TCP and picoquic, which refuse nobody.
+    """
+    import gc
+
+    from aqueduct.runtime.backends.quic_server import BoundedQuicServer
+
+    for server in (o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)):
+        return {
+            "refused": server.refused,
+            "refused_naming_their_turn": server.turns_kept,
+            "handshakes_expired": server.expired,
+            "turns_issued": server.admission.issued,
+            "capacity_measured_per_s": server.admission.capacity,
+        }
+    return {}
 
 
 def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:
