@@ -1,4 +1,4 @@
-"""A model of a reconnect storm: the bridge's admission (its real ``Admission``) against a given capacity.
+"""A model of a reconnect storm: the bridge's admission (its real ``HandshakeAdmission``) against a given capacity.
 
 ::
 
@@ -6,7 +6,7 @@
 
 Why the last producer comes back minutes after a kill when a handshake
 costs milliseconds is a question about admission, not about CPU: this
-model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.Admission`
+model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.HandshakeAdmission`
 (fed each handshake's duration, as the server does) and the producers' own
 retry rule (``Connector``'s capped full-jitter backoff; a random time within
 the window a refusal names, its turn sent back with the next attempt)
@@ -31,7 +31,7 @@ import random
 import sys
 from typing import Any
 
-from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, Admission, Admitted, RetryWindow
+from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, HandshakeAdmission, Admitted, RetryWindow
 
 BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
 
@@ -52,7 +52,7 @@ def simulate(
     processes answer late), so at most ``slots / latency`` complete a second.
     """
     rng = random.Random(seed)
-    admission = Admission(0.0, slots)
+    admission = HandshakeAdmission(0.0, slots)
     events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
     for p in range(producers):
         heapq.heappush(events, (detect + backoff(1, rng), 1, p))

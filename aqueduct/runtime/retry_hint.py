@@ -44,7 +44,7 @@ The model here is a ticket queue (a bakery's numbered tickets):
   rate as soon as more than ``slots`` handshakes run: the called turns
   below.)
 - **A called turn is admitted.** A producer whose turn has come is admitted
-  even with every slot taken, up to ``slots`` more (:meth:`Admission.admits`):
+  even with every slot taken, up to ``slots`` more (:meth:`HandshakeAdmission.admits`):
   its wait was the server's promise. A newcomer with every slot taken goes
   to the end of the queue.
 - **Nothing promised beyond :data:`MAX_WINDOW`.** A turn further ahead is
@@ -159,7 +159,7 @@ def retry_within(lost: ConnectionLost) -> float | None:
 
 @dataclass(frozen=True)
 class Admitted:
-    """The Initial starts a handshake (it holds a slot until :meth:`Admission.completed` or its end)."""
+    """The Initial starts a handshake (it holds a slot until :meth:`HandshakeAdmission.completed` or its end)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class Refused:
     window: RetryWindow
 
 
-class Admission:
+class HandshakeAdmission:
     """Which Initials a server at its bound of ``slots`` handshakes admits, and when the refused come back.
 
     See the module's table. ``queue`` (random bytes, one per process) keeps
@@ -266,7 +266,7 @@ class Admission:
 __all__ = [
     "MAX_WINDOW",
     "MIN_WINDOW",
-    "Admission",
+    "HandshakeAdmission",
     "Admitted",
     "Refused",
     "RetryWindow",

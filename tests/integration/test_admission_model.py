@@ -1,4 +1,4 @@
-"""The storm model (bench.admission_model) runs the bridge's own Admission: every producer gets in, never faster than the server can."""
+"""The storm model (bench.admission_model) runs the bridge's own HandshakeAdmission: every producer gets in, never faster than the server can."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from aqueduct.runtime.retry_hint import (
     PRIOR_RATE,
     PROBE_WINDOW,
     TRUSTED,
-    Admission,
+    HandshakeAdmission,
     Admitted,
     Refused,
     RetryWindow,
@@ -25,7 +25,7 @@ from aqueduct.runtime.retry_hint import (
 SLOTS = 64
 
 
-def _measured(admission: Admission, rate: float, completions: int = 200, start: float = 0.0) -> float:
+def _measured(admission: HandshakeAdmission, rate: float, completions: int = 200, start: float = 0.0) -> float:
     """``completions`` handshakes completed ``1 / rate`` s apart with every slot taken; the time after the last."""
     now = start
     for _ in range(completions):
@@ -34,14 +34,14 @@ def _measured(admission: Admission, rate: float, completions: int = 200, start: 
     return now
 
 
-def _refused(admission: Admission, now: float, token: bytes = b"", in_progress: int = SLOTS) -> RetryWindow:
+def _refused(admission: HandshakeAdmission, now: float, token: bytes = b"", in_progress: int = SLOTS) -> RetryWindow:
     decision = admission.admits(now, in_progress, token)
     assert isinstance(decision, Refused)
     return decision.window
 
 
 def test_capacity_is_the_rate_of_completions_with_every_slot_taken() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     assert admission.capacity == PRIOR_RATE  # nothing measured yet
     now = _measured(admission, rate=40.0)
     assert admission.capacity == pytest.approx(40.0, rel=1e-3)
@@ -53,13 +53,13 @@ def test_capacity_is_the_rate_of_completions_with_every_slot_taken() -> None:
 
 
 def test_with_slots_free_every_initial_is_admitted() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     assert admission.admits(0.0, SLOTS - 1, b"") == Admitted()
     assert admission.issued == 0
 
 
 def test_the_refused_are_spread_over_exactly_the_time_the_server_needs_for_them() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     now = _measured(admission, rate=40.0)
     windows = [_refused(admission, now) for _ in range(200)]  # a crowd of 200 refused at once
     assert [w.not_before for w in windows] == pytest.approx([k / admission.capacity for k in range(200)])
@@ -69,7 +69,7 @@ def test_the_refused_are_spread_over_exactly_the_time_the_server_needs_for_them(
 
 
 def test_a_producer_refused_again_keeps_its_turn_and_the_queue_does_not_grow() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     now = _measured(admission, rate=40.0)
     windows = [_refused(admission, now) for _ in range(200)]
     again = _refused(admission, now + 1.0, windows[150].turn)  # back 1 s later, too soon
@@ -78,7 +78,7 @@ def test_a_producer_refused_again_keeps_its_turn_and_the_queue_does_not_grow() -
 
 
 def test_a_called_turn_is_admitted_beyond_the_bound_up_to_twice_it() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     now = _measured(admission, rate=40.0)
     windows = [_refused(admission, now) for _ in range(10)]
     later = now + windows[5].within  # turn 5 has come; the slots are still all taken
@@ -90,7 +90,7 @@ def test_a_called_turn_is_admitted_beyond_the_bound_up_to_twice_it() -> None:
 
 
 def test_a_promise_not_kept_moves_every_later_turn_one_place_back() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     now = _measured(admission, rate=40.0)
     windows = [_refused(admission, now) for _ in range(100)]
     later = now + windows[10].within
@@ -101,16 +101,16 @@ def test_a_promise_not_kept_moves_every_later_turn_one_place_back() -> None:
 
 
 def test_a_turn_of_another_queue_counts_as_a_newcomer() -> None:
-    old = Admission(now=0.0, slots=SLOTS)  # the server before a restart
+    old = HandshakeAdmission(now=0.0, slots=SLOTS)  # the server before a restart
     turn = _refused(old, 0.0).turn
-    new = Admission(now=0.0, slots=SLOTS)
+    new = HandshakeAdmission(now=0.0, slots=SLOTS)
     assert _refused(new, 0.0).turn != turn
     assert _refused(new, 0.0, turn).turn != turn and new.issued == 2
     assert _refused(new, 0.0, b"not a turn").turn and new.issued == 3
 
 
 def test_before_its_rate_is_measured_a_server_sends_nobody_far() -> None:
-    admission = Admission(now=0.0, slots=SLOTS)
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     windows = [_refused(admission, 0.0) for _ in range(2000)]
     assert max(w.within for w in windows) <= PROBE_WINDOW
     far = windows[-1]
@@ -121,7 +121,7 @@ def test_before_its_rate_is_measured_a_server_sends_nobody_far() -> None:
 
 
 def test_nothing_is_promised_beyond_the_cap_and_the_capped_are_spread() -> None:
-    admission = Admission(now=0.0, slots=1)
+    admission = HandshakeAdmission(now=0.0, slots=1)
     now = _measured(admission, rate=1.0)  # one a second
     windows = [_refused(admission, now) for _ in range(1000)]
     capped = windows[int(MAX_WINDOW) :]  # turns more than 60 s away
@@ -144,7 +144,7 @@ def test_nothing_is_promised_beyond_the_cap_and_the_capped_are_spread() -> None:
 def test_no_window_grows_from_repeats_nor_names_more_than_the_cap(
     slots: int, events: list[tuple[float, int, int | None]]
 ) -> None:
-    admission = Admission(now=0.0, slots=slots)
+    admission = HandshakeAdmission(now=0.0, slots=slots)
     now = 0.0
     given_turns: list[bytes] = []  # the turns refusals named, in order: turn k is given_turns[k]
     promised: dict[bytes, float] = {}  # turn -> the latest moment it was told to come back by
@@ -196,4 +196,4 @@ def test_other_closes_carry_no_window() -> None:
 
 def test_the_bound_must_be_positive() -> None:
     with pytest.raises(ValueError, match="^slots must be at least 1, got 0$"):
-        Admission(now=0.0, slots=0)
+        HandshakeAdmission(now=0.0, slots=0)

@@ -13,7 +13,7 @@ built from the Initial keys alone (no TLS work, no connection state): the
 client sees a refused connection and retries, instead of waiting for an
 idle timeout. The refusal's reason phrase names a window to retry in and a
 turn, in a queue called at the server's measured handshake rate
-(:class:`aqueduct.runtime.retry_hint.Admission`, whose table decides every
+(:class:`aqueduct.runtime.retry_hint.HandshakeAdmission`, whose table decides every
 Initial), so a crowd many times that rate comes back spread over the time
 the server needs for it; a client that names its turn in its next Initial's
 QUIC token keeps its place, and is admitted once its turn has come even
@@ -52,7 +52,7 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.stateless_reset import ResetTokens
 from aqueduct.runtime.backends.tls_failures import HandshakeFailures
-from aqueduct.runtime.retry_hint import Admission, Refused, busy_reason
+from aqueduct.runtime.retry_hint import HandshakeAdmission, Refused, busy_reason
 
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
@@ -109,7 +109,7 @@ class BoundedQuicServer(QuicServer):
         #: when its Aqueduct handshake completes or its connection ends
         self._handshaking: dict[Any, float] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
-        self.admission = Admission(self._loop.time(), max_handshakes)
+        self.admission = HandshakeAdmission(self._loop.time(), max_handshakes)
         self.turns_kept = 0  # refusals of an Initial that named its turn: the queue did not grow
         self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
         self.handshake_failures = HandshakeFailures()
@@ -189,7 +189,7 @@ class BoundedQuicServer(QuicServer):
     def _admitted(self, header: Any, addr: NetworkAddress) -> bool:
         """Whether a new connection's Initial starts a handshake; if not, it is refused here, at once.
 
-        :class:`~aqueduct.runtime.retry_hint.Admission` decides from the
+        :class:`~aqueduct.runtime.retry_hint.HandshakeAdmission` decides from the
         handshakes holding a slot and the turn the Initial's token names; a
         refusal is built from the Initial's keys alone (no state kept). An
         Initial of a version this server does not speak is left to aioquic
