@@ -31,7 +31,13 @@ import random
 import sys
 from typing import Any
 
-from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, HandshakeAdmission, Admitted, RetryWindow
+from aqueduct.runtime.retry_hint import (
+    MAX_WINDOW,
+    MIN_WINDOW,
+    Admitted,
+    HandshakeAdmission,
+    RetryWindow,
+)
 
 BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
 
