@@ -92,8 +92,8 @@ PRIOR_RATE = 50.0
 TRUSTED = 16
 """Completions with every slot taken before the measured rate is trusted with any promise (see :data:`PROBE_WINDOW`)."""
 PROBE_WINDOW = 2.0
-"""Before its rate is trusted (just restarted), a server sends nobody farther than this, or than the time it has been
-refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
+"""Before its rate is trusted (just restarted), a server sends nobody farther than this, or than twice the time it has
+been refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
 and a probe that does not grow with the wait would have thousands retrying every second while handshakes take 20 s
 (measured: their doomed attempts then starve the handshakes admitted). The turn keeps their order meanwhile."""
 _WEIGHT = 1 / 16  # of each gap between completions in the running mean: 100 completions outweigh the prior 600:1
@@ -256,7 +256,7 @@ class HandshakeAdmission:
         farthest = MAX_WINDOW
         if self.measured < TRUSTED:  # no rate measured yet: ask again once the server has waited as long again
             assert self._since is not None
-            farthest = min(MAX_WINDOW, max(PROBE_WINDOW, self._at - self._since))
+            farthest = min(MAX_WINDOW, max(PROBE_WINDOW, 2 * (self._at - self._since)))
         if start + width > farthest:  # beyond what may be promised: ask again, spread over the second half
             spread = (turn % 1024) / 1024 * max(0.0, farthest / 2 - width)
             return RetryWindow(farthest / 2 + spread, farthest / 2 + spread + width, ticket)
