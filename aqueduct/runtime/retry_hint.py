@@ -20,8 +20,8 @@ against:
   another slot: the schedule's length was *refusals* / capacity, not
   producers / capacity; past the 60 s cap every refused producer was told
   the same quarter-second window and came back in one herd (5,000 token
-  producers: 7,851 refusals naming 60 s, 2.8 handshakes/s with the bridge's
-  loop idle).
+  producers on a loaded machine: 7,851 refusals naming 60 s, 2.8
+  handshakes/s, the bridge using a tenth of a core).
 
 The model here is a ticket queue (a bakery's numbered tickets):
 
@@ -46,10 +46,17 @@ The model here is a ticket queue (a bakery's numbered tickets):
 - **A called turn is admitted.** A producer whose turn has come is admitted
   even with every slot taken, up to ``slots`` more (:meth:`HandshakeAdmission.admits`):
   its wait was the server's promise. A newcomer with every slot taken goes
-  to the end of the queue.
+  to the end of the queue. A called turn refused even so (twice the bound
+  in progress: the server completes fewer than it measured) moves every
+  later turn one place back: a promise not kept is the one thing that
+  lengthens the queue.
 - **Nothing promised beyond :data:`MAX_WINDOW`.** A turn further ahead is
-  told to come back within the cap, at a random point of its second half
-  (not all at its end: that was the herd above), and is then told its turn.
+  told to come back within the cap, at a point of its second half set by
+  the turn's number (spread, not all at its end: that was the herd above),
+  and is then told its turn. A server that has not yet measured its rate
+  (:data:`TRUSTED` completions; a restarted one) promises no farther than
+  :data:`PROBE_WINDOW`, or twice the time it has been refusing, the same
+  way.
 
 Table of one Initial's fate (``in progress``: handshakes holding a slot):
 
