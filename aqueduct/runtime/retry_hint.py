@@ -33,9 +33,12 @@ The model here is a ticket queue (a bakery's numbered tickets):
   again, it is told when that turn comes, and the queue does not grow.
 - **Turns called at the server's capacity.** The turn being served
   (``head``) advances at the handshakes a second the server completes
-  while every slot is taken (a running mean of the gaps between those
-  completions: with a queue waiting, that *is* what the server can do; a
-  server not saturated refuses nobody and learns nothing), so turn ``k``
+  while every slot is taken (completions over time, both counted with
+  weights that fade over :data:`RATE_MEMORY` seconds: with a queue
+  waiting, that *is* what the server can do; a server not saturated
+  refuses nobody and learns nothing; a mean of the gaps between
+  completions, tried first, swung tenfold when handshakes that wait on
+  slow clients complete in bursts), so turn ``k``
   comes ``(k - head) / capacity`` seconds from now. The estimate is re-read
   each time a producer comes back, so a queue promised at a wrong capacity
   (a restarted server's first guess, :data:`PRIOR_RATE`) is corrected at
@@ -54,7 +57,7 @@ The model here is a ticket queue (a bakery's numbered tickets):
   told to come back within the cap, at a point of its second half set by
   the turn's number (spread, not all at its end: that was the herd above),
   and is then told its turn. A server that has not yet measured its rate
-  (:data:`TRUSTED` completions; a restarted one) promises no farther than
+  over a round of completions (``slots`` of them; a restarted one) promises no farther than
   :data:`PROBE_WINDOW`, or twice the time it has been refusing, the same
   way.
 
@@ -82,6 +85,7 @@ client. Pure bookkeeping: the caller passes the time.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -96,14 +100,13 @@ MAX_WINDOW = 60.0
 """Nothing is promised further ahead: a client commits to its wait, the server's capacity may change."""
 PRIOR_RATE = 50.0
 """Handshakes a second assumed before any was measured (an aioquic bridge on a loaded core; corrected at each return)."""
-TRUSTED = 16
-"""Completions with every slot taken before the measured rate is trusted with any promise (see :data:`PROBE_WINDOW`)."""
+RATE_MEMORY = 10.0
+"""Seconds over which the weight of a completion in the measured rate fades to 1/e: several rounds of handshakes."""
 PROBE_WINDOW = 2.0
 """Before its rate is trusted (just restarted), a server sends nobody farther than this, or than twice the time it has
 been refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
 and a probe that does not grow with the wait would have thousands retrying every second while handshakes take 20 s
 (measured: their doomed attempts then starve the handshakes admitted). The turn keeps their order meanwhile."""
-_WEIGHT = 1 / 16  # of each gap between completions in the running mean: 100 completions outweigh the prior 600:1
 
 _REASON = "busy: retry within {:.2f} s"
 _LATER = ", not before {:.2f} s"
@@ -184,14 +187,15 @@ class HandshakeAdmission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "interval", "measured", "head", "issued", "_at", "_last", "_since", "_queue")
+    __slots__ = ("slots", "measured", "_count", "_span", "head", "issued", "_at", "_last", "_since", "_queue")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
-        self.interval = 1.0 / PRIOR_RATE  # mean seconds between two completions with every slot taken
-        self.measured = 0  # completions with every slot taken, counted up to TRUSTED
+        self.measured = 0  # gaps between completions with every slot taken, counted up to a round (slots + 1)
+        self._count = 0.0  # those completions, and the seconds they took, weighted by how recent (RATE_MEMORY)
+        self._span = 0.0
         self.head = 0.0  # the turn being called: turns below it have come
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
@@ -201,8 +205,13 @@ class HandshakeAdmission:
 
     @property
     def capacity(self) -> float:
-        """Handshakes a second the server completes with every slot taken."""
-        return 1.0 / self.interval
+        """Handshakes a second the server completes with every slot taken (:data:`PRIOR_RATE` before any)."""
+        return self._count / self._span if self._span > 0.0 else PRIOR_RATE
+
+    @property
+    def trusted(self) -> bool:
+        """The rate was measured over more than a round of completions (a first round may end in one burst)."""
+        return self.measured > self.slots
 
     def completed(self, now: float, in_progress: int) -> None:
         """A handshake completed at ``now``, with ``in_progress`` handshakes (itself included) holding slots.
@@ -215,8 +224,11 @@ class HandshakeAdmission:
             self._last = self._since = None
             return
         if self._last is not None:
-            self.interval += _WEIGHT * (max(now - self._last, 1e-6) - self.interval)
-            self.measured = min(TRUSTED, self.measured + 1)
+            gap = now - self._last
+            fade = math.exp(-gap / RATE_MEMORY)
+            self._count = self._count * fade + 1.0
+            self._span = self._span * fade + gap
+            self.measured = min(self.slots + 1, self.measured + 1)
         self._last = now
 
     def admits(self, now: float, in_progress: int, token: bytes) -> Admitted | Refused:
@@ -259,9 +271,9 @@ class HandshakeAdmission:
         width = max(MIN_WINDOW, 1.0 / self.capacity)
         if behind:
             return RetryWindow(0.0, min(MAX_WINDOW, max(width, self.slots / self.capacity)), ticket)
-        start = (turn - self.head) / self.capacity
+        start = max(0.0, turn + 1 - self.head) / self.capacity  # when head has passed it: called
         farthest = MAX_WINDOW
-        if self.measured < TRUSTED:  # no rate measured yet: ask again once the server has waited as long again
+        if not self.trusted:  # no rate measured yet: ask again once the server has waited as long again
             assert self._since is not None
             farthest = min(MAX_WINDOW, max(PROBE_WINDOW, 2 * (self._at - self._since)))
         if start + width > farthest:  # beyond what may be promised: ask again, spread over the second half

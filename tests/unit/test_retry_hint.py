@@ -12,7 +12,6 @@ from aqueduct.runtime.retry_hint import (
     MIN_WINDOW,
     PRIOR_RATE,
     PROBE_WINDOW,
-    TRUSTED,
     Admitted,
     HandshakeAdmission,
     Refused,
@@ -115,7 +114,7 @@ def test_before_its_rate_is_measured_a_server_sends_nobody_far() -> None:
     assert max(w.within for w in windows) <= PROBE_WINDOW
     far = windows[-1]
     assert far.not_before >= PROBE_WINDOW / 2  # spread over the probe's second half, not all at its end
-    now = _measured(admission, rate=20.0, completions=TRUSTED + 1, start=far.not_before)
+    now = _measured(admission, rate=20.0, completions=SLOTS + 2, start=far.not_before)  # a round measured
     told = _refused(admission, now, far.turn)  # measured now: told when its turn really comes
     assert told.turn == far.turn and told.within > PROBE_WINDOW
 
