@@ -242,7 +242,7 @@ class HandshakeAdmission:
         if turn is None:  # a newcomer: the end of the queue
             self.issued += 1
             return Refused(self._window(self.issued - 1))
-        if turn >= self.head:  # early: told again when its turn comes (the queue does not grow)
+        if turn > self.head:  # early: told again when its turn comes (the queue does not grow)
             return Refused(self._window(turn))
         if in_progress < 2 * self.slots:  # its turn has come: the server's promise
             return Admitted()
@@ -271,7 +271,7 @@ class HandshakeAdmission:
         width = max(MIN_WINDOW, 1.0 / self.capacity)
         if behind:
             return RetryWindow(0.0, min(MAX_WINDOW, max(width, self.slots / self.capacity)), ticket)
-        start = max(0.0, turn + 1 - self.head) / self.capacity  # when head has passed it: called
+        start = max(0.0, turn - self.head) / self.capacity  # when head reaches it: called
         farthest = MAX_WINDOW
         if not self.trusted:  # no rate measured yet: ask again once the server has waited as long again
             assert self._since is not None
