@@ -152,6 +152,37 @@ async def test_a_client_refused_again_keeps_its_turn_and_is_admitted_when_it_com
         await server.close()
 
 
+async def test_a_slow_client_that_still_sends_keeps_its_slot(certs, monkeypatch) -> None:
+    """Only silence expires a handshake: a client sending every 0.25 s holds its slot for three timeouts."""
+    from aqueduct.connector.worker.aqueduct_listener import serve_aqueduct
+
+    monkeypatch.setattr(quic_server, "HANDSHAKE_TIMEOUT", 0.5)
+    server = await serve_aqueduct(
+        "127.0.0.1", 0, MemorySink(), certfile=certs.server_cert, keyfile=certs.server_key,
+        max_handshakes=1, idle_timeout=TIMEOUT * 2,
+    )
+    slow, other = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    try:
+        for s in (slow, other):
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+        client = QuicConnection(configuration=client_configuration("localhost", None, False, None, None))
+        client.connect(("127.0.0.1", server.port), now=0.0)
+        first = [data for data, _ in client.datagrams_to_send(now=0.0)]
+        for data in first:
+            slow.sendto(data, ("127.0.0.1", server.port))
+        await reply(slow)  # its handshake holds the only slot
+        for _ in range(6):  # 1.5 s: its Initial again every 0.25 s (a client probing, as a live one does)
+            await asyncio.sleep(0.25)
+            for data in first:
+                slow.sendto(data, ("127.0.0.1", server.port))
+        assert (await refusal(server.port, other)).startswith("busy: retry within")  # still held, not expired
+    finally:
+        slow.close()
+        other.close()
+        await server.close()
+
+
 def test_the_bound_must_be_positive() -> None:
     with pytest.raises(ValueError, match="^max_handshakes must be at least 1, got 0$"):
         BoundedQuicServer(configuration=None, max_handshakes=0)  # type: ignore[arg-type]

@@ -18,10 +18,13 @@ Initial), so a crowd many times that rate comes back spread over the time
 the server needs for it; a client that names its turn in its next Initial's
 QUIC token keeps its place, and is admitted once its turn has come even
 with every slot taken (up to twice the bound). Handshakes that finished (or failed) free
-their slot, and one that takes longer than ``HANDSHAKE_TIMEOUT`` is
-closed (its client gave up or is too slow to finish). A handshake leaves
-the table when it completes or fails, and only the oldest can expire, so a
-refusal costs O(1) however many handshakes are in progress.
+their slot, and one whose client sent nothing for ``HANDSHAKE_TIMEOUT`` is
+closed (its client gave up). A slow client that is still there keeps its
+slot: closing handshakes that merely took long (15 s from the first
+Initial, as before) killed, on a loaded machine, handshakes nearly done
+whose clients then waited out their own 30 s timeout. The table is kept
+in order of each handshake's last packet, so only the first can have
+expired and a refusal costs O(1) however many handshakes are in progress.
 
 A server given :class:`~aqueduct.runtime.backends.stateless_reset.ResetTokens`
 issues every connection id with its token, and answers a short-header
@@ -57,10 +60,12 @@ from aqueduct.runtime.retry_hint import HandshakeAdmission, Refused, busy_reason
 DEFAULT_MAX_HANDSHAKES = 64
 """Handshakes a server runs at once; more wait (refused, retried by the client)."""
 HANDSHAKE_TIMEOUT = 15.0
-"""Seconds a handshake may hold its slot. A client that gave up (its own
-attempt timed out, it retries with a new connection) leaves its half-done
-handshake behind until the idle timeout (a minute on the bridge): without
-this, a storm fills every slot with abandoned handshakes."""
+"""Seconds a handshake may hold its slot without a packet from its client. A
+client that gave up (its own attempt timed out, it retries with a new
+connection) leaves its half-done handshake behind until the idle timeout (a
+minute on the bridge): without this, a storm fills every slot with abandoned
+handshakes. A live client waiting on the server still sends (its probes
+back off to about 12 s), so it is never taken for gone."""
 
 
 def encode_refusal(version: int, client_dcid: bytes, client_scid: bytes, reason: str = "") -> bytes:
@@ -105,13 +110,13 @@ class BoundedQuicServer(QuicServer):
             self._create_protocol = partial(self._with_stable_tokens, self._create_protocol, reset_tokens)
         self.resets_sent = 0  # stateless resets: packets of connections this server does not know
         self.max_handshakes = max_handshakes
-        #: protocol -> when its handshake began, oldest first; a protocol leaves
-        #: when its Aqueduct handshake completes or its connection ends
+        #: protocol -> when its client last sent a packet, least recent first; a
+        #: protocol leaves when its Aqueduct handshake completes or its connection ends
         self._handshaking: dict[Any, float] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
         self.admission = HandshakeAdmission(self._loop.time(), max_handshakes)
         self.turns_kept = 0  # refusals of an Initial that named its turn: the queue did not grow
-        self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT
+        self.expired = 0  # handshakes closed after HANDSHAKE_TIMEOUT of silence
         self.handshake_failures = HandshakeFailures()
         #: handshakes that completed, ``resumed`` (a session ticket: no certificate work) or ``full``
         self.completed_handshakes: Counter[str] = Counter()
@@ -135,6 +140,11 @@ class BoundedQuicServer(QuicServer):
             return
         if not known and header.packet_type == QuicPacketType.INITIAL and not self._admitted(header, addr):
             return
+        if known and self._handshaking:
+            protocol = self._protocols[header.destination_cid]
+            if protocol in self._handshaking:  # its client is still there: to the end of the table
+                del self._handshaking[protocol]
+                self._handshaking[protocol] = self._loop.time()
         super().datagram_received(data, addr)
         if not known:
             protocol = self._protocols.get(header.destination_cid)
@@ -174,12 +184,12 @@ class BoundedQuicServer(QuicServer):
         it is the only trace on the server of a certificate refused either way.
         """
         in_progress = len(self._handshaking)
-        began = self._handshaking.pop(protocol, None)
+        holding = self._handshaking.pop(protocol, None) is not None
         if ready.cancelled():
             return
         error = ready.exception()
         if error is None:
-            if began is not None:
+            if holding:
                 self.admission.completed(self._loop.time(), in_progress)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
@@ -210,17 +220,17 @@ class BoundedQuicServer(QuicServer):
         return False
 
     def _expire(self, now: float) -> None:
-        """Close the handshakes that held their slot longer than ``HANDSHAKE_TIMEOUT``, if every slot is taken.
+        """Close the handshakes whose client was silent for ``HANDSHAKE_TIMEOUT``, if every slot is taken.
 
-        Only the oldest can have expired (the table is in start order), so
-        this costs O(1), not a scan of every handshake in progress.
+        Only the first can have expired (the table is in order of last
+        packet), so this costs O(1), not a scan of every handshake in progress.
         """
         if len(self._handshaking) < self.max_handshakes:
             return
         expired = now - HANDSHAKE_TIMEOUT
         stale = []
-        for protocol, began in self._handshaking.items():
-            if began >= expired:
+        for protocol, heard in self._handshaking.items():
+            if heard >= expired:
                 break
             stale.append(protocol)
         for protocol in stale:
