@@ -606,11 +606,10 @@ class Connector:
         rotation = lane.rotation
         rotation.served(loop.time())  # its move_after counts from now
         failures = 0
-        busy: WorkerBusy | None = None  # the last attempt's refusal, if the bridge named a window
+        turn = b""  # the place in the bridge's queue its last refusal gave: kept until a session or a move
         try:
             while not self._closing:
-                turn = busy.turn if busy is not None else b""  # the place the bridge's refusal gave: keep it
-                busy = None
+                busy: WorkerBusy | None = None
                 try:
                     link = await self._openers[rotation.at](turn)
                 except (OSError, ConnectionError, TimeoutError) as exc:
@@ -624,6 +623,8 @@ class Connector:
                 else:
                     ended, handshaken = await self._serve(lane, link)
                     busy = None if handshaken else _refused_as_busy(ended)
+                    if handshaken:
+                        turn = b""  # admitted: a later refusal is a new wait
                     if lane.gave_up is not None:  # one stream refused, given up alone: the others go on, at once
                         self.stats.errors.append(ended.reason)
                         rotation.served(loop.time())
@@ -641,12 +642,14 @@ class Connector:
                         failures = 0
                         continue
                     failures = 1 if handshaken else failures + 1
+                if busy is not None and busy.turn:
+                    turn = busy.turn  # an attempt that times out after it keeps it: its place is still there
                 window = None if busy is None else RetryWindow(busy.retry_not_before, busy.retry_within)
                 moved = rotation.failed(loop.time(), window, self.stats.errors[-1], self._taken_by_others(lane))
                 if moved is not None:
                     self.stats.moves += 1
                     logger.warning("moved from %s to %s: %s", moved.before.url, moved.after.url, moved.why)
-                    failures, busy = 0, None  # a turn is a place in one bridge's queue
+                    failures, turn = 0, b""  # a turn is a place in one bridge's queue
                     await asyncio.sleep(moved.wait)
                     continue
                 delay = self._delay(failures)
