@@ -64,6 +64,7 @@ def simulate(
         heapq.heappush(events, (detect + backoff(1, rng), 1, p))
     failures = [1] * producers
     turns = [b""] * producers  # the turn each producer was last named (sent back, as the connector does)
+    began = [0.0] * producers  # when each producer's admitted handshake began
     in_progress = 0
     server_free = 0.0  # when the server finishes the handshakes it has admitted (one at a time)
     admitted: list[float] = []
@@ -71,13 +72,14 @@ def simulate(
     while events:
         now, kind, p = heapq.heappop(events)
         if kind == 0:
-            admission.completed(now, in_progress)
+            admission.completed(now - began[p], in_progress)
             in_progress -= 1
             admitted.append(now)
             continue
         decision = admission.admits(now, in_progress, turns[p])
         if isinstance(decision, Admitted):
             in_progress += 1
+            began[p] = now
             server_free = max(server_free, now) + 1.0 / capacity
             heapq.heappush(events, (max(server_free, now + latency), 0, p))
             continue

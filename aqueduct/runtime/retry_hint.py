@@ -32,20 +32,20 @@ The model here is a ticket queue (a bakery's numbered tickets):
   reads before any TLS work). A producer that names a turn keeps it: refused
   again, it is told when that turn comes, and the queue does not grow.
 - **Turns called at the server's capacity.** The turn being served
-  (``head``) advances at the handshakes a second the server completes
-  while every slot is taken (completions over time, both counted with
-  weights that fade over :data:`RATE_MEMORY` seconds: with a queue
-  waiting, that *is* what the server can do; a server not saturated
-  refuses nobody and learns nothing; a mean of the gaps between
-  completions, tried first, swung tenfold when handshakes that wait on
-  slow clients complete in bursts), so turn ``k``
+  (``head``) advances at the handshakes a second the server can complete
+  with every slot taken, by Little's law: the handshakes in progress (at
+  least ``slots``) over their mean duration, both running means of the
+  completions. With every slot taken that is the rate measured; with slots
+  free it is what they could do, so a server whose clients were told to
+  wait too long (a rate measured while the clients were slow) tells the
+  next ones less, and the cap below bounds the wait of those already told.
+  (The rate of completions alone, tried first, learns nothing once the
+  server is no longer saturated: a storm measured at 3 a second stayed at
+  3 a second with the bridge idle and 1,500 producers asleep.) Turn ``k``
   comes ``(k - head) / capacity`` seconds from now. The estimate is re-read
   each time a producer comes back, so a queue promised at a wrong capacity
   (a restarted server's first guess, :data:`PRIOR_RATE`) is corrected at
-  the producer's next refusal, never lengthened. (Little's law, ``slots /
-  mean handshake duration``, which an earlier version used, overstates the
-  rate as soon as more than ``slots`` handshakes run: the called turns
-  below.)
+  the producer's next refusal, never lengthened.
 - **A called turn is admitted.** A producer whose turn has come is admitted
   even with every slot taken, up to ``slots`` more (:meth:`HandshakeAdmission.admits`):
   its wait was the server's promise. A newcomer with every slot taken goes
@@ -85,7 +85,6 @@ client. Pure bookkeeping: the caller passes the time.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import struct
@@ -100,8 +99,7 @@ MAX_WINDOW = 60.0
 """Nothing is promised further ahead: a client commits to its wait, the server's capacity may change."""
 PRIOR_RATE = 50.0
 """Handshakes a second assumed before any was measured (an aioquic bridge on a loaded core; corrected at each return)."""
-RATE_MEMORY = 10.0
-"""Seconds over which the weight of a completion in the measured rate fades to 1/e: several rounds of handshakes."""
+_WEIGHT = 1 / 16  # of each completion in the running means, once a few were measured
 PROBE_WINDOW = 2.0
 """Before its rate is trusted (just restarted), a server sends nobody farther than this, or than twice the time it has
 been refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
@@ -187,49 +185,43 @@ class HandshakeAdmission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "measured", "_count", "_span", "head", "issued", "_at", "_last", "_since", "_queue")
+    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
-        self.measured = 0  # gaps between completions with every slot taken, counted up to a round (slots + 1)
-        self._count = 0.0  # those completions, and the seconds they took, weighted by how recent (RATE_MEMORY)
-        self._span = 0.0
+        self.measured = 0  # completed handshakes, counted up to a round (slots + 1)
+        self.duration = 0.0  # running mean of their durations (seconds) ...
+        self.load = 0.0  # ... and of the handshakes in progress as each completed
         self.head = 0.0  # the turn being called: turns below it have come
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
-        self._last: float | None = None  # when the last handshake completed with every slot taken
         self._since: float | None = None  # when the server began refusing (None: a slot has been free since)
         self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
     def capacity(self) -> float:
-        """Handshakes a second the server completes with every slot taken (:data:`PRIOR_RATE` before any)."""
-        return self._count / self._span if self._span > 0.0 else PRIOR_RATE
+        """Handshakes a second the server completes with every slot taken (:data:`PRIOR_RATE` before any).
+
+        Little's law: as many as are in progress (at least ``slots``: what
+        a server with slots free could run) per mean duration.
+        """
+        return max(self.load, self.slots) / self.duration if self.measured else PRIOR_RATE
 
     @property
     def trusted(self) -> bool:
-        """The rate was measured over more than a round of completions (a first round may end in one burst)."""
+        """The rate was measured over more than a round of completions (the first round's are its shortest)."""
         return self.measured > self.slots
 
-    def completed(self, now: float, in_progress: int) -> None:
-        """A handshake completed at ``now``, with ``in_progress`` handshakes (itself included) holding slots.
-
-        Only the gap between two completions of a saturated server measures
-        its capacity: with slots free, or since an idle spell, the gaps are
-        the clients' arrivals.
-        """
+    def completed(self, duration: float, in_progress: int) -> None:
+        """A handshake completed after ``duration`` s, with ``in_progress`` handshakes (itself included) holding slots."""
         if in_progress < self.slots:
-            self._last = self._since = None
-            return
-        if self._last is not None:
-            gap = now - self._last
-            fade = math.exp(-gap / RATE_MEMORY)
-            self._count = self._count * fade + 1.0
-            self._span = self._span * fade + gap
-            self.measured = min(self.slots + 1, self.measured + 1)
-        self._last = now
+            self._since = None  # a slot was free: the server is not refusing
+        self.measured = min(self.slots + 1, self.measured + 1)
+        weight = max(_WEIGHT, 1 / self.measured)  # the first replaces nothing assumed; then a running mean
+        self.duration += weight * (max(duration, 1e-6) - self.duration)
+        self.load += weight * (in_progress - self.load)
 
     def admits(self, now: float, in_progress: int, token: bytes) -> Admitted | Refused:
         """An Initial arrived with ``in_progress`` handshakes holding slots, carrying QUIC ``token``."""
@@ -268,14 +260,14 @@ class HandshakeAdmission:
         (it completes fewer than the estimate said): within one round.
         """
         ticket = _TICKET.pack(self._queue, turn)
-        width = max(MIN_WINDOW, 1.0 / self.capacity)
         if behind:
-            return RetryWindow(0.0, min(MAX_WINDOW, max(width, self.slots / self.capacity)), ticket)
+            return RetryWindow(0.0, min(MAX_WINDOW, max(MIN_WINDOW, self.slots / self.capacity)), ticket)
         start = max(0.0, turn - self.head) / self.capacity  # when head reaches it: called
         farthest = MAX_WINDOW
         if not self.trusted:  # no rate measured yet: ask again once the server has waited as long again
             assert self._since is not None
             farthest = min(MAX_WINDOW, max(PROBE_WINDOW, 2 * (self._at - self._since)))
+        width = min(max(MIN_WINDOW, 1.0 / self.capacity), farthest / 2)  # one turn's time, within reason
         if start + width > farthest:  # beyond what may be promised: ask again, spread over the second half
             spread = (turn % 1024) / 1024 * max(0.0, farthest / 2 - width)
             return RetryWindow(farthest / 2 + spread, farthest / 2 + spread + width, ticket)

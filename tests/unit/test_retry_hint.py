@@ -29,7 +29,7 @@ def _measured(admission: HandshakeAdmission, rate: float, completions: int = 200
     now = start
     for _ in range(completions):
         now += 1.0 / rate
-        admission.completed(now, in_progress=admission.slots)
+        admission.completed(admission.slots / rate, in_progress=admission.slots)  # Little's law, every slot taken
     return now
 
 
@@ -39,16 +39,17 @@ def _refused(admission: HandshakeAdmission, now: float, token: bytes = b"", in_p
     return decision.window
 
 
-def test_capacity_is_the_rate_of_completions_with_every_slot_taken() -> None:
+def test_capacity_is_the_handshakes_in_progress_over_their_duration() -> None:
     admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     assert admission.capacity == PRIOR_RATE  # nothing measured yet
-    now = _measured(admission, rate=40.0)
+    _measured(admission, rate=40.0)  # 64 at once, each 1.6 s
     assert admission.capacity == pytest.approx(40.0, rel=1e-3)
-    for _ in range(50):  # completions with slots free say how fast clients arrive, not what the server can do
-        now += 1.0
-        admission.completed(now, in_progress=3)
-    admission.completed(now + 600.0, in_progress=SLOTS)  # the first of a storm after an idle spell: no gap measured
-    assert admission.capacity == pytest.approx(40.0, rel=1e-3)
+    for _ in range(300):  # called turns beyond the bound: 128 at once, each 1.6 s, is 80 a second
+        admission.completed(1.6, in_progress=2 * SLOTS)
+    assert admission.capacity == pytest.approx(80.0, rel=1e-3)
+    for _ in range(300):  # slots free: 0.2 s each, what 64 slots could do is 320 a second (not the 3 running)
+        admission.completed(0.2, in_progress=3)
+    assert admission.capacity == pytest.approx(SLOTS / 0.2, rel=1e-3)
 
 
 def test_with_slots_free_every_initial_is_admitted() -> None:
@@ -114,7 +115,8 @@ def test_before_its_rate_is_measured_a_server_sends_nobody_far() -> None:
     assert max(w.within for w in windows) <= PROBE_WINDOW
     far = windows[-1]
     assert far.not_before >= PROBE_WINDOW / 2  # spread over the probe's second half, not all at its end
-    now = _measured(admission, rate=20.0, completions=SLOTS + 2, start=far.not_before)  # a round measured
+    now = far.not_before
+    _measured(admission, rate=20.0, completions=SLOTS + 1)  # a round measured
     told = _refused(admission, now, far.turn)  # measured now: told when its turn really comes
     assert told.turn == far.turn and told.within > PROBE_WINDOW
 

@@ -110,9 +110,10 @@ class BoundedQuicServer(QuicServer):
             self._create_protocol = partial(self._with_stable_tokens, self._create_protocol, reset_tokens)
         self.resets_sent = 0  # stateless resets: packets of connections this server does not know
         self.max_handshakes = max_handshakes
-        #: protocol -> when its client last sent a packet, least recent first; a
-        #: protocol leaves when its Aqueduct handshake completes or its connection ends
-        self._handshaking: dict[Any, float] = {}
+        #: protocol -> (when its client last sent a packet, when its handshake
+        #: began), least recently heard first; a protocol leaves when its
+        #: Aqueduct handshake completes or its connection ends
+        self._handshaking: dict[Any, tuple[float, float]] = {}
         self.refused = 0  # Initials answered with CONNECTION_REFUSED
         self.admission = HandshakeAdmission(self._loop.time(), max_handshakes)
         self.turns_kept = 0  # refusals of an Initial that named its turn: the queue did not grow
@@ -142,9 +143,9 @@ class BoundedQuicServer(QuicServer):
             return
         if known and self._handshaking:
             protocol = self._protocols[header.destination_cid]
-            if protocol in self._handshaking:  # its client is still there: to the end of the table
-                del self._handshaking[protocol]
-                self._handshaking[protocol] = self._loop.time()
+            held = self._handshaking.pop(protocol, None)
+            if held is not None:  # its client is still there: to the end of the table
+                self._handshaking[protocol] = (self._loop.time(), held[1])
         super().datagram_received(data, addr)
         if not known:
             protocol = self._protocols.get(header.destination_cid)
@@ -153,7 +154,8 @@ class BoundedQuicServer(QuicServer):
             if protocol is not None and protocol not in self._handshaking:
                 ready = getattr(protocol, "ready", None)
                 if ready is not None and not ready.done():
-                    self._handshaking[protocol] = self._loop.time()
+                    now = self._loop.time()
+                    self._handshaking[protocol] = (now, now)
                     ready.add_done_callback(partial(self._settled, protocol, addr))
 
     def _with_stable_tokens(self, create_protocol: Any, tokens: ResetTokens, quic: Any, **kwargs: Any) -> Any:
@@ -184,13 +186,13 @@ class BoundedQuicServer(QuicServer):
         it is the only trace on the server of a certificate refused either way.
         """
         in_progress = len(self._handshaking)
-        holding = self._handshaking.pop(protocol, None) is not None
+        held = self._handshaking.pop(protocol, None)
         if ready.cancelled():
             return
         error = ready.exception()
         if error is None:
-            if holding:
-                self.admission.completed(self._loop.time(), in_progress)
+            if held is not None:
+                self.admission.completed(self._loop.time() - held[1], in_progress)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
@@ -229,7 +231,7 @@ class BoundedQuicServer(QuicServer):
             return
         expired = now - HANDSHAKE_TIMEOUT
         stale = []
-        for protocol, heard in self._handshaking.items():
+        for protocol, (heard, _) in self._handshaking.items():
             if heard >= expired:
                 break
             stale.append(protocol)
