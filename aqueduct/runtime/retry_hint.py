@@ -215,7 +215,12 @@ class HandshakeAdmission:
         return self.measured > self.slots
 
     def completed(self, duration: float, in_progress: int) -> None:
-        """A handshake completed after ``duration`` s, with ``in_progress`` handshakes (itself included) holding slots."""
+        """A slot held ``duration`` s is free, with ``in_progress`` handshakes (its own included) holding slots.
+
+        Its handshake completed or failed, or its client went silent: every
+        slot freed counts, or slots stuck on abandoned handshakes would make
+        the rest look fast.
+        """
         if in_progress < self.slots:
             self._since = None  # a slot was free: the server is not refusing
         self.measured = min(self.slots + 1, self.measured + 1)

@@ -185,14 +185,11 @@ class BoundedQuicServer(QuicServer):
         (:class:`~aqueduct.runtime.backends.tls_failures.HandshakeFailures`):
         it is the only trace on the server of a certificate refused either way.
         """
-        in_progress = len(self._handshaking)
-        held = self._handshaking.pop(protocol, None)
+        self._release(protocol)
         if ready.cancelled():
             return
         error = ready.exception()
         if error is None:
-            if held is not None:
-                self.admission.completed(self._loop.time() - held[1], in_progress)
             resumed = aioquic_internals.session_resumed(aioquic_internals.protocol_connection(protocol))
             self.completed_handshakes["resumed" if resumed else "full"] += 1
             return
@@ -236,12 +233,25 @@ class BoundedQuicServer(QuicServer):
                 break
             stale.append(protocol)
         for protocol in stale:
-            del self._handshaking[protocol]
+            self._release(protocol)
             protocol.close()  # frees the slot now; the client retries if it still cares
             self.expired += 1
 
+    def _release(self, protocol: Any) -> None:
+        """``protocol``'s slot is free (its handshake completed, failed, expired or its connection ended).
+
+        Admission is told how long every slot was held, not only the slots of
+        handshakes that completed: Little's law holds for the slots, and a
+        storm's abandoned handshakes, left out, made a bridge completing 15 a
+        second believe it could do thousands.
+        """
+        in_progress = len(self._handshaking)
+        held = self._handshaking.pop(protocol, None)
+        if held is not None:
+            self.admission.completed(self._loop.time() - held[1], in_progress)
+
     def _connection_terminated(self, protocol: Any) -> None:
-        self._handshaking.pop(protocol, None)
+        self._release(protocol)
         for cid in aioquic_internals.connection_ids(aioquic_internals.protocol_connection(protocol)):
             if self._protocols.get(cid) is protocol:
                 del self._protocols[cid]
