@@ -272,6 +272,7 @@ async def _storm(
         "lost_by": dict(sum((Counter(r["lost_by"]) for r in reports), Counter())),
         "busy_refusals": len(busy),
         "admission": seen["admission"],
+        "bridge_gc": seen["gc"],
         "busy_windows_s": {
             "min": busy[0], "median": statistics.median(busy), "max": busy[-1],
             "named": Counter(round(w) for w in busy).most_common(8),
