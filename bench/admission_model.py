@@ -1,4 +1,4 @@
-"""A model of a reconnect storm: the bridge's admission (its real ``RetryHint``) against a given capacity.
+"""A model of a reconnect storm: the bridge's admission (its real ``HandshakeAdmission``) against a given capacity.
 
 ::
 
@@ -6,10 +6,10 @@
 
 Why the last producer comes back minutes after a kill when a handshake
 costs milliseconds is a question about admission, not about CPU: this
-model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.RetryHint`
+model runs the bridge's own :class:`~aqueduct.runtime.retry_hint.HandshakeAdmission`
 (fed each handshake's duration, as the server does) and the producers' own
-retry rule (``Connector``'s capped full-jitter backoff, stretched to a random
-time within the window a refusal names)
+retry rule (``Connector``'s capped full-jitter backoff; a random time within
+the window a refusal names, its turn sent back with the next attempt)
 against a server that completes ``--capacity`` handshakes a second, at
 most ``--slots`` at once (the aioquic server's bound), every other Initial
 refused. Nothing but the clock is simulated: no sockets, no CPU.
@@ -31,7 +31,13 @@ import random
 import sys
 from typing import Any
 
-from aqueduct.runtime.retry_hint import MAX_WINDOW, MIN_WINDOW, RetryHint, RetryWindow
+from aqueduct.runtime.retry_hint import (
+    MAX_WINDOW,
+    MIN_WINDOW,
+    Admitted,
+    HandshakeAdmission,
+    RetryWindow,
+)
 
 BACKOFF = (0.05, 5.0)  # Connector's default (first, cap)
 
@@ -43,15 +49,21 @@ def backoff(failures: int, rng: random.Random) -> float:
 
 
 def simulate(
-    producers: int, capacity: float, slots: int, detect: float, window: str, seed: int = 1
+    producers: int, capacity: float, slots: int, detect: float, window: str, seed: int = 1, latency: float = 0.0
 ) -> dict[str, Any]:
-    """One storm; when the producers got in, how often they were refused, the windows named."""
+    """One storm; when the producers got in, how often they were refused, the windows named.
+
+    ``latency``: seconds a handshake takes however idle the server (its
+    round trips and the client's side: on a loaded machine the producers'
+    processes answer late), so at most ``slots / latency`` complete a second.
+    """
     rng = random.Random(seed)
-    hint = RetryHint(0.0, slots)
+    admission = HandshakeAdmission(0.0, slots)
     events: list[tuple[float, int, int]] = []  # (time, kind 0=completed 1=attempt, producer)
     for p in range(producers):
         heapq.heappush(events, (detect + backoff(1, rng), 1, p))
     failures = [1] * producers
+    turns = [b""] * producers  # the turn each producer was last named (sent back, as the connector does)
     began = [0.0] * producers  # when each producer's admitted handshake began
     in_progress = 0
     server_free = 0.0  # when the server finishes the handshakes it has admitted (one at a time)
@@ -60,24 +72,27 @@ def simulate(
     while events:
         now, kind, p = heapq.heappop(events)
         if kind == 0:
+            admission.completed(now - began[p], in_progress)
             in_progress -= 1
-            hint.completed(now - began[p])
             admitted.append(now)
             continue
-        if in_progress < slots:
+        decision = admission.admits(now, in_progress, turns[p])
+        if isinstance(decision, Admitted):
             in_progress += 1
             began[p] = now
             server_free = max(server_free, now) + 1.0 / capacity
-            heapq.heappush(events, (server_free, 0, p))
+            heapq.heappush(events, (max(server_free, now + latency), 0, p))
             continue
-        named = hint.refused(now)
+        named = decision.window
         if window == "capacity":  # the crowd still out, spread over the time the server needs for it
             named = RetryWindow(0.0, min(MAX_WINDOW, max(MIN_WINDOW, (producers - len(admitted)) / capacity)))
         elif window.startswith("fixed:"):
             named = RetryWindow(0.0, float(window.split(":")[1]))
+        turns[p] = named.turn
         windows.append(named.within)
         failures[p] += 1
-        delay = max(backoff(failures[p], rng), rng.uniform(named.not_before, named.within))
+        told = rng.uniform(named.not_before, named.within)
+        delay = told if named.turn else max(backoff(failures[p], rng), told)  # Connector's rule
         heapq.heappush(events, (now + delay, 1, p))
     admitted.sort()
     return {
@@ -87,8 +102,9 @@ def simulate(
         "window": window,
         "last_back_s": admitted[-1],
         "p50_back_s": admitted[len(admitted) // 2],
-        "ideal_s": detect + producers / capacity,  # every handshake back to back from the detection on
+        "ideal_s": detect + producers / min(capacity, slots / latency if latency else capacity),  # back to back
         "refusals": len(windows),
+        "turns_issued": admission.issued,  # places given in the queue: one per producer at most, however often refused
         "window_max_s": max(windows, default=0.0),
         "window_median_s": sorted(windows)[len(windows) // 2] if windows else 0.0,
     }
@@ -101,11 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=64, help="handshakes in progress at once (default 64)")
     p.add_argument("--detect", type=float, nargs="+", default=[10.0, 0.0], help="seconds until producers notice")
     p.add_argument("--window", nargs="+", default=["hint", "capacity"], help="hint | capacity | fixed:W")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds a handshake takes at least (client side)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = [
-        simulate(args.producers, c, args.slots, d, w, args.seed)
+        simulate(args.producers, c, args.slots, d, w, args.seed, args.latency)
         for c in args.capacity for d in args.detect for w in args.window
     ]
     if args.json:

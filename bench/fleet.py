@@ -157,6 +157,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
             return ends
 
     ticker = LagTicker()
+    gc_pauses = GcPauses()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aqueduct-fleet-") as tmp:
         log = DurableLog(args.log or Path(tmp) / "log", **({"max_open_streams": args.max_open_streams} if args.max_open_streams else {}))
@@ -231,6 +232,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_baseline_mb": baseline / 1e6,
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
+                        "admission": admission_summary(),
+                        "gc": gc_pauses.summary(),
                         **ticker.summary(),
                     }), flush=True)
                 elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
@@ -242,6 +245,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
+                        "admission": admission_summary(),
+                        "gc": gc_pauses.summary(),
                         **ticker.summary(since, until),
                     }), flush=True)
                 elif line.startswith("stop "):
@@ -259,6 +264,57 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             log.close()
+
+
+class GcPauses:
+    """How long the garbage collector held the bridge's loop: its collections by generation, the longest.
+
+    A full collection of a heap of thousands of sessions stops the loop
+    (and the reading of the UDP socket) for as long as it takes.
+    """
+
+    def __init__(self) -> None:
+        import gc
+
+        self._began = 0.0
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        self.count[info["generation"]] += 1
+        self.seconds[info["generation"]] += took
+        self.longest = max(self.longest, took)
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": self.count, "seconds": [round(s, 3) for s in self.seconds], "longest_s": round(self.longest, 3)}
+
+
+def admission_summary() -> dict[str, float]:
+    """What the aioquic server's admission did: refusals, those naming their turn, expired handshakes, its rate.
+
+    The listener exposes only handshake counts, so the server is found among
+    this process's objects (a benchmark's look inside, once per report);
+    empty on TCP and picoquic, which refuse nobody.
+    """
+    import gc
+
+    from aqueduct.runtime.backends.quic_server import BoundedQuicServer
+
+    for server in (o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)):
+        return {
+            "refused": server.refused,
+            "refused_naming_their_turn": server.turns_kept,
+            "handshakes_expired": server.expired,
+            "turns_issued": server.admission.issued,
+            "capacity_measured_per_s": server.admission.capacity,
+        }
+    return {}
 
 
 def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:

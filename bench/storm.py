@@ -271,6 +271,8 @@ async def _storm(
         "failed_attempts": sum(r["failed_attempts"] for r in reports),
         "lost_by": dict(sum((Counter(r["lost_by"]) for r in reports), Counter())),
         "busy_refusals": len(busy),
+        "admission": seen["admission"],
+        "bridge_gc": seen["gc"],
         "busy_windows_s": {
             "min": busy[0], "median": statistics.median(busy), "max": busy[-1],
             "named": Counter(round(w) for w in busy).most_common(8),

@@ -62,12 +62,17 @@ class CreditTimeout(TimeoutError):
 
 
 class WorkerBusy(ConnectionError):
-    """The worker refused the connection for now and named when to retry: between ``retry_not_before`` and ``retry_within`` seconds."""
+    """The worker refused the connection for now and named when to retry: between ``retry_not_before`` and ``retry_within`` seconds.
 
-    def __init__(self, message: str, retry_within: float, retry_not_before: float = 0.0) -> None:
+    ``turn``: the place in the worker's queue it named, if any, which the
+    next attempt sends back (:mod:`aqueduct.runtime.retry_hint`).
+    """
+
+    def __init__(self, message: str, retry_within: float, retry_not_before: float = 0.0, turn: bytes = b"") -> None:
         super().__init__(message)
         self.retry_within = retry_within
         self.retry_not_before = retry_not_before
+        self.turn = turn
 
 
 class HandshakeFailed(ConnectionError):

@@ -319,6 +319,7 @@ async def connect(
     keepalive: bool = True,
     timeout: float = 30.0,
     backend: str = "aioquic",
+    token: bytes = b"",
     **options: Any,
 ) -> Sender:
     """Connect to an Aqueduct server; return the entrypoint :class:`Sender`.
@@ -338,12 +339,16 @@ async def connect(
     ``backend`` picks the QUIC stack (:data:`BACKENDS`): ``"picoquic"``
     needs the ``picoquic`` extra and cannot present a client certificate
     (refused with a ``ValueError``).
+    ``token``: the turn a busy server's refusal named
+    (:class:`~aqueduct.runtime.retry_hint.RetryWindow`), sent back in the
+    Initial so the server keeps the client's place in its queue (aioquic;
+    the picoquic backend cannot set an Initial's token and sends none).
     """
     stack = _backend(backend)
     make_driver = _driver_maker(_connection_headers(headers), tuple(middleware), frame_log, options, keepalive=keepalive)
     client = ClientOptions(
         cafile=cafile, verify=verify, certfile=certfile, keyfile=keyfile, server_name=server_name,
-        idle_timeout=idle_timeout, timeout=timeout, keepalive=keepalive,
+        idle_timeout=idle_timeout, timeout=timeout, keepalive=keepalive, token=token,
     )  # fmt: skip
     driver = await stack.dial(host, port, client, make_driver)
     connection = Connection(driver)

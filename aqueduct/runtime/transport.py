@@ -44,6 +44,7 @@ class ClientOptions:
     idle_timeout: float = 60.0
     timeout: float = 30.0  # for the Aqueduct handshake
     keepalive: bool = True
+    token: bytes = b""  # the Initial's QUIC token: a busy server's turn (runtime.retry_hint), if one was named
 
 
 @dataclass(frozen=True)

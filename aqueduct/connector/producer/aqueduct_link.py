@@ -51,12 +51,15 @@ class AqueductLink:
         certfile: str | None = None,
         keyfile: str | None = None,
         handshake_timeout: float | None = None,
+        turn: bytes = b"",
     ) -> AqueductLink:
         """Connect with keep-alive, so a dead worker is noticed within ``idle_timeout``.
 
         ``quic_backend`` picks the QUIC stack (``"aioquic"`` or ``"picoquic"``);
         ``certfile``/``keyfile`` present a client certificate (mutual TLS);
-        ``handshake_timeout`` bounds the handshake (default: the runtime's).
+        ``handshake_timeout`` bounds the handshake (default: the runtime's);
+        ``turn``: the place a busy worker's last refusal named, sent back so
+        the worker keeps it (:class:`WorkerBusy`).
 
         A failed attempt (nobody answers) is a ``ConnectionError`` like a
         refused TCP connect, so the client retries with backoff; a TLS
@@ -74,11 +77,12 @@ class AqueductLink:
                 keepalive=True,
                 headers=RAW_CONNECTION_HEADERS,
                 backend=quic_backend,
+                token=turn,
                 **({} if handshake_timeout is None else {"timeout": handshake_timeout}),
             )
         except ChannelOutcome as exc:
             if isinstance(exc, ConnectionLost) and (window := retry_window(exc)) is not None:
-                raise WorkerBusy(str(exc), window.within, window.not_before) from exc
+                raise WorkerBusy(str(exc), window.within, window.not_before, window.turn) from exc
             if isinstance(exc, rt.CertificateRefused):  # it says whose certificate failed, and why
                 raise HandshakeFailed(f"TLS handshake with {host}:{port} failed: {exc.words}") from exc
             if isinstance(exc, ConnectionLost) and exc.code is not None and _is_tls_alert(exc.code):

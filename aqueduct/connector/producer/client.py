@@ -606,11 +606,12 @@ class Connector:
         rotation = lane.rotation
         rotation.served(loop.time())  # its move_after counts from now
         failures = 0
+        turn = b""  # the place in the bridge's queue its last refusal gave: kept until a session or a move
         try:
             while not self._closing:
                 busy: WorkerBusy | None = None
                 try:
-                    link = await self._openers[rotation.at]()
+                    link = await self._openers[rotation.at](turn)
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if isinstance(exc, HandshakeFailed) and not self.retry_permanent_errors:
                         self._give_up(TlsRefused(str(exc)))
@@ -622,6 +623,8 @@ class Connector:
                 else:
                     ended, handshaken = await self._serve(lane, link)
                     busy = None if handshaken else _refused_as_busy(ended)
+                    if handshaken:
+                        turn = b""  # admitted: a later refusal is a new wait
                     if lane.gave_up is not None:  # one stream refused, given up alone: the others go on, at once
                         self.stats.errors.append(ended.reason)
                         rotation.served(loop.time())
@@ -639,17 +642,21 @@ class Connector:
                         failures = 0
                         continue
                     failures = 1 if handshaken else failures + 1
+                if busy is not None and busy.turn:
+                    turn = busy.turn  # an attempt that times out after it keeps it: its place is still there
                 window = None if busy is None else RetryWindow(busy.retry_not_before, busy.retry_within)
                 moved = rotation.failed(loop.time(), window, self.stats.errors[-1], self._taken_by_others(lane))
                 if moved is not None:
                     self.stats.moves += 1
                     logger.warning("moved from %s to %s: %s", moved.before.url, moved.after.url, moved.why)
-                    failures = 0
+                    failures, turn = 0, b""  # a turn is a place in one bridge's queue
                     await asyncio.sleep(moved.wait)
                     continue
                 delay = self._delay(failures)
-                if window is not None:  # the worker named a slot of its schedule: jitter inside it
-                    delay = max(delay, random.uniform(window.not_before, window.within))
+                if window is not None:  # the worker named a window: jitter inside it
+                    named = random.uniform(window.not_before, window.within)
+                    # a window with a turn is when that turn comes (kept however often refused): not later
+                    delay = named if busy is not None and busy.turn else max(delay, named)
                 await asyncio.sleep(min(delay, rotation.time_left(loop.time(), self._taken_by_others(lane))))
         finally:
             lane.session = None
@@ -839,8 +846,11 @@ def _link_opener(
     certfile: str | None = None,
     keyfile: str | None = None,
     bounded: bool = False,
-) -> Callable[[], Awaitable[WorkerLink]]:
+) -> Callable[[bytes], Awaitable[WorkerLink]]:
     """Open a link to ``bridge``; what cannot work with these options fails here, not at every retry.
+
+    The opener takes the turn ``bridge`` named when it last refused an
+    attempt as busy (``b""``: none; only a QUIC bridge names one).
 
     ``bounded``: an attempt (a TCP connect, a QUIC handshake) gives up after
     ``idle_timeout`` seconds, as does a TCP connection whose bytes go
@@ -854,20 +864,20 @@ def _link_opener(
         if bridge.scheme == "tcp":
             if certfile is not None:
                 raise ValueError(f"a client certificate needs aqueduct:// or tcps:// (tcp:// has no TLS): {url!r}")
-            return lambda: TcpLink.open(host, port, limit)
+            return lambda _turn: TcpLink.open(host, port, limit)
         from aqueduct.connector.tls import client_context
 
         for what, path in (("cafile", cafile), ("certfile", certfile), ("keyfile", keyfile)):
             if path is not None and not os.path.isfile(path):
                 raise FileNotFoundError(f"{what} {path!r}: no such file")
         tls = client_context(cafile, certfile, keyfile)  # read once, here: every reconnect reuses it
-        return lambda: TcpLink.open(host, port, limit, tls)
+        return lambda _turn: TcpLink.open(host, port, limit, tls)
     from aqueduct.connector.producer.aqueduct_link import AqueductLink
     from aqueduct.runtime.endpoints import check_backend
 
     check_backend(quic_backend)  # a wrong or missing backend fails here, not at every retry
     if cafile is not None and not os.path.isfile(cafile):  # as would a missing CA, at every retry
         raise FileNotFoundError(f"cafile {cafile!r}: no such file")
-    return lambda: AqueductLink.open(
-        host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile, handshake_timeout=limit
+    return lambda turn: AqueductLink.open(
+        host, port, mode_of, cafile, idle_timeout, quic_backend, certfile, keyfile, handshake_timeout=limit, turn=turn
     )

@@ -22,6 +22,9 @@ CONNECTION_REFUSED with no reason phrase, and aiopquic gives Python no
 say before picoquic accepts or refuses an Initial (its only admission
 switches are that table's size and a Retry for every Initial). Refused
 producers fall back on their own backoff (full jitter, capped at 5 s).
+Nor can a picoquic client send a turn an aioquic server named back
+(``ClientOptions.token``: aiopquic sets no Initial token), so refused by
+one it is a newcomer at each attempt.
 A picoquic server's stateless resets do not outlive its process (see
 :mod:`~aqueduct.runtime.backends.stateless_reset`). Close reasons are not
 sent (picoquic's application close carries only the code) and PINGs are

@@ -267,7 +267,7 @@ async def dial(host: str, port: int, options: ClientOptions, make_driver: MakeDr
     server_name = o.server_name or host
     server = (host, port, server_name)
     config = client_configuration(
-        server_name, o.cafile, o.verify, o.certfile, o.keyfile, o.idle_timeout, CLIENT_TICKETS.take(server)
+        server_name, o.cafile, o.verify, o.certfile, o.keyfile, o.idle_timeout, CLIENT_TICKETS.take(server), o.token
     )
     family, addr = await _udp_address(loop, host, port)
     batch = ReadBatch()

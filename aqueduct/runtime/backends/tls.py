@@ -66,18 +66,20 @@ def client_configuration(
     keyfile: PathLike | None,
     idle_timeout: float = 60.0,
     session_ticket: SessionTicket | None = None,
+    token: bytes = b"",
 ) -> QuicConfiguration:
     """The aioquic client configuration; ``verify=False`` skips server verification (tests only).
 
     The files are read once per process for given settings and file
     versions (a file replaced on disk, a rotated certificate, is read
-    again); ``session_ticket`` (a ticket to resume with) goes in a copy.
+    again); ``session_ticket`` (a ticket to resume with) and ``token`` (the
+    Initial's QUIC token: a busy server's turn) go in a copy.
     """
     files = tuple(None if f is None else os.fspath(f) for f in (cafile, certfile, keyfile))
     base = _client_configuration(
         server_name, verify, idle_timeout, files, tuple(_version(f) for f in files)
     )
-    return dataclasses.replace(base, session_ticket=session_ticket)
+    return dataclasses.replace(base, session_ticket=session_ticket, token=token)
 
 
 def _version(path: str | None) -> tuple[int, int] | None:
