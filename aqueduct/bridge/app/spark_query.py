@@ -46,7 +46,7 @@ class SparkStartTimeout(RuntimeError):
     """Spark did not start the bridge's query within ``spark_start_timeout``."""
 
 
-async def _in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
+async def in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
     """Run ``function`` in a daemon thread and await its result.
 
     Unlike ``asyncio.to_thread`` (the loop's executor, joined at exit), a
@@ -146,7 +146,7 @@ class SparkQuery:
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
-            await asyncio.wait_for(_in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
+            await asyncio.wait_for(in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
             self.took[name] = loop.time() - began
         except TimeoutError:
             self._stuck = True
