@@ -76,6 +76,16 @@ async def in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
     return await future
 
 
+def _own_session(c: BridgeConfig) -> Any:
+    """The bridge's own SparkSession, on the gateway launched for it."""
+    from aqueduct.bridge.app.jvm import quiet_accumulator_server
+    from aqueduct.bridge.app.pipeline import local_session
+
+    spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
+    quiet_accumulator_server(spark)
+    return spark
+
+
 class SparkQuery:
     """A Spark session (created here, or the caller's), the bridge's query over the log, and its listener.
 
@@ -156,21 +166,18 @@ class SparkQuery:
             ) from None
 
     def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed, spare: SpareDescriptor) -> None:
-        from aqueduct.bridge.app.callback_server import start_callback_server
-        from aqueduct.bridge.app.jvm import (
-            launch_detached_gateway,
-            quiet_accumulator_server,
-        )
-        from aqueduct.bridge.app.pipeline import local_session
-        from aqueduct.bridge.source import register
+        from aqueduct.bridge.app.jvm import launch_detached_gateway
 
-        c = self.config
         if self.spark is None:
             began = time.monotonic()
-            launch_detached_gateway(c.master)  # a process-group SIGTERM must not kill Spark under us
+            # Before anything here imports pyspark: a launch begun early (serve's) may be importing it
+            # in its own thread, and two threads importing pyspark's circular modules at once can fail.
+            launch_detached_gateway(self.config.master)  # a process-group SIGTERM must not kill Spark under us
             self.took["jvm"] = time.monotonic() - began
-            self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
-            quiet_accumulator_server(self.spark)
+            self.spark = _own_session(self.config)
+        from aqueduct.bridge.app.callback_server import start_callback_server
+        from aqueduct.bridge.source import register
+
         register(self.spark)
         start_callback_server(self.spark.sparkContext._gateway, spare)  # producers may hold many descriptors by now
         self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
