@@ -73,6 +73,16 @@ def test_an_installation_gone_loses_its_archive_and_a_dead_writer_its_partial(sp
     assert not archive.path.exists() and not archive.path.with_suffix(".json").exists()
 
 
+def test_a_jvm_that_ended_before_the_stop_is_not_waited_for(spark_home: Path) -> None:
+    archive = class_archive(str(spark_home))
+    assert archive is not None
+    jvm = stand_in_jvm(archive.partial, status=143)  # e.g. SIGTERM'd with the bridge's unit
+    jvm.stdin.close()  # type: ignore[union-attr]
+    jvm.wait()
+    assert not keep_archive(archive, jvm)
+    assert not archive.path.exists() and not archive.partial.exists()
+
+
 def test_turned_off(spark_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AQUEDUCT_CLASS_ARCHIVE", "0")
     assert class_archive(str(spark_home)) is None

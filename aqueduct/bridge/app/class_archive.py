@@ -98,8 +98,12 @@ def keep_archive(archive: ClassArchive, jvm: subprocess.Popen[bytes], wait: floa
     """After Spark stopped: end the JVM (closing its stdin), let it write the archive, move that into place.
 
     True if the archive is in place now. Only for a run whose JVM writes
-    one (:attr:`ClassArchive.writes`).
+    one (:attr:`ClassArchive.writes`); a JVM that ended already (killed, or
+    stopped by a signal of its own) wrote none worth keeping.
     """
+    if jvm.poll() is not None:  # it ended under the bridge (said so already): nothing written to wait for
+        archive.partial.unlink(missing_ok=True)
+        return False
     logger.info(
         "writing Spark's class archive (once; later starts map it): %s", archive.path,
         extra=fields(event="class_archive"),
