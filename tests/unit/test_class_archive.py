@@ -83,6 +83,13 @@ def test_a_jvm_that_ended_before_the_stop_is_not_waited_for(spark_home: Path) ->
     assert not archive.path.exists() and not archive.partial.exists()
 
 
+def test_one_writer_at_a_time(spark_home: Path) -> None:
+    writer = class_archive(str(spark_home))
+    assert writer is not None and writer.writes
+    writer.partial.write_bytes(b"half")  # this process's JVM is writing it
+    assert class_archive(str(spark_home)) is None  # a bridge starting meanwhile runs without, writes nothing
+
+
 def test_turned_off(spark_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AQUEDUCT_CLASS_ARCHIVE", "0")
     assert class_archive(str(spark_home)) is None

@@ -71,7 +71,12 @@ class ClassArchive:
 
 
 def class_archive(spark_home: str) -> ClassArchive | None:
-    """The archive for ``java`` and the Spark in ``spark_home``; None when turned off or nowhere to keep it."""
+    """The archive for ``java`` and the Spark in ``spark_home``.
+
+    None when turned off, when there is nowhere to keep it, or while
+    another bridge's JVM is writing it (one writer at a time: bridges
+    started together do not all pay for writing it).
+    """
     if os.environ.get("AQUEDUCT_CLASS_ARCHIVE", "1") == "0":
         return None
     java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
@@ -91,6 +96,8 @@ def class_archive(spark_home: str) -> ClassArchive | None:
     except OSError:  # no cache to keep it in: start as before
         return None
     path = directory / f"{PREFIX}{key}.jsa"
+    if not path.is_file() and any(directory.glob(f"{path.name}.*{PARTIAL}")):
+        return None  # another bridge's JVM is writing it (prune left only the living writers' partials)
     return ClassArchive(path, made_from, writes=not path.is_file())
 
 
