@@ -127,8 +127,13 @@ def keep_archive(archive: ClassArchive, jvm: subprocess.Popen[bytes], wait: floa
         logger.warning("Spark's JVM ended (status %s) without a class archive; a later start tries again", code)
         archive.partial.unlink(missing_ok=True)
         return False
-    archive.path.with_suffix(".json").write_text(json.dumps(archive.made_from, indent=1))
-    os.replace(archive.partial, archive.path)
+    try:
+        archive.path.with_suffix(".json").write_text(json.dumps(archive.made_from, indent=1))
+        os.replace(archive.partial, archive.path)
+    except OSError as exc:  # e.g. the cache's disk is full: the next start tries again
+        logger.warning("cannot keep Spark's class archive: %s", exc)
+        archive.partial.unlink(missing_ok=True)
+        return False
     logger.info(
         "Spark's class archive written in %.1f s (%d MB)", time.monotonic() - began, archive.path.stat().st_size >> 20,
         extra=fields(event="class_archive_written"),

@@ -479,14 +479,14 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         extra=fields(event="stopped"),
     )  # fmt: skip
     if not config.ingest_only:
-        await keep_class_archive(stop)
+        await wait_for_class_archive(stop)
     if bridge.failed:
         logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1
     return 0
 
 
-async def keep_class_archive(stop: asyncio.Event) -> None:
+async def wait_for_class_archive(stop: asyncio.Event) -> None:
     """Wait for the class archive the JVM of a first start writes as it exits (:mod:`.class_archive`).
 
     Once per Java and Spark installation, after everything else stopped;
