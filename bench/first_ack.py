@@ -49,11 +49,14 @@ from aqueduct.runtime.certs import CertPaths, generate_certs
 
 COOKIE = "first-ack"
 TIMEOUT = 180.0  # one start; only turns a hang into a failure
+STOP_TIMEOUT = 300.0  # one stop: the first start's waits for its JVM to write the class archive
 MILESTONES = (
     "starting",
     "listening",
     "session",
     "durable",
+    "spark_start",
+    "jvm_up",
     "spark_ready",
     "query_running",
     "first_batch",
@@ -84,8 +87,12 @@ class BridgeLines:
         event = record.get("event")
         if event in ("starting", "listening", "query_running") or event == "session_started":
             self.at.setdefault("session" if event == "session_started" else event, now)
-            if event == "query_running":  # the query's start took query_s of it
-                self.at.setdefault("spark_ready", now - float(record.get("query_s", 0.0)))
+            if event == "query_running":  # the query's start took query_s of it, the session session_s before
+                ready = now - float(record.get("query_s", 0.0))
+                self.at.setdefault("spark_ready", ready)
+                self.at.setdefault("spark_start", ready - float(record.get("session_s", 0.0)))
+                if "jvm_s" in record:  # the gateway's launch, the first part of the session's start
+                    self.at.setdefault("jvm_up", self.at["spark_start"] + float(record["jvm_s"]))
         elif event == "status":
             if record.get("durable_records", 0) > 0:
                 self.at.setdefault("durable", now)
@@ -134,7 +141,7 @@ async def one_start(certs: CertPaths, workdir: Path, bridge_cli: str) -> dict[st
     finally:
         with contextlib.suppress(ProcessLookupError):
             bridge.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(bridge.wait(), 60)
+        await asyncio.wait_for(bridge.wait(), STOP_TIMEOUT)
         reader.cancel()
     return {**lines.at, "first_ack": acked}
 

@@ -382,12 +382,16 @@ def _config(args: argparse.Namespace) -> BridgeConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aqueduct.bridge.app.service import run_forever
+    from aqueduct.bridge.app.jvm import start_gateway_launch
     from aqueduct.logs import configure_logging
 
     config = _config(args)
     _check_serve(args, config)
     configure_logging(args.log_format)
+    if not config.ingest_only:  # Spark's JVM starts while the bridge opens its log and listens
+        start_gateway_launch(config.master)
+    from aqueduct.bridge.app.service import run_forever
+
     return run_forever(config, status_interval=args.status_interval)
 
 

@@ -20,19 +20,53 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
+from aqueduct.bridge.app.class_archive import ClassArchive, class_archive, keep_archive
 from aqueduct.bridge.app.jvm_log import JvmLog
 
 logger = logging.getLogger(__name__)
 
 _jvm_log: JvmLog | None = None  # the stderr reader of the JVM this process launched
+_launching: Future[None] | None = None  # a launch begun early, not yet waited for
 LAST_WORDS_WAIT = 1.0  # seconds an ended JVM's stderr gets to be read to its end (its workers may hold it)
+_archive: ClassArchive | None = None  # the class archive the launched JVM maps or writes (:mod:`.class_archive`)
+#: the driver JVM's options for a faster start (docs/performance.md, "First ACK after a cold serve"): its
+#: compilers stop at C1, whose code is ready sooner for less CPU, and the serial collector, which starts
+#: less machinery than G1 for a heap of Spark's driver size
+DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+def start_gateway_launch(master: str) -> Future[None]:
+    """Begin launching Spark's JVM (:func:`launch_detached_gateway`) in a thread of its own; return at once.
+
+    ``serve`` calls it as soon as its options are checked: the JVM then
+    starts while the bridge imports the rest of itself, opens its log and
+    listens, instead of after. The launch's error, if any, is raised where
+    the gateway is needed (:func:`launch_detached_gateway`).
+    """
+    global _launching
+    launching: Future[None] = Future()
+
+    def launch() -> None:
+        try:
+            _launch(master)
+        except BaseException as exc:  # noqa: BLE001 - raised again by whoever needs the gateway
+            launching.set_exception(exc)
+        else:
+            launching.set_result(None)
+
+    _launching = launching
+    threading.Thread(target=launch, name="jvm-launch", daemon=True).start()
+    return launching
 
 
 def launch_detached_gateway(master: str) -> None:
@@ -40,9 +74,22 @@ def launch_detached_gateway(master: str) -> None:
 
     Call before the first ``SparkSession.builder.getOrCreate()``: that
     then uses this gateway (``SparkContext._gateway``) instead of launching
-    its own. Spark settings still go through the builder; the launch takes
-    what pyspark always takes (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults``).
-    Its stderr goes through :class:`JvmLog` into this process's logging.
+    its own. A launch begun earlier (:func:`start_gateway_launch`) is
+    waited for, and its error raised, rather than launched again.
+    """
+    global _launching
+    launching, _launching = _launching or start_gateway_launch(master), None
+    launching.result()
+
+
+def _launch(master: str) -> None:
+    """The launch itself: Spark settings still go through the builder, the rest as pyspark always takes it.
+
+    The launch takes ``PYSPARK_SUBMIT_ARGS`` and ``spark-defaults``; its
+    stderr goes through :class:`JvmLog` into this process's logging.
+    ``SPARK_HOME`` (unless set) is the one pyspark found already:
+    ``spark-submit`` would otherwise start a Python interpreter to look
+    for it again.
 
     For a ``local`` master the driver binds to loopback anyway
     (:func:`~aqueduct.bridge.app.pipeline.local_session`): ``SPARK_LOCAL_IP``
@@ -52,21 +99,64 @@ def launch_detached_gateway(master: str) -> None:
     """
     global _jvm_log
     from pyspark import SparkContext
+    from pyspark.find_spark_home import _find_spark_home
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
+            spark_home = os.environ.setdefault("SPARK_HOME", _find_spark_home())  # the JVM's environment is a copy of ours
             if master.startswith("local"):
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM's environment is a copy of ours
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Read before the launch returns: a JVM that fails to start says why there.
             read_end, write_end = os.pipe()
             _jvm_log = JvmLog(read_end).start()
             try:
-                gateway = launch_gateway(popen_kwargs={"start_new_session": True, "stderr": write_end})
+                with _driver_options(spark_home):
+                    gateway = launch_gateway(popen_kwargs={"start_new_session": True, "stderr": write_end})
             finally:
                 os.close(write_end)  # the JVM has its copy: end of file once it and its workers end
             SparkContext._gateway = gateway
             SparkContext._jvm = gateway.jvm
+
+
+@contextlib.contextmanager
+def _driver_options(spark_home: str) -> Iterator[None]:
+    """``PYSPARK_SUBMIT_ARGS`` for the launch: :data:`DRIVER_JAVA_OPTIONS` and the class archive's.
+
+    Not when the user set ``PYSPARK_SUBMIT_ARGS``: their launch is theirs.
+    They go in ``spark.driver.defaultJavaOptions``, which the JVM's command
+    puts before ``spark.driver.extraJavaOptions`` (a ``spark-defaults.conf``'s stay).
+    """
+    global _archive
+    if "PYSPARK_SUBMIT_ARGS" in os.environ:
+        yield
+        return
+    _archive = class_archive(spark_home)
+    options = [*DRIVER_JAVA_OPTIONS, *(_archive.java_options() if _archive is not None else ())]
+    if not options:
+        yield
+        return
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--conf {shlex.quote('spark.driver.defaultJavaOptions=' + ' '.join(options))} pyspark-shell"
+    try:
+        yield
+    finally:
+        del os.environ["PYSPARK_SUBMIT_ARGS"]
+
+
+def keep_class_archive() -> None:
+    """Once the bridge's Spark stopped: end its JVM and keep the class archive it writes, if it writes one.
+
+    A no-op unless this process launched the JVM and no archive was there
+    (:mod:`.class_archive`): the first ``serve`` on a machine, or after Java
+    or Spark changed.
+    """
+    if _archive is None or not _archive.writes:
+        return
+    from pyspark import SparkContext
+
+    proc: Any = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        keep_archive(_archive, proc)
 
 
 def stopping_spark() -> None:

@@ -62,7 +62,7 @@ from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metri
 from aqueduct.bridge.app.pipeline import PipelineError
 from aqueduct.bridge.app.progress import BridgeProgress
 from aqueduct.bridge.app.served_log import ServedLog, serve_log, source_options
-from aqueduct.bridge.app.spark_query import SparkQuery, SparkStartTimeout
+from aqueduct.bridge.app.spark_query import SparkQuery, SparkStartTimeout, in_daemon_thread
 from aqueduct.bridge.app.tls import BridgeCertificate, bridge_certificate
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.positions import ConsumerPositions
@@ -478,10 +478,27 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
         "%s: stopped in %.1fs, everything acked is durable", why, time.monotonic() - stopped_at,
         extra=fields(event="stopped"),
     )  # fmt: skip
+    if not config.ingest_only:
+        await wait_for_class_archive(stop)
     if bridge.failed:
         logger.error("%s", bridge.failed, extra=fields(event="failed"))
         return 1
     return 0
+
+
+async def wait_for_class_archive(stop: asyncio.Event) -> None:
+    """Wait for the class archive the JVM of a first start writes as it exits (:mod:`.class_archive`).
+
+    Once per Java and Spark installation, after everything else stopped;
+    a second stop signal does not wait for it (a later start writes one).
+    """
+    from aqueduct.bridge.app.jvm import keep_class_archive
+
+    stop.clear()
+    keeping = asyncio.ensure_future(in_daemon_thread(keep_class_archive))
+    asked = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((keeping, asked), return_when=asyncio.FIRST_COMPLETED)
+    asked.cancel()
 
 
 def say_listening(bridge: Bridge) -> None:

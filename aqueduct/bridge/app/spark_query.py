@@ -46,7 +46,7 @@ class SparkStartTimeout(RuntimeError):
     """Spark did not start the bridge's query within ``spark_start_timeout``."""
 
 
-async def _in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
+async def in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
     """Run ``function`` in a daemon thread and await its result.
 
     Unlike ``asyncio.to_thread`` (the loop's executor, joined at exit), a
@@ -74,6 +74,16 @@ async def _in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
 
     threading.Thread(target=run, name="spark-start", daemon=True).start()
     return await future
+
+
+def _own_session(c: BridgeConfig) -> Any:
+    """The bridge's own SparkSession, on the gateway launched for it."""
+    from aqueduct.bridge.app.jvm import quiet_accumulator_server
+    from aqueduct.bridge.app.pipeline import local_session
+
+    spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
+    quiet_accumulator_server(spark)
+    return spark
 
 
 class SparkQuery:
@@ -146,7 +156,7 @@ class SparkQuery:
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
-            await asyncio.wait_for(_in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
+            await asyncio.wait_for(in_daemon_thread(step, *args), max(0.0, self._deadline - loop.time()))
             self.took[name] = loop.time() - began
         except TimeoutError:
             self._stuck = True
@@ -156,21 +166,18 @@ class SparkQuery:
             ) from None
 
     def _prepare(self, loop: asyncio.AbstractEventLoop, committed: Committed, spare: SpareDescriptor) -> None:
-        from aqueduct.bridge.app.callback_server import start_callback_server
-        from aqueduct.bridge.app.jvm import (
-            launch_detached_gateway,
-            quiet_accumulator_server,
-        )
-        from aqueduct.bridge.app.pipeline import local_session
-        from aqueduct.bridge.source import register
+        from aqueduct.bridge.app.jvm import launch_detached_gateway
 
-        c = self.config
         if self.spark is None:
             began = time.monotonic()
-            launch_detached_gateway(c.master)  # a process-group SIGTERM must not kill Spark under us
+            # Before anything here imports pyspark: a launch begun early (serve's) may be importing it
+            # in its own thread, and two threads importing pyspark's circular modules at once can fail.
+            launch_detached_gateway(self.config.master)  # a process-group SIGTERM must not kill Spark under us
             self.took["jvm"] = time.monotonic() - began
-            self.spark = local_session(c.master, c.spark_log_level, ui_port=c.spark_ui_port)
-            quiet_accumulator_server(self.spark)
+            self.spark = _own_session(self.config)
+        from aqueduct.bridge.app.callback_server import start_callback_server
+        from aqueduct.bridge.source import register
+
         register(self.spark)
         start_callback_server(self.spark.sparkContext._gateway, spare)  # producers may hold many descriptors by now
         self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
