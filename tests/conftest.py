@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shlex
 import sys
 
 import pytest
@@ -95,8 +96,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     os.environ.setdefault(
         "PYSPARK_SUBMIT_ARGS",
-        f"--driver-java-options {TEST_JVM_OPTIONS} --conf spark.executor.extraJavaOptions={TEST_JVM_OPTIONS} "
-        "pyspark-shell",
+        f"--driver-java-options {shlex.quote(TEST_JVM_OPTIONS)} "
+        f"--conf {shlex.quote('spark.executor.extraJavaOptions=' + TEST_JVM_OPTIONS)} pyspark-shell",
     )
     if config.getoption("dist", "no") == "loadgroup" and "_nodeid" not in Node.nodeid.fget.__code__.co_names:
         raise pytest.UsageError("--dist loadgroup cannot group tests with this pytest (item.nodeid does not read "
