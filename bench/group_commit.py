@@ -114,7 +114,7 @@ def one_round(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         for _ in range(args.commits):
             steady.append(timed_commit(log, "steady"))
     result["steady"] = statistics.median(steady)
-    for scenario in ("restart", "killed"):
+    for scenario, opening in (("restart", "restart_open"), ("killed", "killed_open")):
         log.close()
         if scenario == "killed":
             for d in (path / "streams").iterdir():
@@ -123,7 +123,7 @@ def one_round(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
                     f.write(TORN_TAIL)
         start = time.perf_counter()
         log = DurableLog(path)
-        result[f"{scenario}_open"] = time.perf_counter() - start
+        result[opening] = time.perf_counter() - start
         with _Contender() if args.contend else _nothing():
             result[scenario] = timed_commit(log, scenario)
     log.close()
