@@ -12,6 +12,7 @@ import pytest
 
 from aqueduct.bridge.storage.index import ENTRY_SIZE
 from aqueduct.bridge.storage.log import DuplicateMessage, DurableLog, LogError, LogLocked
+from aqueduct.bridge.storage.pending import record_batches
 from aqueduct.bridge.storage.schema import STORED_SCHEMA
 from aqueduct.bridge.storage.segment import segment_bases, segment_name
 from aqueduct.bridge.storage.view import NotALog, StreamMeta, load_streams
@@ -120,7 +121,7 @@ def test_batch_written_but_not_indexed_is_invisible_and_harmless(tmp_path: Path)
         stream = lg._streams[1]
         sealed = stream.seal(0)
         assert sealed is not None
-        stream.files.write(sealed, lg.segment_bytes)
+        stream.files.write(sealed, next(record_batches([sealed])), lg.segment_bytes)
         stream.files.segment.sync()
     assert [r["payload"] for r in rows(path, 1)] == [b"one"]
     with DurableLog(path) as lg:

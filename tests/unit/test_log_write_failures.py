@@ -42,11 +42,12 @@ def append(log: DurableLog, sid: int, ids: range) -> None:
         log.append(ConnectorMessage.build(sid, b"p%d" % m, message_id=m))
 
 
+@pytest.mark.parametrize("max_open_streams", [512, 1])  # 1: stream 2's files are opened for each write alone
 def test_a_commit_without_room_is_cut_off_held_and_written_first_next_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_open_streams: int
 ) -> None:
     path = tmp_path / "log"
-    with DurableLog(path) as log:
+    with DurableLog(path, max_open_streams=max_open_streams) as log:
         for sid in (1, 2):
             log.open_stream(sid, f"s{sid}", "c/1").result()
         append(log, 1, range(0, 5))
@@ -61,9 +62,10 @@ def test_a_commit_without_room_is_cut_off_held_and_written_first_next_time(
         assert {p.name: p.stat().st_size for p in (path / "streams" / "1").iterdir()} == sizes  # cut off
         assert ids(path, 1) == list(range(5))
         append(log, 1, range(10, 12))  # arrives meanwhile: written after the held batch
-        assert log.commit() == {1: 12, 2: 3}
+        append(log, 2, range(3, 4))
+        assert log.commit() == {1: 12, 2: 4}
         assert log.commit() == {}  # nothing held any more
-    assert ids(path, 1) == list(range(12)) and ids(path, 2) == [0, 1, 2]
+    assert ids(path, 1) == list(range(12)) and ids(path, 2) == [0, 1, 2, 3]
     with DurableLog(path) as reopened:
         assert (reopened.durable_end(1), reopened.durable_reference(1)) == (12, 12)
 

@@ -44,7 +44,7 @@ def _load_syncfs() -> Callable[[int], int] | None:
 _SYNCFS = _load_syncfs()
 
 
-def fsync_path(path: Path) -> None:
+def fsync_path(path: str | Path) -> None:
     """fsync a file or directory by name: for a directory, its entries' changes (create, rename, unlink)."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -64,19 +64,19 @@ class SyncGroup:
 
     def __init__(self, *, use_syncfs: bool = True) -> None:
         self._files: list[int] = []
-        self._paths: list[Path] = []
-        self._dirs: list[Path] = []
+        self._paths: list[str] = []
+        self._dirs: list[str] = []
         self._use_syncfs = use_syncfs and _SYNCFS is not None
 
     def add_file(self, fd: int) -> None:
         self._files.append(fd)
 
-    def add_path(self, path: Path) -> None:
+    def add_path(self, path: str | Path) -> None:
         """A file written and closed already (a group of thousands must not hold their descriptors)."""
-        self._paths.append(path)
+        self._paths.append(os.fspath(path))
 
-    def add_dir(self, directory: Path) -> None:
-        self._dirs.append(directory)
+    def add_dir(self, directory: str | Path) -> None:
+        self._dirs.append(os.fspath(directory))
 
     def __len__(self) -> int:
         return len(self._files) + len(self._paths) + len(self._dirs)
@@ -87,7 +87,7 @@ class SyncGroup:
         self._files, self._paths, self._dirs = [], [], []
         if self._use_syncfs and len(files) + len(paths) + len(dirs) >= SYNCFS_FROM_FILES:
             # a file lives on its directory's file system
-            _syncfs_each_device(files, [*dirs, *(p.parent for p in paths)])
+            _syncfs_each_device(files, [*dirs, *map(os.path.dirname, paths)])
             return
         for fd in files:
             os.fsync(fd)
@@ -95,7 +95,7 @@ class SyncGroup:
             fsync_path(path)
 
 
-def _syncfs_each_device(files: list[int], dirs: list[Path]) -> None:
+def _syncfs_each_device(files: list[int], dirs: list[str]) -> None:
     """One ``syncfs`` per file system the files and directories live on."""
     assert _SYNCFS is not None
     devices: dict[int, int] = {}  # st_dev -> an open descriptor on it

@@ -87,12 +87,23 @@ class SegmentWriter:
 
     Opening an existing segment cuts it to ``valid_length``: bytes after
     the last indexed batch are a torn or unindexed tail from a crash and
-    must never become the prefix of a later batch.
+    must never become the prefix of a later batch. The cut is made durable
+    with the batch written after it: a segment is opened only to be
+    written, and its sync (:meth:`add_to`) comes before any index entry
+    points past ``valid_length``; a crash before that sync leaves a tail
+    the next opening cuts again. (An fsync per cut made the first group
+    commit after a writer was killed mid-commit cost an fsync per stream:
+    4.9 s over 2,000 streams.)
+
+    ``directory`` is a string, not a :class:`~pathlib.Path`: a commit
+    over thousands of streams opens thousands of segments, and pathlib's
+    joins cost more than the ``open`` itself.
     """
 
-    def __init__(self, directory: Path, base: int, valid_length: int | None) -> None:
+    def __init__(self, directory: str, base: int, valid_length: int | None) -> None:
         self.base = base
-        self.path = path = directory / segment_name(base)
+        self.directory = directory
+        self.path = path = os.path.join(directory, segment_name(base))
         #: created since the last sync: its directory entry is not durable yet
         self.created = valid_length is None
         if valid_length is None:
@@ -107,9 +118,8 @@ class SegmentWriter:
                 raise OSError(
                     f"segment {path} is shorter than its index says ({valid_length} bytes)"
                 )
-            if size > valid_length:  # a torn tail: cut it (an fsync only then, reopens are common)
+            if size > valid_length:  # a torn tail: cut it (durable with the next batch's sync)
                 os.ftruncate(self._fd, valid_length)
-                os.fsync(self._fd)
             self.size = valid_length
         os.lseek(self._fd, self.size, os.SEEK_SET)
 
@@ -128,16 +138,21 @@ class SegmentWriter:
         group.sync()
         self.created = False
 
-    def add_to(self, group: SyncGroup) -> None:
+    def add_to(self, group: SyncGroup, *, closing: bool = False) -> None:
         """Have ``group`` make every appended batch durable (see :class:`SyncGroup`).
 
         A segment created since the last sync adds its directory too: an
         index entry must never point into a file a crash could unlink. Once
-        the group synced, the caller clears :attr:`created`.
+        the group synced, the caller clears :attr:`created`. ``closing``:
+        the caller closes the segment before the group syncs, so the group
+        syncs it by name, not by a descriptor that may be reused meanwhile.
         """
-        group.add_file(self._fd)
+        if closing:
+            group.add_path(self.path)
+        else:
+            group.add_file(self._fd)
         if self.created:
-            group.add_dir(self.path.parent)
+            group.add_dir(self.directory)
 
     def close(self) -> None:
         """Release the file descriptor."""

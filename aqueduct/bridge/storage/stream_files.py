@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow as pa
+
 from aqueduct.bridge.storage.durability import SyncGroup, fsync_path
 from aqueduct.bridge.storage.index import (
     ENTRY_SIZE,
@@ -32,31 +34,41 @@ from aqueduct.bridge.storage.view import INDEX_FILE, META_FILE, StreamMeta
 
 
 class StreamFiles:
-    """The files of one stream partition: its index entries, the last segment and the index, open or not."""
+    """The files of one stream partition: its index entries, the last segment and the index, open or not.
+
+    A stream :class:`~aqueduct.bridge.storage.open_files.OpenFiles` keeps
+    open holds its segment and index between group commits
+    (:meth:`open_files`); any other is opened for one commit's write and
+    closed after it (:meth:`write`, :meth:`add_segment_to`, :meth:`write_entry`).
+    """
 
     def __init__(self, directory: Path, entries: list[IndexEntry]) -> None:
         self.directory = directory
+        self._dir = str(directory)  # for the opens of a group commit: pathlib's joins cost more than they do
+        self._index_path = os.path.join(self._dir, INDEX_FILE)
         #: the committed batches, in order: appended only after their index entry is synced
         self.entries = entries
         self.segment: SegmentWriter | None = None
-        self._index_fd = -1  # opened on the I/O thread when the stream is written to
+        self._index_fd = -1  # opened on the I/O thread while OpenFiles keeps the stream open
         #: the stream's directory, metadata and index exist (False until created on the I/O thread)
         self.created = True
         self._new_files: list[str] = []  # names write_new_files wrote under temporary names
 
     def open_files(self) -> None:
-        """Open the index for appending and the last segment to go on (I/O thread).
+        """Open the index for appending and the last segment to go on, to keep them open (I/O thread).
 
-        Files are open only while a stream is written to (see
-        :class:`~aqueduct.bridge.storage.open_files.OpenFiles`); reopening the
-        last segment cuts any torn tail a crash left after its last indexed batch.
+        Reopening the last segment cuts any torn tail a crash left after its
+        last indexed batch (see :class:`~aqueduct.bridge.storage.segment.SegmentWriter`).
         """
         if self._index_fd >= 0:
             return
+        self._open_segment()
+        self._index_fd = os.open(self._index_path, os.O_WRONLY | os.O_APPEND)
+
+    def _open_segment(self) -> None:
         if self.entries and self.segment is None:
             last = self.entries[-1]
-            self.segment = SegmentWriter(self.directory, last.segment, last.position + last.length)
-        self._index_fd = os.open(self.directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND)
+            self.segment = SegmentWriter(self._dir, last.segment, last.position + last.length)
 
     def check_files(self) -> None:
         """At open: the last segment must hold what the index says (fail now, not at a commit)."""
@@ -104,15 +116,19 @@ class StreamFiles:
 
     # ------------------------------------------------------------ a group commit's share
 
-    def write(self, sealed: Sealed, segment_bytes: int) -> IndexEntry:
-        """Write a sealed batch to the segment, not yet synced (I/O thread); return its entry."""
+    def write(self, sealed: Sealed, batch: pa.RecordBatch, segment_bytes: int) -> IndexEntry:
+        """Write a sealed share's batch to the segment, not yet synced (I/O thread); return its entry.
+
+        Opens the last segment if it is closed; :meth:`add_segment_to` follows.
+        """
+        self._open_segment()
         if self.segment is None or self.segment.size >= segment_bytes:
             if self.segment is not None:
                 self.segment.sync()
                 self.segment.close()
-            self.segment = SegmentWriter(self.directory, sealed.first_offset, None)
+            self.segment = SegmentWriter(self._dir, sealed.first_offset, None)
         p = sealed.pending
-        position, length, checksum = self.segment.append(p.to_batch(sealed.meta))
+        position, length, checksum = self.segment.append(batch)
         return IndexEntry(
             segment=self.segment.base,
             position=position,
@@ -130,14 +146,36 @@ class StreamFiles:
             checksum=checksum,
         )
 
+    def add_segment_to(self, group: SyncGroup, *, keep_open: bool) -> None:
+        """Have ``group`` sync what :meth:`write` wrote; unless ``keep_open``, close the segment now.
+
+        A closed segment is synced by name and reopens at its next write,
+        from the index entries (which by then include this commit's).
+        """
+        assert self.segment is not None
+        self.segment.add_to(group, closing=not keep_open)
+        if not keep_open:
+            self.segment.close()
+            self.segment = None
+
     def write_entry(self, entry: IndexEntry, group: SyncGroup) -> None:
         """Append the index entry, for ``group`` to sync (I/O thread).
 
-        The batch becomes visible only when the caller adds the entry to
-        :attr:`entries`, after the sync.
+        Through the open index of a stream kept open; else the index is
+        opened for this entry alone and synced by name. The batch becomes
+        visible only when the caller adds the entry to :attr:`entries`,
+        after the sync.
         """
-        write_all(self._index_fd, encode_entry(entry))
-        group.add_file(self._index_fd)
+        if self._index_fd >= 0:
+            write_all(self._index_fd, encode_entry(entry))
+            group.add_file(self._index_fd)
+            return
+        fd = os.open(self._index_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            write_all(fd, encode_entry(entry))
+        finally:
+            os.close(fd)
+        group.add_path(self._index_path)
 
     def roll_back(self) -> None:
         """Forget the bytes a failed group commit wrote for this stream (I/O thread).
