@@ -276,7 +276,7 @@ class _LogReader:
             try:
                 self.logs |= open_bridges(
                     options.bridges, token_file=options.bridge_token_file,
-                    token_env=options.bridge_token_env, ca_file=options.bridge_ca,
+                    token_env=options.bridge_token_env, ca_file=options.bridge_ca, consumer=options.consumer,
                 )  # fmt: skip
             except BridgeCredentialError as e:
                 raise AqueductOptionError(f"aqueduct source: {e}") from None
@@ -539,12 +539,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader):
         return False
 
     def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        streams = self._streams()  # first: a bridge answers whether it dropped the consumer with them
         try:
             for log in self.logs.values():
                 log.check_not_dropped(self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
-        streams = self._streams()
         dirty = self._take_dirty()
         max_records, limits = self._budget(limit, streams)
         previous = self._returned[-1] if self._returned else None
