@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL
 from aqueduct.bridge.source.datasource import (
-    REMOTE_IDLE_POLL,
     SPARK_STRUCT,
     AqueductDataLoss,
     AqueductDataSource,

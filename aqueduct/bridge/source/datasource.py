@@ -56,7 +56,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.source.admission import Limit, admit
-from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL, SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
@@ -105,7 +105,6 @@ STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxByte
 
 #: Seconds between looks at the change journal while ``idleWait`` waits for new data.
 IDLE_POLL = 0.005
-REMOTE_IDLE_POLL = 0.05  # seconds between asking an idle bridge again (a Flight call each)
 
 
 def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:

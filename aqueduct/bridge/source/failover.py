@@ -25,9 +25,8 @@ from collections.abc import Iterable, Iterator, Mapping
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL, SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
-from aqueduct.bridge.source.datasource import REMOTE_IDLE_POLL
 from aqueduct.bridge.source.failover_bridges import FailoverBridges
 from aqueduct.bridge.source.failover_read import (
     PieceLost,
@@ -123,7 +122,7 @@ class FailoverStreamReader(DataSourceStreamReader):
         """Every stream as far as its copies reach from where the next batch starts (all complete epochs).
 
         With ``idleWait``, a trigger that finds nothing new asks the bridges
-        again every :data:`~.datasource.REMOTE_IDLE_POLL` seconds, up to that
+        again every :data:`~.clock.REMOTE_IDLE_POLL` seconds, up to that
         long, and answers as soon as a copy reaches further. Producers that
         wait for their ACKs send more only once the commit this call made
         reached them: without the wait, the batch that reads what they send
