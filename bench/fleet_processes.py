@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.connector import Connector
 from bench.processes import DIE_WITH_THE_PARENT, free_port
 from demo.producer import PROGRAM, send_share
@@ -393,14 +394,21 @@ class FailoverQuery:
         return result
 
 
+#: The query's trigger and ``idleWait``, as ``aqueduct-bridge serve`` runs its own: batches back to back, a
+#: trigger finding nothing waiting up to 0.25 s for data (so a batch starts once the producers' next records,
+#: sent when the last commit acked them, are durable, not a trigger interval later).
+QUERY_TRIGGER, QUERY_IDLE_WAIT = BridgeConfig.trigger_interval, BridgeConfig.idle_wait
+
+
 class SessionQuery(FailoverQuery):
     """The query on a SparkSession of this process (the tests' shared ``local[2]`` one, or the benchmark's)."""
 
-    def __init__(self, spark: Any, root: Path, options: dict[str, str], trigger_interval: float = 0.5) -> None:
+    def __init__(self, spark: Any, root: Path, options: dict[str, str], trigger_interval: float = QUERY_TRIGGER) -> None:
         from aqueduct.bridge.app.pipeline import start_sink
 
         super().__init__(root)
-        df = spark.readStream.format("aqueduct").options(failover="true", consumer="default", **options).load()
+        options = {"failover": "true", "consumer": "default", "idleWait": f"{QUERY_IDLE_WAIT}s", **options}
+        df = spark.readStream.format("aqueduct").options(**options).load()
         self.query = start_sink(
             df, "parquet", query_name=f"failover_{root.name}".replace("-", "_"), checkpoint=self.checkpoint,
             output_dir=self.output, trigger_interval=trigger_interval,
@@ -466,7 +474,7 @@ class Fleet:
     def urls(self, *names: str) -> list[str]:
         return [self.bridges[n].url for n in names]
 
-    def start_query(self, spark: Any, options: dict[str, str], trigger_interval: float = 0.5) -> FailoverQuery:
+    def start_query(self, spark: Any, options: dict[str, str], trigger_interval: float = QUERY_TRIGGER) -> FailoverQuery:
         """The query on ``spark`` over the bridges ``options`` name."""
         self.query = SessionQuery(spark, self.root, options, trigger_interval)
         return self.query

@@ -150,11 +150,18 @@ def test_the_registry_calls_act_on_the_bridges_files(log: DurableLog, flights: F
     remote.commit("q1", {1: 12, 7: 0}, 3)
     assert read_committed(log.path, "q1") == {1: 12, 7: 0}
     remote.check_not_dropped("q1")
+    reader = RemoteLog(flights.address(log.path), flights.token, flights.certs.ca.read_bytes(), consumer="q1")
+    snapshots = reader.snapshots()
+    snapshots.load()  # names q1: the answer says whether it was dropped
+    reader.check_not_dropped("q1")
     from aqueduct.bridge.storage.consumers import drop_consumer
 
     drop_consumer(log.path, "q1", "too far behind")
     with pytest.raises(ConsumerError, match="consumer 'q1' was dropped \\(too far behind\\)"):
-        remote.check_not_dropped("q1")
+        remote.check_not_dropped("q1")  # asked on its own (a reader with no consumer, or an older bridge)
+    snapshots.load()
+    with pytest.raises(ConsumerError, match="consumer 'q1' was dropped \\(too far behind\\)"):
+        reader.check_not_dropped("q1")  # told with the streams
     for bad in ("../escape", ""):
         with pytest.raises(ConsumerError, match="consumer name must be"):
             remote.commit(bad, {1: 1}, 0)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow.flight as flight
 import pytest
 
 from aqueduct.bridge.source.datasource import AqueductDataLoss, AqueductOptionError
@@ -72,15 +73,35 @@ def test_records_skipped_as_lost_are_counted_once_by_the_bridge_that_holds_what_
     assert skipped_records(b) == 8  # nothing skipped since: not counted again
 
 
+def actions_served(where: LogLocation, *logs: Path) -> list[str]:
+    """The Flight actions the bridges serving ``logs`` answer from now on, in order (none when read locally)."""
+    served: list[str] = []
+    for log in logs if where.flight is not None else ():
+        server = where.flight.server(log)  # type: ignore[union-attr]
+        answer = server.do_action
+
+        def recorded(context: object, action: flight.Action, answer: Callable = answer) -> object:
+            served.append(action.type)
+            return answer(context, action)
+
+        server.do_action = recorded  # type: ignore[method-assign]
+    return served
+
+
 def test_a_bridge_that_dropped_the_query_s_consumer_stops_it_with_data_loss(tmp_path: Path, where: LogLocation) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     write(a, range(0, 8))
     write(b, range(4, 12), start=4)
     r = reader(**options(where, a=a, b=b))
     end, _ = batch(r, r.initialOffset())
+    served = actions_served(where, a, b)
+    r.latestOffset()  # a trigger asks whether the consumer was dropped with its streams call: no call of its own
+    assert "check_consumer" not in served
+    assert where.flight is None or served.count("streams") == 2
     drop_consumer(b, "default", "fell 10000 records behind")
     with pytest.raises(AqueductDataLoss, match=r"bridge b: consumer 'default' was dropped \(fell 10000 records behind\)"):
         r.latestOffset()
+    assert "check_consumer" not in served
 
 
 def one_stream(path: Path, sid: int, mode: Mode) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL
 from aqueduct.bridge.source.datasource import (
     SPARK_STRUCT,
     AqueductDataLoss,
@@ -29,19 +30,9 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_stream
 from aqueduct.connector.frames import ConnectorMessage
 from tests.log_locations import FlightLogs
+from tests.unit.test_log_source_options import ManualClock
 
 BOUNDED, PER_RECORD = 7, 8  # a stream with BOUNDARY records (every 4th id), one whose every record is an epoch
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def write(path: Path, ids: range, start: int = 0) -> None:
@@ -237,6 +228,30 @@ def test_bridges_join_and_leave_through_the_bridge_list(tmp_path: Path) -> None:
         assert list(r.bridges.logs) == ["b"]
     finally:
         flight.close()
+
+
+def test_idle_wait_answers_once_a_copy_reaches_further_and_the_commit_goes_out_before_it_waits(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, range(0, 8))
+    write(b, range(0, 8))
+    clock = ManualClock()
+    options = AqueductDataSource({"failover": "true", "log": f"a={a},b={b}", "idleWait": "2s"}).parsed
+    r = FailoverStreamReader(options, clock)
+    start = r.initialOffset()
+    end = json.loads(json.dumps(r.latestOffset()))
+    r.partitions(start, end)  # the batch ran; Spark's own commit() of it would come only with the next batch
+    began = clock.now
+    acked_while_waiting: list[int] = []
+    clock.at(began, lambda: acked_while_waiting.append(acked_point(b, PER_RECORD)))  # at its first look again
+    clock.at(began + 0.3, lambda: write(b, range(8, 12)))  # the producers, acked, send more
+    later = r.latestOffset()
+    assert acked_while_waiting == [8]  # the batch's commit went out before the wait
+    assert later == {"by_id": {str(BOUNDED): 12, str(PER_RECORD): 12}}
+    assert 0.3 <= clock.now - began <= 0.3 + REMOTE_IDLE_POLL  # answered on the first look after, not after 2 s
+    r.partitions(end, later)
+    began = clock.now
+    assert r.latestOffset() == later  # nothing more came: the same offsets, after the whole wait
+    assert clock.now - began == pytest.approx(2.0)
 
 
 def test_a_bridge_that_stops_answering_holds_its_streams_then_is_left_out(tmp_path: Path) -> None:

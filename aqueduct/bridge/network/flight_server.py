@@ -7,13 +7,17 @@ here, so a remote read is the local one, shipped):
 
 - the action ``streams``: each stream's meta and index entries (the
   complete-epoch frontiers and byte sizes planning needs), sent again only
-  for the streams that changed since the caller's last call;
+  for the streams that changed since the caller's last call; a caller that
+  names its ``consumer`` also hears whether it was dropped (``dropped``:
+  the reason, or null), the question a reader asks at every trigger, so it
+  costs no call of its own;
 - ``DoGet`` of a ticket ``{"stream", "start", "end"}``: those records as
   Arrow record batches in the stored schema, exactly the local read's,
   each tagged (``app_metadata``) with the offset after its last record, so
   a reader resuming after a broken stream starts exactly there, even past
   a batch ``failOnDataLoss=false`` skipped;
-- the actions ``register``, ``check_consumer`` and ``commit``: the consumer
+- the actions ``register``, ``check_consumer`` (for readers that do not
+  ask it with ``streams``) and ``commit``: the consumer
   registry, so the bridge acks and truncates after a cluster query's
   commits exactly as after a local one's. A commit is written to the
   consumer's commit file and handed to ``on_commit`` at once: the bridge's
@@ -127,8 +131,8 @@ class _Catalog:
             self._last = streams
             return streams
 
-    def since(self, instance: str, generation: int) -> Iterator[bytes]:
-        """The ``streams`` answer for a caller holding ``generation`` of ``instance``."""
+    def since(self, instance: str, generation: int, extra: dict[str, Any]) -> Iterator[bytes]:
+        """The ``streams`` answer for a caller holding ``generation`` of ``instance``; ``extra`` joins its header."""
         streams = self.refresh()
         with self._lock:
             if instance != self.instance:
@@ -136,6 +140,7 @@ class _Catalog:
             now, ids_at = self.generation, self._ids_at
             sent = [sid for sid, at in self._changed_at.items() if at > generation]
         header = {"instance": self.instance, "generation": now, "ids": list(streams) if ids_at > generation else None}
+        header |= extra
         yield json.dumps(header).encode()
         for sid in sent:
             s = streams.get(sid)
@@ -210,13 +215,29 @@ class LogFlightServer(flight.FlightServerBase):
             ("commit", "record a consumer's committed positions"),
         ]
 
+    def _consumer_state(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``{"dropped": reason or None}`` of the consumer a ``streams`` call names; nothing if it names none."""
+        if body.get("consumer") is None:
+            return {}
+        try:
+            consumer = check_consumer_name(str(body["consumer"]))
+        except ConsumerError as e:
+            raise flight.FlightServerError(f"aqueduct bridge: bad streams request: {e}") from None
+        try:
+            self.log.check_not_dropped(consumer)
+        except ConsumerError as e:
+            return {"dropped": str(e)}
+        return {"dropped": None}
+
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
         except ValueError:
             raise flight.FlightServerError("aqueduct bridge: an action's body is a JSON object") from None
         if action.type == "streams":
-            return self._catalog.since(str(body.get("instance", "")), int(body.get("generation", 0)))
+            return self._catalog.since(
+                str(body.get("instance", "")), int(body.get("generation", 0)), self._consumer_state(body)
+            )
         try:
             consumer = check_consumer_name(str(body.get("consumer", "")))
             if action.type == "register":

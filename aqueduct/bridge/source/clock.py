@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+#: Seconds between asking an idle bridge again while ``idleWait`` waits (a Flight call each).
+REMOTE_IDLE_POLL = 0.05
+
 
 class Clock(Protocol):
     """Monotonic seconds, and a way to let them pass."""

@@ -56,7 +56,7 @@ from pyspark.sql.types import (
 )
 
 from aqueduct.bridge.source.admission import Limit, admit
-from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL, SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
@@ -105,7 +105,6 @@ STREAMING_ONLY = ("consumer", "failOnDataLoss", "maxRecordsPerTrigger", "maxByte
 
 #: Seconds between looks at the change journal while ``idleWait`` waits for new data.
 IDLE_POLL = 0.005
-REMOTE_IDLE_POLL = 0.05  # seconds between asking an idle bridge again (a Flight call each)
 
 
 def _start_of(s: StreamIndex, wanted: int, option: str = "startingOffsets") -> int:
@@ -276,7 +275,7 @@ class _LogReader:
             try:
                 self.logs |= open_bridges(
                     options.bridges, token_file=options.bridge_token_file,
-                    token_env=options.bridge_token_env, ca_file=options.bridge_ca,
+                    token_env=options.bridge_token_env, ca_file=options.bridge_ca, consumer=options.consumer,
                 )  # fmt: skip
             except BridgeCredentialError as e:
                 raise AqueductOptionError(f"aqueduct source: {e}") from None
@@ -539,12 +538,12 @@ class AqueductStreamReader(_LogReader, DataSourceStreamReader):
         return False
 
     def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        streams = self._streams()  # first: a bridge answers whether it dropped the consumer with them
         try:
             for log in self.logs.values():
                 log.check_not_dropped(self.options.consumer)
         except ConsumerError as e:
             raise AqueductDataLoss(f"aqueduct source: {e}") from None
-        streams = self._streams()
         dirty = self._take_dirty()
         max_records, limits = self._budget(limit, streams)
         previous = self._returned[-1] if self._returned else None

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from aqueduct.bridge.source.clock import SYSTEM_CLOCK, Clock
+from aqueduct.bridge.source.clock import REMOTE_IDLE_POLL, SYSTEM_CLOCK, Clock
 from aqueduct.bridge.source.data_loss import AqueductDataLoss, corruption_is_data_loss
 from aqueduct.bridge.source.failover_bridges import FailoverBridges
 from aqueduct.bridge.source.failover_read import (
@@ -119,7 +119,25 @@ class FailoverStreamReader(DataSourceStreamReader):
         return spark_points(points)
 
     def latestOffset(self) -> dict:
-        """Every stream as far as its copies reach from where the next batch starts (all complete epochs)."""
+        """Every stream as far as its copies reach from where the next batch starts (all complete epochs).
+
+        With ``idleWait``, a trigger that finds nothing new asks the bridges
+        again every :data:`~.clock.REMOTE_IDLE_POLL` seconds, up to that
+        long, and answers as soon as a copy reaches further. Producers that
+        wait for their ACKs send more only once the commit this call made
+        reached them: without the wait, the batch that reads what they send
+        next would start a whole trigger later.
+        """
+        ends, moved = self._reach()
+        wait, clock = self.options.idle_wait, self.bridges.clock
+        deadline = clock.monotonic() + wait
+        while not moved and (left := deadline - clock.monotonic()) > 0:
+            clock.sleep(min(REMOTE_IDLE_POLL, left))
+            ends, moved = self._reach()
+        return spark_points(ends)
+
+    def _reach(self) -> tuple[dict[int, int], bool]:
+        """Refresh, record the batch that ran (see :meth:`_commit`), and every stream's end; whether any moved."""
         usable, held = self.bridges.refresh(self._committed)
         if self._start is not None and self._start_ran and self._start != self._committed:
             self._commit(self._start)  # Spark plans the next batch once the last one is committed
@@ -136,7 +154,7 @@ class FailoverStreamReader(DataSourceStreamReader):
                 self._lost(sid, a, b, copies)
             if end > lo or sid in start:
                 ends[sid] = max(end, lo)
-        return spark_points(ends)
+        return ends, ends != start
 
     def _lost(self, sid: int, a: int, b: int, copies: Iterable[Copy]) -> None:
         """Records ``(a, b]`` of stream ``sid`` no bridge holds any more: data loss, or skipped if allowed.

@@ -81,7 +81,7 @@ def _open(options: SourceOptions, bridges: tuple[tuple[str | None, str], ...], t
     try:
         opened = open_bridges(
             bridges, token_file=token or options.bridge_token_file, token_env=options.bridge_token_env,
-            ca_file=ca or options.bridge_ca,
+            ca_file=ca or options.bridge_ca, consumer=options.consumer,
         )  # fmt: skip
     except BridgeCredentialError as e:
         raise AqueductOptionError(f"aqueduct source: {e}") from None

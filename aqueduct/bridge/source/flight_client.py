@@ -70,15 +70,29 @@ class BridgeCredentialError(ValueError):
     """The token or CA certificate for a bridge cannot be read."""
 
 
-class RemoteLog:
-    """A log behind a bridge's Flight server at ``address`` (``HOST:PORT``)."""
+#: No ``streams`` answer said whether the consumer was dropped since the last :meth:`RemoteLog.check_not_dropped`.
+UNHEARD = object()
 
-    def __init__(self, address: str, token: str, ca: bytes | None = None) -> None:
+
+class RemoteLog:
+    """A log behind a bridge's Flight server at ``address`` (``HOST:PORT``).
+
+    ``consumer``: the reader's consumer. Every ``streams`` call names it and
+    its answer says whether the bridge dropped it, so the check a reader
+    makes at every trigger (:meth:`check_not_dropped`, after loading the
+    streams) costs no call of its own; a bridge that does not answer that
+    (one older than this) is asked with ``check_consumer``.
+    """
+
+    def __init__(self, address: str, token: str, ca: bytes | None = None, consumer: str | None = None) -> None:
         self.address = address
         self.host, self.port = split_address(address)
         self._token = token
         self._ca = ca
         self._flight: flight.FlightClient | None = None
+        self.consumer = consumer
+        #: what the last ``streams`` answer said of ``consumer`` (the reason it was dropped, or None), until checked
+        self._dropped: object = UNHEARD
         #: seconds a call may take, and a read waits for the bridge to come back (a failover query: bridgeTimeout,
         #: and no wait, since another copy may serve the read)
         self.call_timeout = CALL_TIMEOUT
@@ -94,7 +108,10 @@ class RemoteLog:
         return f"RemoteLog({self.address!r})"  # never the token
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_flight"} | {"_flight": None}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_flight", "_dropped")} | {"_flight": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _dropped=UNHEARD)
 
     # ------------------------------------------------------------ transport
 
@@ -195,7 +212,23 @@ class RemoteLog:
             "register", {"consumer": consumer, "start": SourceOffset(start).spark(), "reads": reads.to_json()}
         )
 
+    def streams(self, instance: str, generation: int) -> list[bytes]:
+        """The ``streams`` answer after ``generation`` of ``instance`` (header first); it says whether ``consumer`` was dropped."""
+        body: dict[str, Any] = {"instance": instance, "generation": generation}
+        if self.consumer is not None:
+            body["consumer"] = self.consumer
+        answer = self.action("streams", body)
+        if self.consumer is not None:
+            self._dropped = json.loads(answer[0]).get("dropped", UNHEARD)
+        return answer
+
     def check_not_dropped(self, consumer: str) -> None:
+        """Raise :class:`ConsumerError` if the bridge dropped ``consumer``: from the last ``streams`` answer, else asked."""
+        heard, self._dropped = self._dropped, UNHEARD
+        if consumer == self.consumer and heard is not UNHEARD:
+            if heard is not None:
+                raise ConsumerError(str(heard))
+            return
         try:
             self._registry("check_consumer", {"consumer": consumer})
         except UNREACHABLE as e:
@@ -248,9 +281,7 @@ class RemoteSnapshots:
 
     def load(self) -> dict[int, StreamIndex]:
         try:
-            header, *bodies = self.remote.action(
-                "streams", {"instance": self._instance, "generation": self._generation}
-            )
+            header, *bodies = self.remote.streams(self._instance, self._generation)
         except UNREACHABLE as e:
             if self._last is None:
                 raise
@@ -306,8 +337,9 @@ def open_bridges(
     token_file: str | None = None,
     token_env: str | None = None,
     ca_file: str | None = None,
+    consumer: str | None = None,
 ) -> dict[str | None, RemoteLog]:
-    """A :class:`RemoteLog` per ``(name, HOST:PORT)``, credentials read here (on the driver).
+    """A :class:`RemoteLog` per ``(name, HOST:PORT)`` for reader ``consumer``, credentials read here (on the driver).
 
     The token comes from ``token_file`` (one for all, or ``NAME=PATH,...``)
     or else the environment variable ``token_env`` (default
@@ -332,5 +364,5 @@ def open_bridges(
                 f"no credential for bridge {address}: {where} (give bridgeTokenFile=PATH, "
                 f"or set {DEFAULT_TOKEN_ENV} on the driver)"
             )
-        logs[name] = RemoteLog(address, token, ca)
+        logs[name] = RemoteLog(address, token, ca, consumer)
     return logs
