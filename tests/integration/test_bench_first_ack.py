@@ -30,9 +30,10 @@ def test_the_milestones_come_from_the_bridges_own_lines() -> None:
     lines.seen(line("query aqueduct-bridge running", event="query_running", session_s=6.0, query_s=1.5))
     lines.seen(line("sessions 1", event="status", durable_records=2, batches=1))
     assert list(lines.at) == [
-        "starting", "listening", "session", "durable", "query_running", "spark_ready", "first_batch"
+        "starting", "listening", "session", "durable", "query_running", "spark_ready", "spark_start", "first_batch"
     ]  # fmt: skip
     assert lines.at["query_running"] - lines.at["spark_ready"] == pytest.approx(1.5)  # the query's start
+    assert lines.at["spark_ready"] - lines.at["spark_start"] == pytest.approx(6.0)  # the session's start
 
 
 def test_the_summary_takes_the_median_of_each_milestone_every_start_reached() -> None:
