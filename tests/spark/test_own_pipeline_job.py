@@ -53,13 +53,13 @@ NOISE = ("\tat ", "Traceback (", " ERROR ", "Exception", " WARN ")
 BEHIND = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN ProcessingTimeExecutor: Current batch is falling behind")
 #: the traces a stop of a user's JVM still prints, outside log4j (see the module docstring):
 #: a worker's BrokenPipeError, and the StackOverflowError of Spark's stream thread, matched line by
-#: line (its header and its regex frames): the JVM writes it in pieces, and the job's own
+#: line (its header and its frames in the regex and java.lang): the JVM writes it in pieces, and the job's own
 #: "stopping" line can land between them
 UNFILTERED = (
     re.compile(r"^Traceback \(most recent call last\):\n(  File \".*pyspark/daemon\.py\".*\n)+BrokenPipeError: .*\n", re.M),
     re.compile(
         r'^(Exception in thread "stream execution thread [^\n]*" java\.lang\.StackOverflowError'
-        r"|\tat java\.base/java\.util\.regex\.[^\n]*)\n",
+        r"|\tat java\.base/java\.(util\.regex|lang)\.[^\n]*)\n",
         re.M,
     ),
 )

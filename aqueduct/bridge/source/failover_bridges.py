@@ -298,26 +298,34 @@ class FailoverBridges:
 
     def _points_known(self, name: str, streams: dict[int, StreamIndex]) -> bool:
         """Work out the ends of ``name``'s copies (a record lookup each, remembered); False if it went away meanwhile."""
+        points: dict[tuple[str, int], tuple[int, object, int]] = {}
         try:
             with corruption_is_data_loss():
                 for s in streams.values():
-                    if s.entries:
-                        self.complete_point(name, s)
+                    if s.entries and self._remembered(name, s) is None:
+                        points[(name, s.stream_id)] = (s.complete, s.entries[-1], complete_point(s))
         except GONE as e:
             logger.warning("aqueduct source: bridge %s cannot be reached (%s)", name, e)
             self._snapshots.pop(name, None)
             return False
+        # Only a whole snapshot's points replace the remembered ones: a bridge that went away halfway keeps
+        # its last snapshot (its copies held), whose points must stay known without asking it again.
+        self._complete.update(points)
         return True
+
+    def _remembered(self, name: str, s: StreamIndex) -> int | None:
+        """The remembered :func:`complete_point` of ``s``, if its last entry and closed epochs are the same."""
+        known = self._complete.get((name, s.stream_id))
+        if known is not None and known[0] == s.complete and known[1] is s.entries[-1]:
+            return known[2]
+        return None
 
     def complete_point(self, name: str, s: StreamIndex) -> int:
         """:func:`complete_point`, remembered while the stream's last entry and closed epochs stay the same."""
-        key = (name, s.stream_id)
-        last = s.entries[-1]
-        known = self._complete.get(key)
-        if known is not None and known[0] == s.complete and known[1] is last:
-            return known[2]
-        point = complete_point(s)
-        self._complete[key] = (s.complete, last, point)
+        point = self._remembered(name, s)
+        if point is None:
+            point = complete_point(s)
+            self._complete[(name, s.stream_id)] = (s.complete, s.entries[-1], point)
         return point
 
     def register(self, name: str, points: Mapping[int, int] | None) -> None:
