@@ -75,6 +75,22 @@ def test_a_stop_under_load_prints_nothing_of_the_tasks_it_interrupted() -> None:
     assert shown(records) == []
 
 
+#: a killed task's status arriving after the stop shut the scheduler's result pool down (seen in a real stop)
+LATE_STATUS = """\
+26/11/27 18:50:51 ERROR TaskSchedulerImpl: Exception in statusUpdate
+java.util.concurrent.RejectedExecutionException: Task org.apache.spark.scheduler.TaskResultGetter$$Lambda$3705/0x00007f086e22eb78@53dbb1ca rejected from java.util.concurrent.ThreadPoolExecutor@55c52f48[Terminated, pool size = 0, active threads = 0, queued tasks = 0, completed tasks = 2]
+\tat java.base/java.util.concurrent.ThreadPoolExecutor$AbortPolicy.rejectedExecution(ThreadPoolExecutor.java:2065)
+\tat org.apache.spark.scheduler.TaskResultGetter.enqueueFailedTask(TaskResultGetter.scala:140)
+\tat org.apache.spark.scheduler.TaskSchedulerImpl.statusUpdate(TaskSchedulerImpl.scala:877)
+"""
+
+
+def test_a_task_status_arriving_after_the_stop_is_kept_out_only_during_a_stop() -> None:
+    assert shown(relay(LATE_STATUS, stopping=True)) == []
+    (record,) = shown(relay(LATE_STATUS))
+    assert record.levelno == logging.ERROR
+
+
 def test_the_same_lines_outside_a_stop_are_all_shown_at_their_level_with_their_traces() -> None:
     records = relay(STOP_SAMPLE + WORKER_BROKEN_PIPE)
     assert [(r.levelname, r.fields["spark_logger"]) for r in shown(records)] == [  # type: ignore[attr-defined]

@@ -62,6 +62,8 @@ STOP_CAUSED = (
     ("python", "ConnectionResetError"),
     (None, "RpcEnvStoppedException"),  # a call into a SparkContext being stopped
     (None, "SparkContext was shut down"),
+    # a killed task's status arriving after the stop shut the scheduler's result pool down
+    ("TaskSchedulerImpl", "RejectedExecutionException"),
 )
 #: what every start prints that asks nothing of anyone: (log4j logger, text in the record)
 HARMLESS = (
