@@ -19,17 +19,18 @@ from typing import Any
 import pytest
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    """Wait until ``predicate()`` holds, polling; fail naming ``what`` after ``timeout`` seconds.
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float, every: float = 0.01) -> None:
+    """Wait until ``predicate()`` holds, polling every ``every`` seconds; fail naming ``what`` after ``timeout``.
 
     The timeout only turns a hang into a readable failure; no test relies on speed.
+    A costly predicate (reading a Parquet sink) polls less often.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
         if loop.time() > deadline:
             pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(every)
 
 
 async def after(events: Callable[[], int], what: str, timeout: float, more: int = 1) -> None:

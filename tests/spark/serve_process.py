@@ -1,16 +1,14 @@
 """``aqueduct-bridge serve`` as a subprocess for the Spark tests that start one by hand (its own Spark driver JVM).
 
 The command line of a small local bridge (``local[1]``, a Parquet sink
-under the test's directory) and a bounded wait, shared by the tests that
+under the test's directory) shared by the tests that
 run such a bridge under a fault of their own (a full disk, its JVM ending
 first).
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 TIMEOUT = 180.0  # generous: only there to turn a hang into a failure
@@ -26,11 +24,3 @@ def bridge_command(port: int, tmp: Path) -> list[str]:
         "--max-lag", "200", "--credits", "256", "--status-interval", "1",
     ]  # fmt: skip
 
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Poll ``predicate`` until it holds; fail after :data:`TIMEOUT`."""
-    for _ in range(int(TIMEOUT / 0.25)):
-        if predicate():
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -23,7 +23,8 @@ from demo.verify import verify_output
 from demo.workload import Workload
 from tests.ports import free_port
 from tests.reliability.ingest_child import in_namespace, small_disk_dir
-from tests.spark.serve_process import TIMEOUT, bridge_command, until
+from tests.spark.serve_process import TIMEOUT, bridge_command
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -59,19 +60,25 @@ async def test_a_full_log_disk_is_ridden_out_by_the_running_bridge(tmp_path: Pat
             assert proc.returncode is None, log_file.read_text()[-3000:]
             await asyncio.sleep(0.2)
         producers = asyncio.gather(*(produce(url, workload, p, timeout=TIMEOUT) for p in range(2)))
-        await until(lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch")
+        await wait_until(
+            lambda: (tmp_path / "out" / "_checkpoint" / "commits" / "0").exists(), "a first micro-batch", TIMEOUT, every=0.25
+        )
         filled = in_namespace(proc.pid, "dd", "if=/dev/zero", f"of={small}/filler", "bs=64k")
         assert "No space left on device" in filled.stderr, filled.stderr
-        await until(lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk")
+        await wait_until(
+            lambda: "LOG DISK FULL" in log_file.read_text(), "the bridge to report the full disk", TIMEOUT, every=0.25
+        )
         # Their chance to end wrongly (an ACK of what is not durable) came and went: Spark
         # committed everything complete while the disk was full.
-        await until(lambda: caught_up_while_full(log_file.read_text()), "Spark to catch up while the disk is full")
+        await wait_until(
+            lambda: caught_up_while_full(log_file.read_text()), "Spark to catch up while the disk is full", TIMEOUT, every=0.25
+        )
         assert proc.returncode is None and not producers.done()  # up, and producers held back
         freed = in_namespace(proc.pid, "rm", f"{small}/filler")
         assert freed.returncode == 0, freed.stderr
         await asyncio.wait_for(producers, TIMEOUT)  # every message acked
-        await until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,
-                     "every row in the sink")  # fmt: skip
+        await wait_until(lambda: verify_output(tmp_path / "out", workload.expected()).rows >= workload.total,
+                         "every row in the sink", TIMEOUT, every=0.25)  # fmt: skip
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0
     finally:

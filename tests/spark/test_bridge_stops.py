@@ -23,7 +23,8 @@ from demo.producer import produce
 from demo.verify import verify_output
 from demo.workload import Workload
 from tests.ports import free_port
-from tests.spark.serve_process import TIMEOUT, bridge_command, until
+from tests.spark.serve_process import TIMEOUT, bridge_command
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -44,7 +45,9 @@ async def _serve_and_deliver(tmp: Path) -> tuple[asyncio.subprocess.Process, lis
         assert proc.returncode is None, (tmp / "bridge.log").read_text()[-3000:]
         await asyncio.sleep(0.2)
     await produce(f"tcp://127.0.0.1:{port}", workload, 0, timeout=TIMEOUT)  # every message acked
-    await until(lambda: verify_output(tmp / "out", workload.expected()).ok, "every row in the sink")
+    await wait_until(
+        lambda: verify_output(tmp / "out", workload.expected()).ok, "every row in the sink", TIMEOUT, every=0.25
+    )
     return proc, psutil.Process(proc.pid).children(recursive=True)
 
 
