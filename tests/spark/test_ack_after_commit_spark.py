@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -28,6 +27,7 @@ import pytest
 
 from aqueduct.connector.producer.client import Connector, ConnectorStream
 from tests.spark.blocking_sink import read_rows
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -54,7 +54,7 @@ async def start_bridge(port: int, tmp: Path, sink: Path, name: str) -> asyncio.s
     env = os.environ | {"AQUEDUCT_TEST_SINK": str(sink), "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
     with open(tmp / f"{name}.log", "wb") as log:
         proc = await asyncio.create_subprocess_exec(*command, stdout=log, stderr=log, env=env)
-    await until(lambda: listening(port, proc, tmp / f"{name}.log"), f"{name} to listen")
+    await wait_until(lambda: listening(port, proc, tmp / f"{name}.log"), f"{name} to listen", TIMEOUT, every=0.1)
     return proc
 
 
@@ -62,14 +62,6 @@ def listening(port: int, proc: asyncio.subprocess.Process, log: Path) -> bool:
     assert proc.returncode is None, log.read_text()[-3000:]
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    for _ in range(int(TIMEOUT / 0.1)):
-        if predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_no_ack_while_a_foreach_batch_sink_blocks_across_sigkill_and_restart(tmp_path: Path) -> None:
@@ -94,7 +86,8 @@ async def test_no_ack_while_a_foreach_batch_sink_blocks_across_sigkill_and_resta
         await conn.connect()
         stream = await conn.stream(1, "held")
         await send_epoch(stream, 10)
-        await until(lambda: (sink / f"entered-0-{first.pid}").exists(), "the sink to hold batch 0")
+        await wait_until(lambda: (sink / f"entered-0-{first.pid}").exists(), "the sink to hold batch 0", TIMEOUT,
+                         every=0.1)  # fmt: skip
         await send_epoch(stream, 10)  # durable (its credits came back), in no committed batch
         assert stream.acked == 0
 
@@ -105,11 +98,13 @@ async def test_no_ack_while_a_foreach_batch_sink_blocks_across_sigkill_and_resta
         assert not alive, f"processes outlived the killed bridge: {alive}"
 
         second = await start_bridge(port, tmp_path, sink, "second")
-        await until(lambda: conn.stats.connections >= 2 and conn.connected, "the producer's new session")
+        await wait_until(lambda: conn.stats.connections >= 2 and conn.connected, "the producer's new session", TIMEOUT,
+                         every=0.1)  # fmt: skip
         # More records than credits: these sends return only after ACK frames of the new
         # session, so an ACK its HELLO may have brought is in by now.
         await send_epoch(stream, 3 * CREDITS)
-        await until(lambda: (sink / f"entered-0-{second.pid}").exists(), "the restarted sink to hold batch 0 again")
+        await wait_until(lambda: (sink / f"entered-0-{second.pid}").exists(),
+                         "the restarted sink to hold batch 0 again", TIMEOUT, every=0.1)  # fmt: skip
         assert stream.acked == 0, "acked while the sink had not committed"
 
         (sink / "hold").unlink()  # the sink returns: Spark commits, then acks
