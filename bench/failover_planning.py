@@ -19,6 +19,12 @@ consumer. ``cpu_median_ms`` is this process's CPU time during a trigger
 (the planner's threads, and the producers' sends meanwhile): what calling
 bridges side by side cannot overlap on the driver.
 
+``--dropped-call`` adds one more reader, calling as many bridges at once
+as the last ``--calls`` value, that asks each bridge "was the consumer
+dropped?" in a call of its own at every trigger (``check_consumer``, as
+readers did before the ``streams`` answer said so, and still do against
+older bridges): three calls per bridge per trigger against two, same run.
+
 ``bench.failover --only planning`` runs this with its defaults.
 Progress goes to stderr; ``--json`` writes the rows.
 """
@@ -49,7 +55,9 @@ def _summary(times: list[float], cpu: list[float]) -> dict[str, float]:
     }
 
 
-async def planning_at(root: Path, bridges: int, calls: list[int], triggers: int, interval: float) -> dict[str, Any]:
+async def planning_at(
+    root: Path, bridges: int, calls: list[int], triggers: int, interval: float, dropped_call: bool = False
+) -> dict[str, Any]:
     """Trigger times of failover readers (one per ``calls`` value) over ``bridges`` bridges, each getting an epoch every 0.5 s."""
     from aqueduct.bridge.source.datasource import SPARK_STRUCT, AqueductDataSource
     from aqueduct.connector import Connector
@@ -74,12 +82,18 @@ async def planning_at(root: Path, bridges: int, calls: list[int], triggers: int,
                     await asyncio.sleep(0.5)
 
         senders = [asyncio.create_task(send(i, b.url)) for i, b in enumerate(fleet.bridges.values())]
+        variants = [(f"calls_{limit}", limit) for limit in calls]
+        variants += [(f"calls_{calls[-1]}_dropped_call", calls[-1])] if dropped_call else []
         readers = []
-        for limit in calls:
-            consumer = "default" if limit == max(calls) else f"calls{limit}"  # the bridges ack from "default"
+        for label, limit in variants:
+            consumer = "default" if label == f"calls_{max(calls)}" else label.replace("_", "")  # acks from "default"
             reader = AqueductDataSource({"bridgeList": str(listing), "consumer": consumer}).streamReader(SPARK_STRUCT)
             reader.bridges.calls.limit = limit
-            readers.append([limit, reader, await asyncio.to_thread(reader.initialOffset), [], [], []])
+            start = await asyncio.to_thread(reader.initialOffset)
+            if label.endswith("_dropped_call"):
+                for log in reader.bridges.logs.values():
+                    log.consumer = None  # type: ignore[attr-defined] # its streams calls name no consumer: asked apart
+            readers.append([label, reader, start, [], [], []])
         for turn in range(triggers):
             await asyncio.sleep(interval)
             for k in range(len(readers)):
@@ -93,8 +107,8 @@ async def planning_at(root: Path, bridges: int, calls: list[int], triggers: int,
                 parts.append(len(planned))
                 entry[2] = end
         row: dict[str, Any] = {"bridges": bridges, "triggers": triggers}
-        for limit, _, _, times, cpu, parts in readers:
-            row[f"calls_{limit}"] = _summary(times, cpu) | {"partitions_median": statistics.median(parts)}
+        for label, _, _, times, cpu, parts in readers:
+            row[label] = _summary(times, cpu) | {"partitions_median": statistics.median(parts)}
         return row
     finally:
         for task in senders:
@@ -103,12 +117,14 @@ async def planning_at(root: Path, bridges: int, calls: list[int], triggers: int,
         await fleet.close()
 
 
-def planning(bridges: list[int], calls: list[int], triggers: int, interval: float) -> list[dict[str, Any]]:
+def planning(
+    bridges: list[int], calls: list[int], triggers: int, interval: float, dropped_call: bool = False
+) -> list[dict[str, Any]]:
     """One row per bridge count (a fresh fleet each)."""
     rows = []
     for n in bridges:
         with tempfile.TemporaryDirectory(prefix="aq-failover-plan-") as tmp:
-            row = asyncio.run(planning_at(Path(tmp), n, calls, triggers, interval))
+            row = asyncio.run(planning_at(Path(tmp), n, calls, triggers, interval, dropped_call))
         rows.append(row)
         _log(f"over {n} bridges: {row}")
     return rows
@@ -127,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"bridges called at once, one reader each (default: 1,{CONCURRENT_CALLS})")  # fmt: skip
     p.add_argument("--triggers", type=int, default=20, help="triggers timed per reader (default: %(default)s)")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between triggers (default: %(default)s)")
+    p.add_argument("--dropped-call", action="store_true",
+                   help="one more reader asking 'was the consumer dropped?' in a call of its own (3 calls a bridge)")  # fmt: skip
     p.add_argument("--json", type=Path, metavar="FILE", help="write the rows here")
     args = p.parse_args(argv)
-    rows = planning(args.bridges, args.calls, args.triggers, args.interval)
+    rows = planning(args.bridges, args.calls, args.triggers, args.interval, args.dropped_call)
     print(json.dumps(rows, indent=2))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

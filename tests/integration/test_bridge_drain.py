@@ -19,6 +19,7 @@ import json
 import signal
 import socket
 import sys
+import time
 import urllib.request
 from collections.abc import Sequence
 from itertools import pairwise
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from aqueduct.bridge.app.drain import REFUSAL
+from aqueduct.bridge.app.config import BridgeConfig
+from aqueduct.bridge.app.drain import IN_A_SPARK_JOB, REFUSAL, DrainPhase
 from aqueduct.bridge.app.drain_files import REQUEST_FILE, STATE_FILE, TAKE_TIMEOUT, read_state
+from aqueduct.bridge.app.service import Bridge
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER
 from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.connector.producer import client
@@ -238,7 +241,7 @@ def test_drain_help_says_what_a_drain_does() -> None:
 
 
 async def test_a_writer_that_does_not_follow_drain_requests_is_named_and_the_request_taken_back(tmp_path: Path) -> None:
-    """A log held by a process that is no ``serve`` (a ``SparkBridge``, an older bridge): the command says so."""
+    """A log held by a process that follows no drain requests (an older bridge): the command says so."""
     make_log(tmp_path / "log")
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import sys, time; from aqueduct.bridge.storage.log import DurableLog; "
@@ -256,7 +259,32 @@ async def test_a_writer_that_does_not_follow_drain_requests_is_named_and_the_req
         await ended(holder)
     assert waited.returncode == 1 and not waited.stdout
     assert waited.stderr.splitlines() == [
-        f"aqueduct-bridge drain: the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge run "
-        "by SparkBridge, or older than this command, does not drain)"
+        f"aqueduct-bridge drain: the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge "
+        "older than this command does not drain)"
     ]
     assert not (tmp_path / "log" / REQUEST_FILE).exists()  # no request left for the next bridge to find
+
+
+async def test_a_bridge_inside_a_spark_job_refuses_a_drain_at_once_in_one_line_and_serves_on(tmp_path: Path) -> None:
+    """The bridge as ``SparkBridge`` runs it, without Spark (tests/spark/test_receiver.py asks a real one)."""
+    bridge = Bridge(BridgeConfig(tmp_path / "log", tcp=("127.0.0.1", 0)))
+    await bridge.start(run_query=False)
+    bridge.follow_drain_requests(refusal=IN_A_SPARK_JOB)
+    drainer = None
+    try:
+        began = time.monotonic()
+        drainer = await drain(tmp_path / "log")
+        code, stdout, stderr = await finish(drainer, TIMEOUT)
+        answered = time.monotonic() - began
+        assert bridge.tcp_address is not None
+        conn = Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="drain", instance="p")
+        await asyncio.wait_for(conn.connect(), TIMEOUT)  # new producers are still welcome: not busy
+        await conn.close(flush_timeout=0)
+    finally:
+        await ended(drainer)
+        await bridge.stop()
+    assert code == 1 and not stdout
+    assert stderr.splitlines() == [f"aqueduct-bridge drain: {IN_A_SPARK_JOB}"]
+    assert answered < TAKE_TIMEOUT  # answered, not given up on
+    assert bridge.drain.phase is DrainPhase.SERVING
+    assert (read_state(tmp_path / "log") or {})["state"] == "serving"  # what `aqueduct-bridge status` shows

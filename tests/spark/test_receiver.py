@@ -21,10 +21,13 @@ from pyspark.sql.functions import col, from_json
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 from aqueduct.bridge import SparkBridge, SparkBridgeError
+from aqueduct.bridge.app.drain import IN_A_SPARK_JOB
 from aqueduct.bridge.storage.consumers import ConsumerError, load_consumers
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.errors import TlsRefused
 from aqueduct.connector.producer.client import Connector
+from tests.integration.test_cli_errors import command
+from tests.waiting import finish
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -130,6 +133,14 @@ async def test_own_foreach_batch_pipeline_gets_every_message_once_and_acks_follo
             assert bridge.progress().durable_records > 0
             sink.gate.set()
             await conn.wait_all_acked(TIMEOUT)
+            # A bridge inside a job does not drain: the operator is told so at once, the bridge serves on.
+            asked = await asyncio.create_subprocess_exec(
+                *command("aqueduct-bridge"), "drain", "--log", str(tmp_path / "log"),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            code, stdout, stderr = await finish(asked, TIMEOUT)
+            assert (code, stdout, stderr.splitlines()) == (1, b"", [f"aqueduct-bridge drain: {IN_A_SPARK_JOB}"])
+            assert conn.connected and query.isActive
         rows = sink.rows()
         assert [r["user"] for r in rows] == users  # each once, in order
         assert len({r["message_id"] for r in rows}) == len(users)

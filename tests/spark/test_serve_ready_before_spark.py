@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from aqueduct.connector.producer.client import Connector
-from tests.spark.test_ack_after_commit_spark import until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -81,17 +81,18 @@ async def test_records_are_durable_before_the_query_runs_and_acked_only_after_it
         bridge = await asyncio.create_subprocess_exec(*command, stdout=out, stderr=out, env=env)
     conn = Connector(f"tcp://127.0.0.1:{port}", program="t", instance="early", backoff=(0.05, 0.2))
     try:
-        await until(lambda: running(bridge, log) and "listening" in said(log), "the listening line")
+        await wait_until(lambda: running(bridge, log) and "listening" in said(log), "the listening line", TIMEOUT, every=0.1)
         await conn.connect()
         stream = await conn.stream(1, "early")
         for i in range(RECORDS):  # past the first CREDITS, each send waits for records made durable
             await stream.send(b"record %d" % i)
         await stream.send(None, boundary=True)
-        await until(
+        await wait_until(
             lambda: running(bridge, log) and any(e.get("durable_records", 0) >= RECORDS for e in events(log)),
-            "the status line to count the records durable",
+            "the status line to count the records durable", TIMEOUT, every=0.1,
         )  # fmt: skip
-        await until(lambda: running(bridge, log) and (gate / "built").exists(), "Spark's session, the query held")
+        await wait_until(lambda: running(bridge, log) and (gate / "built").exists(), "Spark's session, the query held",
+                         TIMEOUT, every=0.1)  # fmt: skip
         assert "query_running" not in said(log)  # held: no query ran, none committed
         assert stream.acked == 0, "acked before any micro-batch committed"
 

@@ -29,6 +29,8 @@ unit file, and every other ``aqueduct-bridge`` command takes it); a pid
 may belong to a container's namespace, a signal says nothing back, and a
 Flight action would need the token. Whether a bridge runs on the
 directory is the log's own lock (``LOCK``, flock'ed by its one writer).
+A bridge inside a user's Spark job (``SparkBridge``) takes requests too,
+but answers each at once with :data:`IN_A_SPARK_JOB` and serves on.
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ DRAIN_WINDOW = RetryWindow(not_before=2.0, within=10.0)
 REFUSAL = f"{busy_reason(DRAIN_WINDOW)}; this bridge is draining"
 """The ERROR a draining bridge answers every HELLO with (``busy: retry within 10.00 s, not before 2.00 s; ...``)."""
 SHOWN_STREAMS = 5  # streams named on a status line; the rest are counted
+IN_A_SPARK_JOB = (
+    "the bridge runs inside a Spark job (SparkBridge), which does not drain: stop the job (SIGTERM or Ctrl-C) "
+    "instead; its producers keep every record it has not acked and resend it wherever they go next"
+)
+"""What a :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge` answers a drain request with, at once.
+
+Its bridge is the user's job: once drained, a bridge exits, and only the
+job's own code may end the job. Stopping the job is the operator's way,
+and loses nothing (the producers hold what it did not ack).
+"""
 
 
 class DrainPhase(Enum):
@@ -156,6 +168,11 @@ class Drain:
     @property
     def draining(self) -> bool:
         return self.phase is DrainPhase.DRAINING
+
+
+def refused_doc(drain: Drain, request: str, why: str) -> dict[str, Any]:
+    """What :data:`STATE_FILE` holds after a bridge that does not drain answered ``request``: still serving, and why."""
+    return state_doc(drain, None) | {"request": request, "refused": why}
 
 
 def state_doc(drain: Drain, left: Waiting | None, ended: str | None = None) -> dict[str, Any]:

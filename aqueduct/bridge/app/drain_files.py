@@ -113,7 +113,8 @@ def wait_for_drain(
     """Wait until the bridge that took ``request`` has exited (or ``timeout`` seconds), telling ``progress`` what it waits for.
 
     The bridge writes its last state before it frees the log's lock, so a
-    free lock with a state still ``draining`` means it was killed.
+    free lock with a state still ``draining`` means it was killed. A
+    bridge that does not drain answers with why (``refused``) and runs on.
     """
     started = time.monotonic()
     said: str | None = None
@@ -123,11 +124,13 @@ def wait_for_drain(
         doc = read_state(log_dir) or {}
         elapsed = time.monotonic() - started
         ours = doc.get("request") == request
+        if ours and doc.get("refused"):  # a bridge that does not drain (SparkBridge) said why, and serves on
+            return DrainOutcome(str(doc["refused"]), elapsed, doc)
         if not ours and (log_dir / REQUEST_FILE).exists() and elapsed > TAKE_TIMEOUT:
             (log_dir / REQUEST_FILE).unlink(missing_ok=True)
             return DrainOutcome(
-                f"the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge run by "
-                "SparkBridge, or older than this command, does not drain)", elapsed, doc,
+                f"the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge older than "
+                "this command does not drain)", elapsed, doc,
             )  # fmt: skip
         if ours and doc.get("state") not in ("draining", None):
             if not running:  # its last word, and the log is free: it has exited

@@ -53,6 +53,7 @@ from aqueduct.bridge.app.drain import (
     DrainRequested,
     NothingLeft,
     Waiting,
+    refused_doc,
     state_doc,
     waiting,
 )
@@ -111,6 +112,7 @@ class Bridge:
         self.flight_server: LogFlightServer | None = None  # while it runs
         self.drain = Drain()
         self.drain_finished = asyncio.Event()  # set once a drain found nothing left uncommitted
+        self.drain_refusal: str | None = None  # what a bridge that does not drain answers a request with
         self.listening = asyncio.Event()  # set once the listeners accept (Spark may still be starting)
 
     # ------------------------------------------------------------ lifecycle
@@ -316,8 +318,12 @@ class Bridge:
 
     # ------------------------------------------------------------ draining
 
-    def follow_drain_requests(self) -> None:
-        """Look for an operator's drain request every :data:`~.drain.POLL` seconds (``serve`` does)."""
+    def follow_drain_requests(self, refusal: str | None = None) -> None:
+        """Look for an operator's drain request every :data:`~.drain.POLL` seconds (``serve`` does).
+
+        With ``refusal`` (a ``SparkBridge``), each request is answered with it and the bridge serves on.
+        """
+        self.drain_refusal = refusal
         if clear_leftovers(self.config.log_dir):
             logger.warning("dropped a drain request left from before this start: run aqueduct-bridge drain again",
                            extra=fields(event="drain_request_dropped"))  # fmt: skip
@@ -335,7 +341,9 @@ class Bridge:
                 if str(exc) != unreadable:
                     logger.warning("cannot take the drain request: %s", exc, extra=fields(event="drain_request_unreadable"))
                     unreadable = str(exc)
-            if request is not None:
+            if request is not None and self.drain_refusal is not None:
+                await self._write_drain_state(refused_doc(self.drain, request, self.drain_refusal))
+            elif request is not None:
                 await self.start_draining(request)
                 last = None  # answer the request, even if nothing changed since
             if not self.drain.draining:

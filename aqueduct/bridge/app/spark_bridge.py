@@ -57,6 +57,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from aqueduct.bridge.app.config import BridgeConfig, parse_address
+from aqueduct.bridge.app.drain import IN_A_SPARK_JOB
 from aqueduct.bridge.app.jvm import quiet_stop
 from aqueduct.bridge.app.preflight import (
     PreflightError,
@@ -244,6 +245,7 @@ class SparkBridge:
         try:
             self._bridge.attach_spark(self.spark, loop)
             self._call(self._bridge.start(run_query=False))
+            self._on_loop(lambda: self._bridge.follow_drain_requests(refusal=IN_A_SPARK_JOB))
         except BaseException:
             self.stop()
             raise
