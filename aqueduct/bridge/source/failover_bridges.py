@@ -27,6 +27,8 @@ import logging
 from collections.abc import Mapping
 from concurrent.futures import Future
 
+import pyarrow.flight as flight
+
 from aqueduct.bridge.source.bridge_calls import BridgeCalls
 from aqueduct.bridge.source.bridge_list import BridgeListError, Membership, read_bridge_list
 from aqueduct.bridge.source.clock import Clock
@@ -37,6 +39,7 @@ from aqueduct.bridge.source.flight_client import (
     RemoteLog,
     RemoteSnapshots,
     open_bridges,
+    server_words,
 )
 from aqueduct.bridge.source.id_space import (
     BEFORE_ALL,
@@ -54,6 +57,12 @@ from aqueduct.bridge.storage.view import FORMAT_FILE, StreamIndex
 __all__ = ["FailoverBridges"]
 
 logger = logging.getLogger(__name__)
+
+#: What a commit to one bridge may fail with while the query goes on: the bridge gone, the consumer
+#: dropped there, or an error the bridge answers (its disk full as it writes the commit file). The
+#: sink holds the records already; that bridge only acks them later, once a next commit reaches it
+#: (offsets are absolute). Stopping the query instead would make one bridge's fault everyone's.
+COMMIT_MISSED = (*GONE, ConsumerError, flight.FlightServerError)
 
 
 def _fixed_bridges(options: SourceOptions) -> dict[str, LogAccess]:
@@ -396,10 +405,12 @@ class FailoverBridges:
             if isinstance(outcome, Exception):
                 self._told.pop(name, None)  # worked out and sent again next time
                 self.answered.discard(name)  # not preferred by the batch planned next
-                logger.warning(
-                    "aqueduct source: commit to bridge %s failed (%s); the next one covers it",
+                # gone is a failover's daily weather; a bridge that answers with an error needs an operator
+                log = logger.warning if isinstance(outcome, GONE) else logger.error
+                log(
+                    "aqueduct source: commit to bridge %s failed (%s); its ACKs wait, the next commit covers it",
                     name,
-                    outcome,
+                    server_words(outcome),
                 )
             elif outcome is not None:
                 positions, skipped = outcome
@@ -415,5 +426,5 @@ class FailoverBridges:
                 return None
             self.logs[name].commit(self.options.consumer, positions, skipped)
             return positions, skipped
-        except (*GONE, ConsumerError) as e:
+        except COMMIT_MISSED as e:
             return e

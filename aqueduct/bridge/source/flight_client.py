@@ -59,11 +59,11 @@ class RemoteCorruption(RuntimeError):
     """A bridge found a stored batch of the range failing its checksum (it names where)."""
 
 
-def _server_words(error: Exception) -> str:
-    """The server's message, without gRPC's decoration around it."""
+def server_words(error: Exception) -> str:
+    """The server's message, without gRPC's decoration around it (nor a Python traceback it carries)."""
     text = str(error)
     start = text.find("aqueduct bridge: ")
-    return text[start + len("aqueduct bridge: ") :].split(". Detail:")[0] if start >= 0 else text
+    return (text[start + len("aqueduct bridge: ") :] if start >= 0 else text).split(". Detail:")[0]
 
 
 class BridgeCredentialError(ValueError):
@@ -188,7 +188,7 @@ class RemoteLog:
                     yield chunk.data
             except flight.FlightServerError as e:
                 if CORRUPT_MARK in str(e):
-                    raise RemoteCorruption(_server_words(e)) from None
+                    raise RemoteCorruption(server_words(e)) from None
                 raise
             except UNREACHABLE as e:
                 self._flight = None
