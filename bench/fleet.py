@@ -182,9 +182,16 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
             )
+        tuned = {}
+        if args.gc == "serve":  # as `aqueduct-bridge serve` does once it listens
+            from aqueduct.bridge.app.gc_tuning import tune_for_serving
+
+            began = time.perf_counter()
+            tuned = {"gc_frozen_objects": tune_for_serving(), "gc_tuning_s": time.perf_counter() - began}
         baseline = peak = rss_bytes()  # listening, no session yet
         print(json.dumps({
             "port": server.port,
+            **tuned,
             "streams_at_start": len(log.stream_ids()),
             "log_open_s": opened,
             "cpu_s": time.process_time(),  # imports and opening the log: not the storm's
@@ -233,7 +240,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
                         "admission": admission_summary(),
-                        "gc": gc_pauses.summary(),
+                        "gc": gc_pauses.summary(ticker),
+                        **udp_socket(server.port),
                         **ticker.summary(),
                     }), flush=True)
                 elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
@@ -246,7 +254,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
                         "admission": admission_summary(),
-                        "gc": gc_pauses.summary(),
+                        "gc": gc_pauses.summary(ticker, since, until),
+                        **udp_socket(server.port),
                         **ticker.summary(since, until),
                     }), flush=True)
                 elif line.startswith("stop "):
@@ -267,32 +276,88 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
 
 class GcPauses:
-    """How long the garbage collector held the bridge's loop: its collections by generation, the longest.
+    """How long the garbage collector held the bridge's loop, and how much of the loop's stalls it was.
 
     A full collection of a heap of thousands of sessions stops the loop
-    (and the reading of the UDP socket) for as long as it takes.
+    (and the reading of the UDP socket) for as long as it takes. Each
+    collection is kept with its wall-clock span, so the loop's stalls (the
+    lag ticker's samples over ``STALL``) can be split into the time a
+    collection ran inside them and the rest.
     """
+
+    STALL = 0.05  #: a lag sample at least this long is a stall of the loop (seconds)
 
     def __init__(self) -> None:
         import gc
 
         self._began = 0.0
-        self.count = [0, 0, 0]
-        self.seconds = [0.0, 0.0, 0.0]
-        self.longest = 0.0
+        self.collections: list[tuple[float, float, int]] = []  # (wall clock at its start, seconds, generation)
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._began = time.perf_counter()
+            self._began = time.time()
             return
-        took = time.perf_counter() - self._began
-        self.count[info["generation"]] += 1
-        self.seconds[info["generation"]] += took
-        self.longest = max(self.longest, took)
+        self.collections.append((self._began, time.time() - self._began, info["generation"]))
 
-    def summary(self) -> dict[str, Any]:
-        return {"collections": self.count, "seconds": [round(s, 3) for s in self.seconds], "longest_s": round(self.longest, 3)}
+    def summary(self, ticker: LagTicker, since: float = 0.0, until: float = float("inf")) -> dict[str, Any]:
+        """Collections by generation, their seconds, the longest; the loop's stalls and the GC's share of them."""
+        mine = [c for c in self.collections if since <= c[0] <= until]
+        count, seconds = [0, 0, 0], [0.0, 0.0, 0.0]
+        for _, took, generation in mine:
+            count[generation] += 1
+            seconds[generation] += took
+        stalls = [
+            (at - lag - TICK, at) for lag, at in zip(ticker.samples, ticker.stamps, strict=True)
+            if lag >= self.STALL and since <= at <= until
+        ]  # fmt: skip
+        in_stalls = [0.0, 0.0, 0.0]
+        for start, took, generation in mine:  # a collection's time inside any stall (stalls do not overlap)
+            in_stalls[generation] += sum(max(0.0, min(start + took, b) - max(start, a)) for a, b in stalls)
+        return {
+            "collections": count,
+            "seconds": [round(s, 3) for s in seconds],
+            "longest_s": round(max((c[1] for c in mine), default=0.0), 3),
+            "stalls": len(stalls),
+            "stall_s": round(sum(b - a for a, b in stalls), 3),
+            "stall_gc_s": [round(s, 3) for s in in_stalls],
+            **_tracked_objects(),
+        }
+
+
+def _tracked_objects() -> dict[str, int]:
+    """Objects the collector tracks now, apart from those frozen (which no collection visits)."""
+    import gc
+
+    return {"tracked_objects": sum(len(gc.get_objects(g)) for g in range(3)), "frozen_objects": gc.get_freeze_count()}
+
+
+def udp_socket(port: int) -> dict[str, int]:
+    """The bridge's UDP socket on ``port``: the receive buffer the kernel granted and the datagrams it dropped.
+
+    Read from ``/proc/net/udp`` (``drops``: datagrams that found the
+    receive queue full) and from the socket itself, found among this
+    process's sockets; empty on TCP.
+    """
+    import socket
+
+    drops = 0
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                drops += int(fields[-1])
+    granted = 0
+    import gc
+
+    for sock in (o for o in gc.get_objects() if isinstance(o, socket.socket)):
+        if sock.type == socket.SOCK_DGRAM and sock.fileno() >= 0 and sock.getsockname()[1] == port:
+            granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return {"udp_drops": drops, "udp_rcvbuf": granted}
 
 
 def admission_summary() -> dict[str, float]:
@@ -568,7 +633,7 @@ def _say(proc: asyncio.subprocess.Process, text: str) -> None:
 def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]:
     """The arguments every process of a run gets, the bridge and the producers alike."""
     return [
-        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend,
+        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend, "--gc", args.gc,
         *(["--quiet"] if args.quiet else []),
     ]  # fmt: skip
 
@@ -701,6 +766,7 @@ async def _restart(
         "restarted": True,
         "restart_streams": started["streams_at_start"],
         "restart_log_open_s": started["log_open_s"],
+        **{f"restart_{k}": v for k, v in started.items() if k.startswith("gc_")},
         "restart_listening_s": time.perf_counter() - killed,
         "killed_at": killed_at,
     }
@@ -752,6 +818,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-open-streams", type=int,
         help="streams whose files the bridge's log keeps open between group commits (default: the log's, 512)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gc", choices=["serve", "default"], default="serve",
+        help="the bridge's garbage collector: tuned as `aqueduct-bridge serve` tunes it once it listens "
+        "(aqueduct.bridge.app.gc_tuning; the default), or the interpreter's defaults (to compare)",
     )  # fmt: skip
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)
