@@ -182,6 +182,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
             )
+        quic = quic_server()
         tuned = {}
         if args.gc == "serve":  # as `aqueduct-bridge serve` does once it listens
             from aqueduct.bridge.app.gc_tuning import tune_for_serving
@@ -239,9 +240,9 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_baseline_mb": baseline / 1e6,
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
-                        "admission": admission_summary(),
+                        "admission": admission_summary(quic),
                         "gc": gc_pauses.summary(ticker),
-                        **udp_socket(server.port),
+                        **udp_socket(quic, server.port),
                         **ticker.summary(),
                     }), flush=True)
                 elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
@@ -253,9 +254,9 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
-                        "admission": admission_summary(),
+                        "admission": admission_summary(quic),
                         "gc": gc_pauses.summary(ticker, since, until),
-                        **udp_socket(server.port),
+                        **udp_socket(quic, server.port),
                         **ticker.summary(since, until),
                     }), flush=True)
                 elif line.startswith("stop "):
@@ -332,12 +333,43 @@ def _tracked_objects() -> dict[str, int]:
     return {"tracked_objects": sum(len(gc.get_objects(g)) for g in range(3)), "frozen_objects": gc.get_freeze_count()}
 
 
-def udp_socket(port: int) -> dict[str, int]:
-    """The bridge's UDP socket on ``port``: the receive buffer the kernel granted and the datagrams it dropped.
+def quic_server() -> Any:
+    """The aioquic server of this bridge process, or None (TCP, picoquic).
 
-    Read from ``/proc/net/udp`` (``drops``: datagrams that found the
-    receive queue full) and from the socket itself, found among this
-    process's sockets; empty on TCP.
+    The listener exposes only handshake counts, so the server is found among
+    this process's objects (a benchmark's look inside), once, before the
+    bridge's collector tuning freezes it out of ``gc.get_objects``.
+    """
+    import gc
+
+    from aqueduct.runtime.backends.quic_server import BoundedQuicServer
+
+    return next((o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)), None)
+
+
+def admission_summary(server: Any) -> dict[str, float]:
+    """What the aioquic ``server``'s admission did: refusals, those naming their turn, expired handshakes, its rate.
+
+    Empty on TCP and picoquic, which refuse nobody.
+    """
+    if server is None:
+        return {}
+    return {
+        "refused": server.refused,
+        "refused_naming_their_turn": server.turns_kept,
+        "handshakes_expired": server.expired,
+        "turns_issued": server.admission.issued,
+        "capacity_measured_per_s": server.admission.capacity,
+    }
+
+
+def udp_socket(server: Any, port: int) -> dict[str, int]:
+    """The aioquic ``server``'s UDP socket: the receive buffer the kernel granted and the datagrams it dropped.
+
+    ``udp_drops`` is the ``drops`` column of ``/proc/net/udp`` for ``port``
+    (datagrams that found the receive queue full, however the socket is
+    served: picoquic's too); ``udp_rcvbuf`` is 0 where the socket is not
+    aioquic's.
     """
     import socket
 
@@ -351,35 +383,9 @@ def udp_socket(port: int) -> dict[str, int]:
             fields = line.split()
             if int(fields[1].rsplit(":", 1)[1], 16) == port:
                 drops += int(fields[-1])
-    granted = 0
-    import gc
-
-    for sock in (o for o in gc.get_objects() if isinstance(o, socket.socket)):
-        if sock.type == socket.SOCK_DGRAM and sock.fileno() >= 0 and sock.getsockname()[1] == port:
-            granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    sock = server._transport.get_extra_info("socket") if server is not None else None
+    granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) if sock is not None else 0
     return {"udp_drops": drops, "udp_rcvbuf": granted}
-
-
-def admission_summary() -> dict[str, float]:
-    """What the aioquic server's admission did: refusals, those naming their turn, expired handshakes, its rate.
-
-    The listener exposes only handshake counts, so the server is found among
-    this process's objects (a benchmark's look inside, once per report);
-    empty on TCP and picoquic, which refuse nobody.
-    """
-    import gc
-
-    from aqueduct.runtime.backends.quic_server import BoundedQuicServer
-
-    for server in (o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)):
-        return {
-            "refused": server.refused,
-            "refused_naming_their_turn": server.turns_kept,
-            "handshakes_expired": server.expired,
-            "turns_issued": server.admission.issued,
-            "capacity_measured_per_s": server.admission.capacity,
-        }
-    return {}
 
 
 def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:
