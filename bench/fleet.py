@@ -183,6 +183,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                 keyfile=certs.server_key, backend=args.quic_backend,
             )
         quic = quic_server()
+        slots = SlotWatch(quic)
         tuned = {}
         if args.gc == "serve":  # as `aqueduct-bridge serve` does once it listens
             from aqueduct.bridge.app.gc_tuning import tune_for_serving
@@ -190,6 +191,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
             began = time.perf_counter()
             tuned = {"gc_frozen_objects": tune_for_serving(), "gc_tuning_s": time.perf_counter() - began}
         baseline = peak = rss_bytes()  # listening, no session yet
+        listening_cpu = time.process_time()
         print(json.dumps({
             "port": server.port,
             **tuned,
@@ -206,17 +208,21 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
         async def watch() -> None:
             nonlocal peak
+            cpu, at = time.process_time(), time.perf_counter()
             while True:
                 for _ in range(2):
                     await asyncio.sleep(0.25)
                     handshakes.append((time.time(), ingest.counters.sessions_started))
+                    slots.sample()
                 peak = max(peak, rss_bytes())
                 if not args.quiet:
                     c = ingest.counters
+                    busy = (time.process_time() - cpu) / (time.perf_counter() - at)
+                    cpu, at = time.process_time(), time.perf_counter()
                     print(
                         f"  bridge: sessions {c.sessions} messages {c.messages} "
                         f"lag p99 {ticker.summary()['lag_p99_s'] * 1000:.0f} ms "
-                        f"rss {rss_bytes() / 1e6:.0f} MB",
+                        f"rss {rss_bytes() / 1e6:.0f} MB cpu {busy:.0%}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -241,6 +247,8 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
                         "admission": admission_summary(quic),
+                        "handshake_slots": slots.summary(),
+                        "bridge_cpu_s": time.process_time() - listening_cpu,  # since it listened
                         "gc": gc_pauses.summary(ticker),
                         **udp_socket(quic, server.port),
                         **ticker.summary(),
@@ -255,6 +263,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
                         "admission": admission_summary(quic),
+                        "handshake_slots": slots.summary(since, until),
                         "gc": gc_pauses.summary(ticker, since, until),
                         **udp_socket(quic, server.port),
                         **ticker.summary(since, until),
@@ -345,6 +354,47 @@ def quic_server() -> Any:
     from aqueduct.runtime.backends.quic_server import BoundedQuicServer
 
     return next((o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)), None)
+
+
+class SlotWatch:
+    """How long the aioquic server's handshakes held their slots, and how many held one (every 0.25 s).
+
+    A handshake holds a slot from its first Initial until its Aqueduct
+    handshake completes or fails, or its client goes silent: the time
+    admission divides by (Little's law). Told through the server's own
+    ``admission.completed``, wrapped here (a benchmark's look inside).
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.held: list[tuple[float, float]] = []  # (wall clock freed, seconds held)
+        self.in_progress: list[tuple[float, int]] = []  # (wall clock, handshakes holding a slot)
+        if server is not None:
+            completed = server.admission.completed
+
+            def freed(duration: float, in_progress: int) -> None:
+                self.held.append((time.time(), duration))
+                completed(duration, in_progress)
+
+            server.admission.completed = freed
+
+    def sample(self) -> None:
+        if self.server is not None:
+            self.in_progress.append((time.time(), len(self.server._handshaking)))
+
+    def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
+        held = [d for at, d in self.held if since <= at <= until]
+        busy = [n for at, n in self.in_progress if since <= at <= until]
+        if not held:
+            return {}
+        return {
+            "freed": len(held),
+            "held_p50_s": round(percentile(held, 0.5), 3),
+            "held_p90_s": round(percentile(held, 0.9), 3),
+            "held_max_s": round(max(held), 3),
+            "in_progress_mean": round(sum(busy) / max(1, len(busy)), 1),
+            "in_progress_max": max(busy, default=0),
+        }
 
 
 def admission_summary(server: Any) -> dict[str, float]:

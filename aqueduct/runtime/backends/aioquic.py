@@ -52,7 +52,7 @@ from aqueduct.runtime.transport import (
 )
 
 PathLike = str | os.PathLike[str]
-SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
+SERVER_RECEIVE_BUFFER = 16 * 1024 * 1024
 """Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
 full Initials) overflows when a fleet connects at once, and every Initial
 dropped there costs its client a retransmission timeout. The kernel caps it
