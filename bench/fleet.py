@@ -370,13 +370,7 @@ class SlotWatch:
         self.held: list[tuple[float, float]] = []  # (wall clock freed, seconds held)
         self.in_progress: list[tuple[float, int]] = []  # (wall clock, handshakes holding a slot)
         if server is not None:
-            completed = server.admission.completed
-
-            def freed(duration: float, in_progress: int) -> None:
-                self.held.append((time.time(), duration))
-                completed(duration, in_progress)
-
-            server.admission.completed = freed
+            server.admission = _Counted(server.admission, self.held)
 
     def sample(self) -> None:
         if self.server is not None:
@@ -395,6 +389,20 @@ class SlotWatch:
             "in_progress_mean": round(sum(busy) / max(1, len(busy)), 1),
             "in_progress_max": max(busy, default=0),
         }
+
+
+class _Counted:
+    """A server's admission, told every freed slot as before, which also keeps (wall clock, seconds held)."""
+
+    def __init__(self, admission: Any, held: list[tuple[float, float]]) -> None:
+        self._admission, self._held = admission, held
+
+    def completed(self, duration: float, in_progress: int) -> None:
+        self._held.append((time.time(), duration))
+        self._admission.completed(duration, in_progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admission, name)
 
 
 def admission_summary(server: Any) -> dict[str, float]:
