@@ -181,6 +181,7 @@ async def bridge_role(args: argparse.Namespace) -> None:
             server = await serve_aqueduct(
                 listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
+                **({"max_handshakes": args.max_handshakes} if args.max_handshakes else {}),
             )
         quic = quic_server()
         slots = SlotWatch(quic)
@@ -731,6 +732,7 @@ async def start_bridge(
     bridge_args = [
         *common, "--log", log_dir.name, *(["--profile"] if args.profile else []),
         *(["--max-open-streams", str(args.max_open_streams)] if args.max_open_streams else []),
+        *(["--max-handshakes", str(args.max_handshakes)] if args.max_handshakes else []),
     ]  # fmt: skip
     return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
 
@@ -882,6 +884,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-open-streams", type=int,
         help="streams whose files the bridge's log keeps open between group commits (default: the log's, 512)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-handshakes", type=int,
+        help="the aioquic bridge's handshakes in progress at once (default: the server's, 64)",
     )  # fmt: skip
     p.add_argument(
         "--gc", choices=["serve", "default"], default="serve",
