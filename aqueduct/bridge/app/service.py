@@ -457,8 +457,8 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     listening.cancel()
     if bridge.listening.is_set():
         say_listening(bridge)
+        bridge.follow_drain_requests()  # (a leftover drain's files gone as the listening line is out)
         tune_for_serving()  # this process is the bridge's own: its start-up heap lives as long as it does
-        bridge.follow_drain_requests()
     ends = (stop, bridge.stopped, bridge.drain_finished)
     try:
         await report_until_stopped(bridge, starting, ends, status_interval)
