@@ -181,10 +181,21 @@ async def bridge_role(args: argparse.Namespace) -> None:
             server = await serve_aqueduct(
                 listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
+                **({"max_handshakes": args.max_handshakes} if args.max_handshakes else {}),
             )
+        quic = quic_server()
+        slots = SlotWatch(quic)
+        tuned = {}
+        if args.gc == "serve":  # as `aqueduct-bridge serve` does once it listens
+            from aqueduct.bridge.app.gc_tuning import tune_for_serving
+
+            began = time.perf_counter()
+            tuned = {"gc_frozen_objects": tune_for_serving(), "gc_tuning_s": time.perf_counter() - began}
         baseline = peak = rss_bytes()  # listening, no session yet
+        listening_cpu = time.process_time()
         print(json.dumps({
             "port": server.port,
+            **tuned,
             "streams_at_start": len(log.stream_ids()),
             "log_open_s": opened,
             "cpu_s": time.process_time(),  # imports and opening the log: not the storm's
@@ -198,17 +209,21 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
         async def watch() -> None:
             nonlocal peak
+            cpu, at = time.process_time(), time.perf_counter()
             while True:
                 for _ in range(2):
                     await asyncio.sleep(0.25)
                     handshakes.append((time.time(), ingest.counters.sessions_started))
+                    slots.sample()
                 peak = max(peak, rss_bytes())
                 if not args.quiet:
                     c = ingest.counters
+                    busy = (time.process_time() - cpu) / (time.perf_counter() - at)
+                    cpu, at = time.process_time(), time.perf_counter()
                     print(
                         f"  bridge: sessions {c.sessions} messages {c.messages} "
                         f"lag p99 {ticker.summary()['lag_p99_s'] * 1000:.0f} ms "
-                        f"rss {rss_bytes() / 1e6:.0f} MB",
+                        f"rss {rss_bytes() / 1e6:.0f} MB cpu {busy:.0%}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -232,8 +247,11 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_baseline_mb": baseline / 1e6,
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
-                        "admission": admission_summary(),
-                        "gc": gc_pauses.summary(),
+                        "admission": admission_summary(quic),
+                        "handshake_slots": slots.summary(),
+                        "bridge_cpu_s": time.process_time() - listening_cpu,  # since it listened
+                        "gc": gc_pauses.summary(ticker),
+                        **udp_socket(quic, server.port),
                         **ticker.summary(),
                     }), flush=True)
                 elif line == "cpu":  # this process's CPU seconds so far (bench.handshake_cost)
@@ -245,8 +263,10 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "handshakes_per_s": per_second(handshakes, since, until),
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
-                        "admission": admission_summary(),
-                        "gc": gc_pauses.summary(),
+                        "admission": admission_summary(quic),
+                        "handshake_slots": slots.summary(since, until),
+                        "gc": gc_pauses.summary(ticker, since, until),
+                        **udp_socket(quic, server.port),
                         **ticker.summary(since, until),
                     }), flush=True)
                 elif line.startswith("stop "):
@@ -267,54 +287,164 @@ async def bridge_role(args: argparse.Namespace) -> None:
 
 
 class GcPauses:
-    """How long the garbage collector held the bridge's loop: its collections by generation, the longest.
+    """How long the garbage collector held the bridge's loop, and how much of the loop's stalls it was.
 
     A full collection of a heap of thousands of sessions stops the loop
-    (and the reading of the UDP socket) for as long as it takes.
+    (and the reading of the UDP socket) for as long as it takes. Each
+    collection is kept with its wall-clock span, so the loop's stalls (the
+    lag ticker's samples over ``STALL``) can be split into the time a
+    collection ran inside them and the rest.
     """
+
+    STALL = 0.05  #: a lag sample at least this long is a stall of the loop (seconds)
 
     def __init__(self) -> None:
         import gc
 
         self._began = 0.0
-        self.count = [0, 0, 0]
-        self.seconds = [0.0, 0.0, 0.0]
-        self.longest = 0.0
+        self.collections: list[tuple[float, float, int]] = []  # (wall clock at its start, seconds, generation)
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._began = time.perf_counter()
+            self._began = time.time()
             return
-        took = time.perf_counter() - self._began
-        self.count[info["generation"]] += 1
-        self.seconds[info["generation"]] += took
-        self.longest = max(self.longest, took)
+        self.collections.append((self._began, time.time() - self._began, info["generation"]))
 
-    def summary(self) -> dict[str, Any]:
-        return {"collections": self.count, "seconds": [round(s, 3) for s in self.seconds], "longest_s": round(self.longest, 3)}
+    def summary(self, ticker: LagTicker, since: float = 0.0, until: float = float("inf")) -> dict[str, Any]:
+        """Collections by generation, their seconds, the longest; the loop's stalls and the GC's share of them."""
+        mine = [c for c in self.collections if since <= c[0] <= until]
+        count, seconds = [0, 0, 0], [0.0, 0.0, 0.0]
+        for _, took, generation in mine:
+            count[generation] += 1
+            seconds[generation] += took
+        stalls = [
+            (at - lag - TICK, at) for lag, at in zip(ticker.samples, ticker.stamps, strict=True)
+            if lag >= self.STALL and since <= at <= until
+        ]  # fmt: skip
+        in_stalls = [0.0, 0.0, 0.0]
+        for start, took, generation in mine:  # a collection's time inside any stall (stalls do not overlap)
+            in_stalls[generation] += sum(max(0.0, min(start + took, b) - max(start, a)) for a, b in stalls)
+        return {
+            "collections": count,
+            "seconds": [round(s, 3) for s in seconds],
+            "longest_s": round(max((c[1] for c in mine), default=0.0), 3),
+            "stalls": len(stalls),
+            "stall_s": round(sum(b - a for a, b in stalls), 3),
+            "stall_gc_s": [round(s, 3) for s in in_stalls],
+            **_tracked_objects(),
+        }
 
 
-def admission_summary() -> dict[str, float]:
-    """What the aioquic server's admission did: refusals, those naming their turn, expired handshakes, its rate.
+def _tracked_objects() -> dict[str, int]:
+    """Objects the collector tracks now, apart from those frozen (which no collection visits)."""
+    import gc
+
+    return {"tracked_objects": sum(len(gc.get_objects(g)) for g in range(3)), "frozen_objects": gc.get_freeze_count()}
+
+
+def quic_server() -> Any:
+    """The aioquic server of this bridge process, or None (TCP, picoquic).
 
     The listener exposes only handshake counts, so the server is found among
-    this process's objects (a benchmark's look inside, once per report);
-    empty on TCP and picoquic, which refuse nobody.
+    this process's objects (a benchmark's look inside), once, before the
+    bridge's collector tuning freezes it out of ``gc.get_objects``.
     """
     import gc
 
     from aqueduct.runtime.backends.quic_server import BoundedQuicServer
 
-    for server in (o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)):
+    return next((o for o in gc.get_objects() if isinstance(o, BoundedQuicServer)), None)
+
+
+class SlotWatch:
+    """How long the aioquic server's handshakes held their slots, and how many held one (every 0.25 s).
+
+    A handshake holds a slot from its first Initial until its Aqueduct
+    handshake completes or fails, or its client goes silent: the time
+    admission divides by (Little's law). Told through the server's own
+    ``admission.completed``, wrapped here (a benchmark's look inside).
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.held: list[tuple[float, float]] = []  # (wall clock freed, seconds held)
+        self.in_progress: list[tuple[float, int]] = []  # (wall clock, handshakes holding a slot)
+        if server is not None:
+            server.admission = _Counted(server.admission, self.held)
+
+    def sample(self) -> None:
+        if self.server is not None:
+            self.in_progress.append((time.time(), len(self.server._handshaking)))
+
+    def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
+        held = [d for at, d in self.held if since <= at <= until]
+        busy = [n for at, n in self.in_progress if since <= at <= until]
+        if not held:
+            return {}
         return {
-            "refused": server.refused,
-            "refused_naming_their_turn": server.turns_kept,
-            "handshakes_expired": server.expired,
-            "turns_issued": server.admission.issued,
-            "capacity_measured_per_s": server.admission.capacity,
+            "freed": len(held),
+            "held_p50_s": round(percentile(held, 0.5), 3),
+            "held_p90_s": round(percentile(held, 0.9), 3),
+            "held_max_s": round(max(held), 3),
+            "in_progress_mean": round(sum(busy) / max(1, len(busy)), 1),
+            "in_progress_max": max(busy, default=0),
         }
-    return {}
+
+
+class _Counted:
+    """A server's admission, told every freed slot as before, which also keeps (wall clock, seconds held)."""
+
+    def __init__(self, admission: Any, held: list[tuple[float, float]]) -> None:
+        self._admission, self._held = admission, held
+
+    def completed(self, duration: float, in_progress: int) -> None:
+        self._held.append((time.time(), duration))
+        self._admission.completed(duration, in_progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admission, name)
+
+
+def admission_summary(server: Any) -> dict[str, float]:
+    """What the aioquic ``server``'s admission did: refusals, those naming their turn, expired handshakes, its rate.
+
+    Empty on TCP and picoquic, which refuse nobody.
+    """
+    if server is None:
+        return {}
+    return {
+        "refused": server.refused,
+        "refused_naming_their_turn": server.turns_kept,
+        "handshakes_expired": server.expired,
+        "turns_issued": server.admission.issued,
+        "capacity_measured_per_s": server.admission.capacity,
+    }
+
+
+def udp_socket(server: Any, port: int) -> dict[str, int]:
+    """The aioquic ``server``'s UDP socket: the receive buffer the kernel granted and the datagrams it dropped.
+
+    ``udp_drops`` is the ``drops`` column of ``/proc/net/udp`` for ``port``
+    (datagrams that found the receive queue full, however the socket is
+    served: picoquic's too); ``udp_rcvbuf`` is 0 where the socket is not
+    aioquic's.
+    """
+    import socket
+
+    drops = 0
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                drops += int(fields[-1])
+    sock = server._transport.get_extra_info("socket") if server is not None else None
+    granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) if sock is not None else 0
+    return {"udp_drops": drops, "udp_rcvbuf": granted}
 
 
 def commit_summary(commits: list[tuple[float, float, int, float]], since: float, until: float) -> dict[str, float]:
@@ -568,7 +698,7 @@ def _say(proc: asyncio.subprocess.Process, text: str) -> None:
 def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]:
     """The arguments every process of a run gets, the bridge and the producers alike."""
     return [
-        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend,
+        "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend, "--gc", args.gc,
         *(["--quiet"] if args.quiet else []),
     ]  # fmt: skip
 
@@ -602,6 +732,7 @@ async def start_bridge(
     bridge_args = [
         *common, "--log", log_dir.name, *(["--profile"] if args.profile else []),
         *(["--max-open-streams", str(args.max_open_streams)] if args.max_open_streams else []),
+        *(["--max-handshakes", str(args.max_handshakes)] if args.max_handshakes else []),
     ]  # fmt: skip
     return log_dir, bridge_args, await _spawn("--role", "bridge", *bridge_args)
 
@@ -701,6 +832,7 @@ async def _restart(
         "restarted": True,
         "restart_streams": started["streams_at_start"],
         "restart_log_open_s": started["log_open_s"],
+        **{f"restart_{k}": v for k, v in started.items() if k.startswith("gc_")},
         "restart_listening_s": time.perf_counter() - killed,
         "killed_at": killed_at,
     }
@@ -752,6 +884,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-open-streams", type=int,
         help="streams whose files the bridge's log keeps open between group commits (default: the log's, 512)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-handshakes", type=int,
+        help="the aioquic bridge's handshakes in progress at once (default: the server's, 64)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gc", choices=["serve", "default"], default="serve",
+        help="the bridge's garbage collector: tuned as `aqueduct-bridge serve` tunes it once it listens "
+        "(aqueduct.bridge.app.gc_tuning; the default), or the interpreter's defaults (to compare)",
     )  # fmt: skip
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, help=argparse.SUPPRESS)

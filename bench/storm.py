@@ -273,6 +273,9 @@ async def _storm(
         "busy_refusals": len(busy),
         "admission": seen["admission"],
         "bridge_gc": seen["gc"],
+        "bridge_gc_tuning": {k: v for k, v in listening.items() if k.startswith("gc_")},
+        "bridge_udp_drops": seen["udp_drops"],
+        "bridge_udp_rcvbuf": seen["udp_rcvbuf"],
         "busy_windows_s": {
             "min": busy[0], "median": statistics.median(busy), "max": busy[-1],
             "named": Counter(round(w) for w in busy).most_common(8),

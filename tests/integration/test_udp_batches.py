@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 
@@ -75,3 +77,23 @@ async def test_closing_the_transport_stops_reading_and_closes_the_socket():
     transport.close()
     # the transport closes our socket, reader and all (on a later turn of the loop)
     await wait_until(lambda: sock.fileno() == -1, "the socket closed", timeout=10)
+
+
+async def test_a_receive_buffer_is_granted_whole_or_the_operator_is_told_how_to_raise_it(caplog):
+    """Root gets the whole queue past ``net.core.rmem_max``; anyone else is warned, with the sysctl to raise."""
+    asked = 64 * 1024 * 1024  # beyond any distribution's default rmem_max
+    batch = ReadBatch()
+    with caplog.at_level(logging.WARNING, logger="aqueduct.runtime.backends.udp"):
+        transport, _ = await open_udp(
+            lambda: Recorder(batch), ("127.0.0.1", 0), socket.AF_INET, batch, receive_buffer=asked
+        )
+    try:
+        granted = transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        warnings = [r.getMessage() for r in caplog.records]
+        if os.geteuid() == 0:  # CAP_NET_ADMIN: SO_RCVBUFFORCE
+            assert granted >= asked and warnings == []
+        else:
+            assert granted < asked
+            assert len(warnings) == 1 and f"raise net.core.rmem_max to {asked}" in warnings[0]
+    finally:
+        transport.close()

@@ -58,6 +58,7 @@ from aqueduct.bridge.app.drain import (
     waiting,
 )
 from aqueduct.bridge.app.drain_files import clear_leftovers, take_request, write_state
+from aqueduct.bridge.app.gc_tuning import tune_for_serving
 from aqueduct.bridge.app.listeners import ConnectorListeners
 from aqueduct.bridge.app.metrics import MetricsError, MetricsServer, start_metrics
 from aqueduct.bridge.app.pipeline import PipelineError
@@ -464,7 +465,8 @@ async def serve(config: BridgeConfig, status_interval: float = 5.0) -> int:
     listening.cancel()
     if bridge.listening.is_set():
         say_listening(bridge)
-        bridge.follow_drain_requests()
+        bridge.follow_drain_requests()  # (a leftover drain's files gone as the listening line is out)
+        tune_for_serving()  # this process is the bridge's own: its start-up heap lives as long as it does
     ends = (stop, bridge.stopped, bridge.drain_finished)
     try:
         await report_until_stopped(bridge, starting, ends, status_interval)

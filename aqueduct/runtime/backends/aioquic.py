@@ -52,11 +52,15 @@ from aqueduct.runtime.transport import (
 )
 
 PathLike = str | os.PathLike[str]
-SERVER_RECEIVE_BUFFER = 4 * 1024 * 1024
+SERVER_RECEIVE_BUFFER = 16 * 1024 * 1024
 """Bytes a server's UDP socket may queue: the Linux default (208 kB, about 170
 full Initials) overflows when a fleet connects at once, and every Initial
-dropped there costs its client a retransmission timeout. The kernel caps it
-at ``net.core.rmem_max``."""
+dropped there costs its client a retransmission timeout. 8 MB still
+overflowed in a 2,000-producer storm (26,871 datagrams dropped while the
+loop was busy); 32 MB (16 asked, doubled by the kernel) dropped none
+(docs/performance.md, "Garbage collection and the UDP receive queue").
+``net.core.rmem_max`` caps it unless the process may exceed it
+(:func:`~aqueduct.runtime.backends.udp.ask_receive_buffer`)."""
 
 # Room for QUIC's short header, packet number, AEAD tag and DATAGRAM frame
 # header inside one UDP payload; a datagram larger than what fits would stall

@@ -20,9 +20,14 @@ reader and everything works, one flush per datagram.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
 
 MAX_BATCH = 32
 MAX_DATAGRAM = 65_535
@@ -74,6 +79,28 @@ class ReadBatch:
                 conn.transmit()
 
 
+#: Linux's ``SO_RCVBUFFORCE`` (Python's socket module names no constant): ``SO_RCVBUF`` beyond
+#: ``net.core.rmem_max``, allowed to a process with ``CAP_NET_ADMIN`` (root)
+SO_RCVBUFFORCE = 33
+
+
+def ask_receive_buffer(sock: socket.socket, size: int) -> int:
+    """Ask for ``size`` bytes of receive queue; the bytes the kernel granted (Linux doubles them for its overhead).
+
+    ``SO_RCVBUF`` is capped at ``net.core.rmem_max`` (4 MB on many hosts,
+    208 kB by default); a process allowed to (root, ``CAP_NET_ADMIN``)
+    gets the whole ``size`` with ``SO_RCVBUFFORCE``, as quic-go does. A
+    process that is not keeps what ``SO_RCVBUF`` gave: the caller says so.
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+    granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    if granted < size and sys.platform == "linux":
+        with contextlib.suppress(PermissionError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
+            granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return granted
+
+
 async def open_udp(
     protocol_factory: Callable[[], Any],
     local_addr: tuple[str, int],
@@ -83,14 +110,19 @@ async def open_udp(
 ) -> tuple[asyncio.DatagramTransport, Any]:
     """Bind a UDP socket to ``local_addr`` and serve it with ``batch`` as its reader.
 
-    ``receive_buffer`` sets ``SO_RCVBUF`` (the kernel caps it at ``net.core.rmem_max``).
+    ``receive_buffer`` is the receive queue asked for (:func:`ask_receive_buffer`);
+    a warning says when the kernel granted less, and how to raise it.
     """
     loop = asyncio.get_running_loop()
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.setblocking(False)
-        if receive_buffer is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        if receive_buffer is not None and (granted := ask_receive_buffer(sock, receive_buffer)) < receive_buffer:
+            logger.warning(
+                "UDP receive buffer: %d kB granted of the %d kB asked; datagrams that arrive while the loop "
+                "is busy are dropped once it is full (raise net.core.rmem_max to %d)",
+                granted // 1024, receive_buffer // 1024, receive_buffer,
+            )  # fmt: skip
         sock.bind(local_addr)
         transport, protocol = await loop.create_datagram_endpoint(protocol_factory, sock=sock)
     except BaseException:
