@@ -3,10 +3,10 @@
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first
 on the path of every Python process it starts. A pip-installed pyspark
 ships that zip with sources only, and Python compiles what it imports
-from a zip at every import (it cannot cache bytecode there): each Python
+from a zip at every start (it cannot cache bytecode there): each Python
 worker then spends about 0.5 s of CPU compiling pyspark before it does
-anything, and a first micro-batch waits on five of them, one after the
-other (docs/performance.md, "First ACK after a cold serve"). The same
+anything, and ``serve``'s first ACK waited on five of them, one after
+the other (docs/performance.md, "The Python workers' start"). The same
 pyspark is installed, compiled, beside that zip: it is the one the
 bridge's own interpreter imports.
 
