@@ -6,7 +6,11 @@ lets it go, and a producer in this process. While the start is held the
 producer's records must be durable (its sends past its few credits
 return only once the log granted them again, and the bridge's status line
 counts them) and unacked; once the query ran, the ACK comes, and Spark's
-commit log then holds the micro-batch that committed them.
+commit log then holds the micro-batch that committed them. While it is
+held, what Spark started for a short start is checked too: no worker
+looked for static Python data sources (the bridge answered), and its
+Python workers do not import pyspark from the zip Spark puts first on
+their path (docs/performance.md, "The Python workers' start").
 """
 
 from __future__ import annotations
@@ -57,6 +61,33 @@ def said(log: Path) -> list[str]:
     return [e["event"] for e in events(log)]
 
 
+def spark_pythons(bridge: int) -> dict[int, str]:
+    """The command lines of the Python processes Spark started under ``bridge`` and keeps (its workers' daemons)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:  # "pid (name) state ppid ..."
+            parent[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):  # ended meanwhile
+            continue
+    found = {}
+    for pid, ancestor in parent.items():
+        while ancestor not in (bridge, 0, 1) and ancestor in parent:
+            ancestor = parent[ancestor]
+        try:
+            command = Path("/proc", str(pid), "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if ancestor == bridge and Path(command.split(" ")[0]).name.startswith("python") and "pyspark" in command:
+            found[pid] = command
+    return found
+
+
+def imports_zipped_pyspark(pid: int) -> bool:
+    """Whether a pyspark.zip that exists comes on the process's ``PYTHONPATH`` (Spark puts it first)."""
+    environ = dict(v.split("=", 1) for v in Path("/proc", str(pid), "environ").read_text().split("\0") if "=" in v)
+    return any(p.endswith("pyspark.zip") and Path(p).exists() for p in environ.get("PYTHONPATH", "").split(os.pathsep))
+
+
 def running(bridge: asyncio.subprocess.Process, log: Path) -> bool:
     assert bridge.returncode is None, log.read_text()[-3000:]
     return True
@@ -95,6 +126,10 @@ async def test_records_are_durable_before_the_query_runs_and_acked_only_after_it
                          TIMEOUT, every=0.1)  # fmt: skip
         assert "query_running" not in said(log)  # held: no query ran, none committed
         assert stream.acked == 0, "acked before any micro-batch committed"
+        pythons = spark_pythons(bridge.pid)  # so far: load()'s worker, and no lookup of static Python sources
+        assert any("create_data_source" in c for c in pythons.values()), pythons
+        assert not any("lookup_data_sources" in c for c in pythons.values()), pythons
+        assert not any(imports_zipped_pyspark(pid) for pid in pythons), "they import the installed, compiled pyspark"
 
         (gate / "hold").unlink()  # the query starts, commits its first micro-batch, then acks
         await conn.wait_all_acked(TIMEOUT)

@@ -84,8 +84,8 @@ def class_archive(spark_home: str) -> ClassArchive | None:
     if java is None or not Path(java).is_file() or not jars.is_dir():
         return None
     java = Path(java).resolve()
-    made_from = {
-        "java": str(java), "java_mtime": str(java.stat().st_mtime_ns),
+    made_from = {  # the JVM's class path names the home's jars (a linked home's too): one archive per home
+        "java": str(java), "java_mtime": str(java.stat().st_mtime_ns), "spark_home": str(Path(spark_home).absolute()),
         "spark_jars": str(jars.resolve()), "spark_jars_mtime": str(jars.stat().st_mtime_ns),
     }  # fmt: skip
     key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
@@ -155,6 +155,6 @@ def prune(directory: Path) -> None:
         except (OSError, ValueError):
             made_from = {}
         if not all(Path(made_from.get(part, "")).is_absolute() and Path(made_from[part]).exists()
-                   for part in ("java", "spark_jars")):  # fmt: skip
+                   for part in ("java", "spark_home", "spark_jars")):  # fmt: skip
             path.unlink(missing_ok=True)
             sidecar.unlink(missing_ok=True)

@@ -30,8 +30,9 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from aqueduct.bridge.app.class_archive import ClassArchive, class_archive, keep_archive
+from aqueduct.bridge.app.class_archive import ClassArchive, cache_dir, class_archive, keep_archive
 from aqueduct.bridge.app.jvm_log import JvmLog
+from aqueduct.bridge.app.spark_home import launch_home
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +88,11 @@ def _launch(master: str) -> None:
 
     The launch takes ``PYSPARK_SUBMIT_ARGS`` and ``spark-defaults``; its
     stderr goes through :class:`JvmLog` into this process's logging.
-    ``SPARK_HOME`` (unless set) is the one pyspark found already:
-    ``spark-submit`` would otherwise start a Python interpreter to look
-    for it again.
+    ``SPARK_HOME`` (unless set) is the one pyspark found already
+    (``spark-submit`` would otherwise start a Python interpreter to look
+    for it again), less its zipped copy of pyspark
+    (:func:`~aqueduct.bridge.app.spark_home.launch_home`), so that Spark's
+    Python workers import the compiled one.
 
     For a ``local`` master the driver binds to loopback anyway
     (:func:`~aqueduct.bridge.app.pipeline.local_session`): ``SPARK_LOCAL_IP``
@@ -104,7 +107,9 @@ def _launch(master: str) -> None:
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
-            spark_home = os.environ.setdefault("SPARK_HOME", _find_spark_home())  # the JVM's environment is a copy of ours
+            if "SPARK_HOME" not in os.environ:  # the JVM's environment is a copy of ours
+                os.environ["SPARK_HOME"] = launch_home(_find_spark_home(), cache_dir())
+            spark_home = os.environ["SPARK_HOME"]
             if master.startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Read before the launch returns: a JVM that fails to start says why there.

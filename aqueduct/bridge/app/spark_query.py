@@ -176,8 +176,10 @@ class SparkQuery:
             self.took["jvm"] = time.monotonic() - began
             self.spark = _own_session(self.config)
         from aqueduct.bridge.app.callback_server import start_callback_server
+        from aqueduct.bridge.app.static_sources import skip_static_lookup
         from aqueduct.bridge.source import register
 
+        skip_static_lookup(self.spark)  # before the first Python source: Spark would start a worker to look for more
         register(self.spark)
         start_callback_server(self.spark.sparkContext._gateway, spare)  # producers may hold many descriptors by now
         self._listen(self.spark, loop, committed)  # registering again would make Spark warn of a replaced source
