@@ -18,7 +18,6 @@ for), one ``syncfs`` per file system for many, and fsyncs everywhere
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 from collections.abc import Callable
@@ -29,10 +28,16 @@ SYNCFS_FROM_FILES = 16
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs`` from the symbols already loaded (the interpreter links libc).
+
+    Not ``ctypes.util.find_library("c")``: on Linux it runs ``ldconfig -p``
+    in a child process, about 36 ms, in every process that imports the log,
+    Spark's Python workers included (four of them before the first ACK).
+    """
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         syncfs = libc.syncfs
     except (OSError, AttributeError):
         return None
