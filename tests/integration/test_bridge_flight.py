@@ -8,6 +8,7 @@ snapshot sync, and reads over several bridges in one query.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import threading
@@ -28,6 +29,7 @@ from aqueduct.bridge.storage.log import DurableLog
 from aqueduct.bridge.storage.view import load_streams
 from aqueduct.connector.frames import ConnectorMessage
 from tests.corrupting import flip_a_bit_in_stored_batch
+from tests.integration.test_failover_commit_errors import DiskFull
 from tests.log_locations import FlightLogs
 
 
@@ -117,6 +119,25 @@ def test_a_restarted_server_is_synced_from_scratch(log: DurableLog, flights: Fli
     )  # fmt: skip
     after = snapshots.load()  # a new channel: no reconnect backoff to wait out
     assert snapshots.changed is None and after.keys() == before.keys()
+
+
+def test_a_commit_the_bridge_fails_is_logged_and_covered_by_the_next(
+    log: DurableLog, flights: FlightLogs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its log disk full as it writes the commit file: the query goes on (the sink has the batch), ACKs wait."""
+    certs = flights.certs
+    full = DiskFull(log.path, "127.0.0.1", 0, flights.token, certs.server_cert, certs.server_key)
+    flights.servers[log.path] = full
+    remote = RemoteLog(flights.address(log.path), flights.token, certs.ca.read_bytes())
+    full.full = 1
+    with caplog.at_level(logging.WARNING, logger="aqueduct.bridge.source"):
+        remote.commit("q", {1: 4}, 0)  # no exception
+    assert read_committed(log.path, "q") is None
+    [said] = [r for r in caplog.records if "failed the commit" in r.getMessage()]
+    assert said.levelno == logging.ERROR
+    assert "No space left on device" in said.getMessage() and "Traceback" not in said.getMessage()
+    remote.commit("q", {1: 8}, 0)
+    assert read_committed(log.path, "q") == {1: 8}
 
 
 @pytest.mark.parametrize("token", [None, "", "wrong", "Bearer x"])

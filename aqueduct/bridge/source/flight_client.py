@@ -100,8 +100,8 @@ class RemoteLog:
         #: seconds connecting (TCP and TLS) may take before a call fails as unreachable (None: the call's
         #: own timeout); a failover query sets bridgeConnectTimeout, so a partitioned host costs that
         self.connect_timeout: float | None = None
-        #: a commit the bridge does not get is only logged (the next one covers it); a failover query
-        #: wants the error, to send again what the commit carried
+        #: a commit the bridge does not get or fails (unreachable, its disk full) is only logged: the next
+        #: one covers it; a failover query wants the error, to send again what the commit carried
         self.quiet_commits = True
 
     def __repr__(self) -> str:
@@ -239,10 +239,19 @@ class RemoteLog:
         body = {"consumer": consumer, "offsets": SourceOffset(positions).spark(), "skipped": skipped}
         try:
             self._registry("commit", body)
-        except UNREACHABLE as e:
+        except (*UNREACHABLE, flight.FlightServerError) as e:
             if not self.quiet_commits:
                 raise
-            logger.warning("aqueduct source: bridge %s unreachable (%s); commit left to the next batch", self.address, e)
+            # The sink has the batch; only this bridge's ACKs wait. Unreachable is weather; an error it
+            # answers (its log disk full as it writes the commit file) is for an operator to see.
+            if isinstance(e, UNREACHABLE):
+                logger.warning("aqueduct source: bridge %s unreachable (%s); commit left to the next batch", self.address, e)
+            else:
+                logger.error(
+                    "aqueduct source: bridge %s failed the commit (%s); its ACKs wait, the next commit covers it",
+                    self.address,
+                    server_words(e),
+                )
 
 
 @dataclass(frozen=True)
