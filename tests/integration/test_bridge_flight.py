@@ -133,7 +133,7 @@ def test_a_commit_the_bridge_fails_is_logged_and_covered_by_the_next(
     with caplog.at_level(logging.WARNING, logger="aqueduct.bridge.source"):
         remote.commit("q", {1: 4}, 0)  # no exception
     assert read_committed(log.path, "q") is None
-    [said] = [r for r in caplog.records if "failed the commit" in r.getMessage()]
+    [said] = [r for r in caplog.records if f"commit to bridge {remote.address} failed" in r.getMessage()]
     assert said.levelno == logging.ERROR
     assert "No space left on device" in said.getMessage() and "Traceback" not in said.getMessage()
     remote.commit("q", {1: 8}, 0)

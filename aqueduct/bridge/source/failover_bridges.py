@@ -38,8 +38,8 @@ from aqueduct.bridge.source.flight_client import (
     BridgeCredentialError,
     RemoteLog,
     RemoteSnapshots,
+    log_missed_commit,
     open_bridges,
-    server_words,
 )
 from aqueduct.bridge.source.id_space import (
     BEFORE_ALL,
@@ -405,13 +405,7 @@ class FailoverBridges:
             if isinstance(outcome, Exception):
                 self._told.pop(name, None)  # worked out and sent again next time
                 self.answered.discard(name)  # not preferred by the batch planned next
-                # gone is a failover's daily weather; a bridge that answers with an error needs an operator
-                log = logger.warning if isinstance(outcome, GONE) else logger.error
-                log(
-                    "aqueduct source: commit to bridge %s failed (%s); its ACKs wait, the next commit covers it",
-                    name,
-                    server_words(outcome),
-                )
+                log_missed_commit(name, outcome, unreachable=isinstance(outcome, GONE))
             elif outcome is not None:
                 positions, skipped = outcome
                 self._sent[name] = positions

@@ -59,11 +59,25 @@ class RemoteCorruption(RuntimeError):
     """A bridge found a stored batch of the range failing its checksum (it names where)."""
 
 
-def server_words(error: Exception) -> str:
+def _server_words(error: Exception) -> str:
     """The server's message, without gRPC's decoration around it (nor a Python traceback it carries)."""
     text = str(error)
     start = text.find("aqueduct bridge: ")
     return (text[start + len("aqueduct bridge: ") :] if start >= 0 else text).split(". Detail:")[0]
+
+
+def log_missed_commit(bridge: str, error: Exception, unreachable: bool) -> None:
+    """One line for a commit ``bridge`` did not take: the sink has the batch, only that bridge's ACKs wait.
+
+    The next commit that reaches it covers this one (offsets are absolute).
+    Unreachable is weather (WARNING); an error the bridge answered, such as
+    its log disk full as it writes the commit file, is for an operator (ERROR).
+    """
+    (logger.warning if unreachable else logger.error)(
+        "aqueduct source: commit to bridge %s failed (%s); its ACKs wait, the next commit covers it",
+        bridge,
+        _server_words(error),
+    )
 
 
 class BridgeCredentialError(ValueError):
@@ -188,7 +202,7 @@ class RemoteLog:
                     yield chunk.data
             except flight.FlightServerError as e:
                 if CORRUPT_MARK in str(e):
-                    raise RemoteCorruption(server_words(e)) from None
+                    raise RemoteCorruption(_server_words(e)) from None
                 raise
             except UNREACHABLE as e:
                 self._flight = None
@@ -242,16 +256,7 @@ class RemoteLog:
         except (*UNREACHABLE, flight.FlightServerError) as e:
             if not self.quiet_commits:
                 raise
-            # The sink has the batch; only this bridge's ACKs wait. Unreachable is weather; an error it
-            # answers (its log disk full as it writes the commit file) is for an operator to see.
-            if isinstance(e, UNREACHABLE):
-                logger.warning("aqueduct source: bridge %s unreachable (%s); commit left to the next batch", self.address, e)
-            else:
-                logger.error(
-                    "aqueduct source: bridge %s failed the commit (%s); its ACKs wait, the next commit covers it",
-                    self.address,
-                    server_words(e),
-                )
+            log_missed_commit(self.address, e, unreachable=isinstance(e, UNREACHABLE))
 
 
 @dataclass(frozen=True)
