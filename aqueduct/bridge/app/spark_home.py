@@ -37,12 +37,15 @@ ZIPPED = Path("python", "lib", "pyspark.zip")  # what Spark puts first on its Py
 LEFT_OUT = "python"
 
 
+def is_this_interpreter(python: str) -> bool:
+    """True if the interpreter ``python`` names (a path, through links) is the one running here."""
+    return os.path.realpath(python) == os.path.realpath(sys.executable)
+
+
 def workers_run_this_interpreter() -> bool:
     """True if Spark's Python processes (``PYSPARK_PYTHON``, ``PYSPARK_DRIVER_PYTHON``) are this interpreter."""
     pythons = [os.environ.get(name) for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")]
-    return pythons[0] is not None and all(
-        os.path.realpath(p) == os.path.realpath(sys.executable) for p in pythons if p is not None
-    )
+    return pythons[0] is not None and all(is_this_interpreter(p) for p in pythons if p is not None)
 
 
 def launch_home(pyspark_home: str, cache: Path) -> str:

@@ -26,6 +26,8 @@ import pkgutil
 import sys
 from typing import Any
 
+from aqueduct.bridge.app.spark_home import is_this_interpreter
+
 logger = logging.getLogger(__name__)
 
 PREFIX = "pyspark_"  # what Spark's lookup imports (lookup_data_sources.py)
@@ -34,7 +36,7 @@ PREFIX = "pyspark_"  # what Spark's lookup imports (lookup_data_sources.py)
 def lookup_answered_here() -> bool:
     """True when Spark's lookup would run this interpreter on this path and find no ``pyspark_*`` module."""
     python = os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON")
-    if python is None or os.path.realpath(python) != os.path.realpath(sys.executable):
+    if python is None or not is_this_interpreter(python):
         return False
     path = [os.getcwd(), *sys.path]  # ``python -m``: its working directory first
     return not any(module.name.startswith(PREFIX) for module in pkgutil.iter_modules(path))
