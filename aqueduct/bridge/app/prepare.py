@@ -104,7 +104,7 @@ def _serve_once(tmp: Path, timeout: float, say: Callable[[str], None]) -> None:
         "--log", str(tmp / "log"), "--output", str(tmp / "output"), "--master", "local[1]",
     ]  # fmt: skip
     env = {**os.environ, "AQUEDUCT_COOKIE": cookie}
-    say("starting Spark once to write its class archive (about a minute; nothing of this run is kept)")
+    say("starting Spark once to write its class archive (half a minute on a small machine; nothing of this run is kept)")
     with (tmp / "serve.log").open("wb") as log:
         bridge = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         began = time.monotonic()
