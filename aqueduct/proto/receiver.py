@@ -8,7 +8,8 @@ closes it as CLOSE_RECEIVER and drops it. CANCEL_SENDER goes straight to
 announce datagrams we received (``hold_close``).
 
 * Reliable numbers (stream MESSAGEs) are acked at most ``ack_delay`` after
-  arrival; ACK_RELIABLE values count from the lowest number not yet acked.
+  arrival, sooner when a DEQUEUED report goes out (one write carries both);
+  ACK_RELIABLE values count from the lowest number not yet acked.
 * Unreliable numbers (datagrams) are covered by ACK_NACK_UNRELIABLE from a
   cursor, never past the SENT_UNRELIABLE total, once each missing number has
   waited the receipt deadline since its announcement. A nack commits: a
@@ -269,17 +270,7 @@ class ReceiverChannel:
     def flush(self, now: float, cover_to: int | None = None, received: RangeSet | None = None) -> None:
         """Send ACK_RELIABLE / ACK_NACK_UNRELIABLE for everything coverable now."""
         self.ack_due = None
-        if len(self._unacked):
-            ranges = self._unacked.to_ack_reliable(self._acked.base)
-            frame = AckReliable(ranges)
-            self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
-            n = 0
-            for start, stop in self._unacked:
-                self._acked.add_range(start, stop)
-                n += stop - start
-            self._unacked = RangeSet()
-            self.stats.acked += n
-            self._cstats.acks_sent += n
+        self._ack_reliable()
         frontier = self._frontier(now) if cover_to is None else cover_to
         if frontier > self._u_cursor:
             got = self._u_received if received is None else received
@@ -295,6 +286,21 @@ class ReceiverChannel:
             batches = self._u_batches
             while batches and batches[0][0] <= frontier:
                 batches.popleft()
+
+    def _ack_reliable(self) -> None:
+        """ACK_RELIABLE for the reliable numbers received and not acked yet, if any."""
+        if not len(self._unacked):
+            return
+        ranges = self._unacked.to_ack_reliable(self._acked.base)
+        frame = AckReliable(ranges)
+        self._out.write_frame(self._control_stream(), frame, encode_frame(frame))
+        n = 0
+        for start, stop in self._unacked:
+            self._acked.add_range(start, stop)
+            n += stop - start
+        self._unacked = RangeSet()
+        self.stats.acked += n
+        self._cstats.acks_sent += n
 
     def dequeued(self, nbytes: int, now: float) -> None:
         """The application consumed ``nbytes``: maybe report DEQUEUED now."""
@@ -327,11 +333,27 @@ class ReceiverChannel:
         return t
 
     def on_timer(self, now: float) -> None:
+        """Send what is due; the reliable acks and DEQUEUED report pending go in the same write.
+
+        Both bounds are upper bounds, so a DEQUEUED report due takes the
+        pending ACK_RELIABLE along, and an ack due takes the pending
+        DEQUEUED report along: a channel receiving a message now and then (a
+        producer sending twice a second) answered each with two packets 50 ms
+        apart, each acked again by QUIC, twice the packets of one (a storm's
+        CPU). Unreliable numbers keep their own schedule (their coverage
+        waits for announcements and receipt deadlines).
+        """
+        report_due = self._reporter.due is not None and self._reporter.due <= now
         if (self.ack_due is not None and self.ack_due <= now) or (
             self._u_batches and self._u_batches[0][1] <= now
         ):
             self.flush(now)
-        if self._reporter.due is not None and self._reporter.due <= now:
+            report_due = report_due or self._reporter.due is not None
+        elif report_due and len(self._unacked):
+            self._ack_reliable()
+            if not self._u_batches:  # nothing else the ack timer was for
+                self.ack_due = None
+        if report_due:
             self.send_dequeued()
 
     # ------------------------------------------------------------ endings

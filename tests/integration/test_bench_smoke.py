@@ -170,3 +170,15 @@ def test_failover_bench_explains_itself():
     proc = run_module("bench.failover", "--help")
     assert proc.returncode == 0
     assert "--quick" in proc.stdout and "--json" in proc.stdout
+
+
+def test_packets_per_record_bench_counts_each_sides_frames(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.packets_per_record", "--producers", "2", "--records", "3", "--rate", "20", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["records"] == 6
+    for side in ("client", "server"):  # every record goes in a STREAM frame one way, its ACK the other
+        assert doc["by_type"][side]["STREAM"] > 0 and doc["frames_per_record"][side] > 0

@@ -327,6 +327,27 @@ def test_sender_stops_at_the_window_and_resumes_on_dequeued():
     assert SendWindowOpened(0) in p.of("client", SendWindowOpened)
 
 
+def test_a_lone_message_is_acked_and_reported_dequeued_in_one_write():
+    """A message now and then (a producer's record twice a second) costs the receiver one write back, not two.
+
+    DEQUEUED is due after 50 ms and ACK_RELIABLE after 100 ms: each went in
+    its own packet (and QUIC acked each), twice the packets per record.
+    """
+    p = Pair()
+    p.handshake()
+    assert p.client.send(0, [b"record"], now=p.now)[1]
+    p.flush()  # delivered and dequeued at once (auto_dequeue), acked by nobody yet
+    assert len(p.of("server", Delivered)) == 1
+    due = p.server.get_timer()
+    assert due == p.now + ProtoConfig().dequeued_delay  # the earlier of the two bounds
+    p.server.handle_timer(due)
+    writes = [a for a in p.server.transmit() if isinstance(a, StreamDataQueued)]
+    assert len(writes) == 1
+    kinds = {type(f).__name__ for f in StreamSequenceDecoder().feed(writes[0].data)}
+    assert {"Dequeued", "AckReliable"} <= kinds
+    assert p.server.get_timer() is None  # nothing left for the 100 ms ack timer to send
+
+
 def test_oversized_message_is_sent_when_nothing_is_outstanding():
     p = Pair(server=ProtoConfig(window=10))
     p.handshake()

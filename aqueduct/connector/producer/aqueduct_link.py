@@ -152,6 +152,11 @@ class AqueductLink:
             lost.cancel()
             if not recv.done():
                 recv.cancel()
+            elif not recv.cancelled():
+                # Retrieved here too: when this call is cancelled just as the connection
+                # ended (a stateless reset at a restart), nothing below reads it, and the
+                # loop would print "Task exception was never retrieved" with a traceback.
+                recv.exception()
         if recv.cancelled():
             return b""
         error = recv.exception()
