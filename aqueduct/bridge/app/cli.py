@@ -275,7 +275,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         help="write Spark's class archive now, so that every serve starts fast (once per machine)",
         description=(
             "serve maps an archive of the classes Spark's JVM loads, and without one writes it when it stops: "
-            "the first serve on a machine starts about 9 s slower and its stop waits about 15 s. prepare pays "
+            "the first serve on a machine starts 7-9 s slower and its stop waits about 15 s. prepare pays "
             "that once, when you choose (an image build, a provisioning step, a unit's ExecStartPre): it runs "
             "serve on loopback in a temporary directory, has one record acked, and stops it, keeping nothing "
             "but the archive (in $AQUEDUCT_CACHE_DIR, else ~/.cache/aqueduct). Already prepared for this Java "

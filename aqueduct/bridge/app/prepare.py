@@ -1,7 +1,7 @@
 """``aqueduct-bridge prepare``: write Spark's class archive now, not at the first ``serve``'s stop.
 
 A ``serve`` that finds no class archive (:mod:`.class_archive`) starts
-Spark without one, about 9 s slower, and writes one when it stops, which
+Spark without one, 7-9 s slower, and writes one when it stops, which
 holds that stop about 15 s: the first ``serve`` on a machine, the one a
 new user tries, or every ``serve`` of a container whose image did not
 keep its cache. ``prepare`` pays that once, when the operator chooses: in
@@ -90,8 +90,8 @@ def prepare(timeout: float, say: Callable[[str], None]) -> Prepared:
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aqueduct-prepare-") as tmp:
         _serve_once(Path(tmp), timeout, say)
-    if not archive.path.is_file():
-        raise PrepareError(f"serve stopped without writing its class archive {archive.path} (see its log above)")
+        if not archive.path.is_file():
+            raise PrepareError(f"serve stopped without a class archive {archive.path}:\n{_tail(Path(tmp) / 'serve.log')}")
     return Prepared(archive.path, True, "written: serve maps it from its next start on", time.monotonic() - began)
 
 
