@@ -86,6 +86,30 @@ def _own_session(c: BridgeConfig) -> Any:
     return spark
 
 
+def on_loop(loop: asyncio.AbstractEventLoop, committed: Committed) -> Committed:
+    """``committed`` as Spark's listener thread calls it: run on ``loop``, or dropped once ``loop`` closed.
+
+    Spark's listener bus delivers events on a thread of its own, and may
+    deliver the last micro-batch's progress after the bridge stopped and
+    closed its loop (removing the listener does not recall an event being
+    dispatched): that call raised "Event loop is closed", which Spark
+    logged as an ERROR with a Python traceback at the end of a clean stop.
+    Dropping it loses nothing: producers keep their records until acked,
+    and the next start acks what Spark committed from what it recorded (the
+    source's commit files in the log, the checkpoint's commit log:
+    :mod:`.commit_log`).
+    """
+
+    def on_commit(consumer: str, positions: dict[int, int]) -> None:
+        try:
+            loop.call_soon_threadsafe(committed, consumer, positions)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+
+    return on_commit
+
+
 class SparkQuery:
     """A Spark session (created here, or the caller's), the bridge's query over the log, and its listener.
 
@@ -125,11 +149,8 @@ class SparkQuery:
         """
         from aqueduct.bridge.app.commit_listener import install_commit_listener
 
-        def on_commit(consumer: str, positions: dict[int, int]) -> None:  # on Spark's listener thread
-            loop.call_soon_threadsafe(committed, consumer, positions)
-
         self.spark = spark
-        self._listener = install_commit_listener(spark, on_commit)
+        self._listener = install_commit_listener(spark, on_loop(loop, committed))
 
     def watch(self, query: Any, consumer: str) -> None:
         """Count ``query``'s commits (listener signal) as ``consumer``'s; any thread."""
