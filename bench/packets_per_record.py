@@ -98,9 +98,8 @@ async def measure(producers: int, records: int, rate: float) -> dict[str, Any]:
                     await asyncio.sleep(delay)
             await asyncio.gather(*(c.wait_all_acked() for c in conns))
             cpu, seconds = time.process_time() - cpu, time.perf_counter() - began
-            count.uninstall()
         finally:
-            count.uninstall()
+            count.uninstall()  # before the closes: their frames are no record's
             for c in conns:
                 await c.close(flush_timeout=1.0)
             await server.close()

@@ -102,14 +102,11 @@ def _launch(master: str) -> None:
     """
     global _jvm_log
     from pyspark import SparkContext
-    from pyspark.find_spark_home import _find_spark_home
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
-            if "SPARK_HOME" not in os.environ:  # the JVM's environment is a copy of ours
-                os.environ["SPARK_HOME"] = launch_home(_find_spark_home(), cache_dir())
-            spark_home = os.environ["SPARK_HOME"]
+            spark_home = os.environ["SPARK_HOME"] = launch_spark_home()  # the JVM's environment is a copy of ours
             if master.startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Read before the launch returns: a JVM that fails to start says why there.
@@ -122,6 +119,15 @@ def _launch(master: str) -> None:
                 os.close(write_end)  # the JVM has its copy: end of file once it and its workers end
             SparkContext._gateway = gateway
             SparkContext._jvm = gateway.jvm
+
+
+def launch_spark_home() -> str:
+    """The ``SPARK_HOME`` Spark's JVM is launched with: the user's if set, else pyspark's own less its zipped pyspark."""
+    if "SPARK_HOME" in os.environ:
+        return os.environ["SPARK_HOME"]
+    from pyspark.find_spark_home import _find_spark_home
+
+    return launch_home(_find_spark_home(), cache_dir())
 
 
 @contextlib.contextmanager

@@ -66,12 +66,9 @@ def _archive_for_serve() -> tuple[ClassArchive | None, str]:
         return None, "PYSPARK_SUBMIT_ARGS is set: serve launches Spark as it says, without a class archive"
     if os.environ.get("AQUEDUCT_CLASS_ARCHIVE", "1") == "0":
         return None, "AQUEDUCT_CLASS_ARCHIVE=0 turns the class archive off"
-    from pyspark.find_spark_home import _find_spark_home
+    from aqueduct.bridge.app.jvm import launch_spark_home
 
-    from aqueduct.bridge.app.spark_home import launch_home
-
-    spark_home = os.environ.get("SPARK_HOME") or launch_home(_find_spark_home(), cache_dir())
-    archive = class_archive(spark_home)
+    archive = class_archive(launch_spark_home())
     if archive is None:
         return None, (
             f"no class archive can be kept here (no java found, no Spark jars, the cache {cache_dir()} not writable, "
