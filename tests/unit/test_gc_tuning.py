@@ -38,7 +38,10 @@ def test_what_start_up_left_alive_is_frozen_and_what_comes_later_is_collected_as
     long_lived = Node()
     assert _tracked(long_lived)
     frozen = tune_for_serving()
-    assert frozen == gc.get_freeze_count() > 0
+    # What it reports is what it froze. A frozen object that dies leaves the
+    # permanent generation, and another thread (pytest-xdist's execnet) may
+    # free some between the two reads: the count can only have fallen.
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not _tracked(long_lived)  # no full collection walks it again
     later = Node()
     assert _tracked(later)
