@@ -60,6 +60,15 @@ The model here is a ticket queue (a bakery's numbered tickets):
   over a round of completions (``slots`` of them; a restarted one) promises no farther than
   :data:`PROBE_WINDOW`, or twice the time it has been refusing, the same
   way.
+- **A storm starts from the prior, not from a quiet server's figures.**
+  Handshakes that ran with slots free take a few milliseconds each, so
+  ``slots`` over that duration reads thousands a second (9,528-15,609
+  read at the end of fleet runs), which no storm delivers: every turn
+  would be called at once, and the whole crowd would come back within a
+  quarter second to be refused again. So when a server that had slots
+  free starts refusing, an estimate last fed by such handshakes is
+  dropped: :data:`PRIOR_RATE` and the probe above until a round of the
+  storm's own is measured. One measured with every slot taken is kept.
 
 Table of one Initial's fate (``in progress``: handshakes holding a slot):
 
@@ -185,7 +194,7 @@ class HandshakeAdmission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue")
+    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue", "_quiet")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
@@ -198,6 +207,7 @@ class HandshakeAdmission:
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
         self._since: float | None = None  # when the server began refusing (None: a slot has been free since)
+        self._quiet = False  # the latest completion ran with a slot free (no figure for a storm)
         self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
@@ -221,7 +231,8 @@ class HandshakeAdmission:
         slot freed counts, or slots stuck on abandoned handshakes would make
         the rest look fast.
         """
-        if in_progress < self.slots:
+        self._quiet = in_progress < self.slots
+        if self._quiet:
             self._since = None  # a slot was free: the server is not refusing
         self.measured = min(self.slots + 1, self.measured + 1)
         weight = max(_WEIGHT, 1 / self.measured)  # the first replaces nothing assumed; then a running mean
@@ -234,8 +245,10 @@ class HandshakeAdmission:
         turn = self._turn(token)
         if in_progress < self.slots:
             return Admitted()
-        if self._since is None:
+        if self._since is None:  # a storm starts
             self._since = now
+            if self._quiet:
+                self.measured = 0  # a quiet server's figures say nothing of it: the prior, then its own
         if turn is None:  # a newcomer: the end of the queue
             self.issued += 1
             return Refused(self._window(self.issued - 1))
