@@ -570,6 +570,11 @@ def _dump_tasks() -> None:
         print(f"tasks {count:6}: {stack}", file=sys.stderr, flush=True)
 
 
+def producers_backend(args: argparse.Namespace) -> str:
+    """The producers' QUIC stack: ``--producers-quic-backend``, else the bridge's."""
+    return args.producers_quic_backend or args.quic_backend
+
+
 async def producers_setup(args: argparse.Namespace) -> tuple[asyncio.StreamReader, str, str | None]:
     """A producers' process: its commands (stdin), the bridge's URL and the CA file that verifies it."""
     loop = asyncio.get_running_loop()
@@ -622,7 +627,7 @@ async def producer_role(args: argparse.Namespace) -> None:
 
     async def one(i: int, burst: float) -> None:
         conn = conns[i] = Connector(
-            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=args.quic_backend,
+            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=producers_backend(args),
             cookie=tokens.get(i, b""), on_delivery=on_delivery(i),
         )
         out: dict[str, Any] = {"connected": False}
@@ -720,6 +725,7 @@ def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]
     """The arguments every process of a run gets, the bridge and the producers alike."""
     return [
         "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend, "--gc", args.gc,
+        "--producers-quic-backend", producers_backend(args),
         *(["--quiet"] if args.quiet else []),
     ]  # fmt: skip
 
@@ -820,6 +826,8 @@ async def run_one(
     span = times[-1] if times else 0.0
     return {
         "transport": transport,
+        "quic_backend": args.quic_backend if transport == "quic" else None,
+        "producers_quic_backend": producers_backend(args) if transport == "quic" else None,
         "credential": credential,
         "producers": n,
         "processes": len(procs),
@@ -878,6 +886,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quic-backend", choices=["aioquic", "picoquic"], default="aioquic",
         help="the QUIC stack of the bridge and the producers (picoquic: run under python -m interop.netns)",
+    )
+    p.add_argument(
+        "--producers-quic-backend", choices=["aioquic", "picoquic"],
+        help="the producers' QUIC stack, if not --quic-backend's (to tell the bridge's share of a figure from theirs)",
     )
     p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
