@@ -44,7 +44,13 @@ second bridge, over everything both received. Once every producer is done
 (whether the kill came while they sent or once they were idle), each must
 be connected to the new bridge again: the run reports how many were
 (``reconnected_after_restart``) and when the last one was
-(``last_reconnect_s``, from the kill).
+(``last_reconnect_s``, from the kill). That is when the whole workload
+is done, not when the fleet was back: a producer's outage ends at its
+first ACK from the new bridge, and the run reports that too
+(``back_s``: the kill to the last producer's first ACK after it, with
+``back_p50_s``; ``back_without_ack`` counts the producers with no ACK
+after the kill: nothing left to send then, or failed, which ``failed``
+and ``acked_producers`` tell apart).
 """
 
 from __future__ import annotations
@@ -564,6 +570,11 @@ def _dump_tasks() -> None:
         print(f"tasks {count:6}: {stack}", file=sys.stderr, flush=True)
 
 
+def producers_backend(args: argparse.Namespace) -> str:
+    """The producers' QUIC stack: ``--producers-quic-backend``, else the bridge's."""
+    return args.producers_quic_backend or args.quic_backend
+
+
 async def producers_setup(args: argparse.Namespace) -> tuple[asyncio.StreamReader, str, str | None]:
     """A producers' process: its commands (stdin), the bridge's URL and the CA file that verifies it."""
     loop = asyncio.get_running_loop()
@@ -589,6 +600,16 @@ async def producer_role(args: argparse.Namespace) -> None:
     results: list[dict[str, Any]] = []
 
     streams: dict[int, Any] = {}
+    acked_at: dict[int, list[float]] = {}  # producer -> wall clock of each ACK, in order
+
+    def on_delivery(i: int) -> Any:
+        times = acked_at[i] = []
+
+        def delivered(error: Exception | None, delivery: Any) -> None:
+            if error is None:
+                times.append(time.time())
+
+        return delivered
 
     async def send(conn: Connector, i: int) -> None:
         """Open the producer's stream, send its paced messages, wait for their acks."""
@@ -606,8 +627,8 @@ async def producer_role(args: argparse.Namespace) -> None:
 
     async def one(i: int, burst: float) -> None:
         conn = conns[i] = Connector(
-            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=args.quic_backend,
-            cookie=tokens.get(i, b""),
+            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=producers_backend(args),
+            cookie=tokens.get(i, b""), on_delivery=on_delivery(i),
         )
         out: dict[str, Any] = {"connected": False}
         try:
@@ -662,9 +683,14 @@ async def producer_role(args: argparse.Namespace) -> None:
         killed, deadline = float(line[1]), time.time() + args.limit
         while time.time() < deadline and not all(c.connected for c in conns.values()):
             await asyncio.sleep(0.2)
+        back = sorted(  # each producer's first ACK from the new bridge (the old one acks nothing after its kill)
+            first - killed for times in acked_at.values() if (first := next((t for t in times if t > killed), None))
+        )
         print(json.dumps({
             "reconnected": sum(c.connected for c in conns.values()),
             "last_reconnect_s": time.time() - killed,
+            "back_s": back,
+            "back_without_ack": len(acked_at) - len(back),
         }), flush=True)
         await reader.readline()  # "close"
     release.set()
@@ -699,6 +725,7 @@ def role_args(args: argparse.Namespace, transport: str, certs: str) -> list[str]
     """The arguments every process of a run gets, the bridge and the producers alike."""
     return [
         "--transport", transport, "--certs", certs, "--quic-backend", args.quic_backend, "--gc", args.gc,
+        "--producers-quic-backend", producers_backend(args),
         *(["--quiet"] if args.quiet else []),
     ]  # fmt: skip
 
@@ -779,6 +806,10 @@ async def run_one(
             back = [await _json_line(p, args.limit + 60) for p in procs]
             restart["reconnected_after_restart"] = sum(b["reconnected"] for b in back)
             restart["last_reconnect_s"] = max(b["last_reconnect_s"] for b in back)
+            backs = sorted(t for b in back for t in b["back_s"])
+            restart["back_s"] = backs[-1] if backs else None
+            restart["back_p50_s"] = percentile(backs, 0.5)
+            restart["back_without_ack"] = sum(b["back_without_ack"] for b in back)
         _say(bridge, "report")
         report = await _json_line(bridge, 60)
         for p in procs:
@@ -795,6 +826,8 @@ async def run_one(
     span = times[-1] if times else 0.0
     return {
         "transport": transport,
+        "quic_backend": args.quic_backend if transport == "quic" else None,
+        "producers_quic_backend": producers_backend(args) if transport == "quic" else None,
         "credential": credential,
         "producers": n,
         "processes": len(procs),
@@ -854,6 +887,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--quic-backend", choices=["aioquic", "picoquic"], default="aioquic",
         help="the QUIC stack of the bridge and the producers (picoquic: run under python -m interop.netns)",
     )
+    p.add_argument(
+        "--producers-quic-backend", choices=["aioquic", "picoquic"],
+        help="the producers' QUIC stack, if not --quic-backend's (to tell the bridge's share of a figure from theirs)",
+    )
     p.add_argument("--json", action="store_true", help="print every run's figures as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--profile", action="store_true", help="profile the bridge process and the first producer process (cProfile, top functions on stderr)")
@@ -911,7 +948,9 @@ def _line(r: dict[str, Any]) -> str:
         + (
             f" | restarted: {r['restart_streams']} streams, log opened in "
             f"{r['restart_log_open_s']:.1f} s, listening {r['restart_listening_s']:.1f} s after the kill, "
-            f"{r['reconnected_after_restart']} reconnected (last {r['last_reconnect_s']:.1f} s after it)"
+            f"{r['reconnected_after_restart']} reconnected; every producer acked again {r['back_s'] or 0:.1f} s "
+            f"after it (p50 {r['back_p50_s']:.1f} s; {r['back_without_ack']} had no ACK after it), "
+            f"everything acked {r['last_reconnect_s']:.1f} s after it"
             if r.get("restarted") else ""
         )
     )

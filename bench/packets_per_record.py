@@ -7,7 +7,7 @@ fleet costs the bridge and the producers' hosts. This runs one bridge
 (the real listener, ingest and fsync'ed log, acking what is durable, as in
 ``bench.fleet``) and ``--producers`` producers on aioquic in this one
 process, has each send ``--records`` records at ``--rate`` a second after
-its session started, and counts the QUIC frames each side built, by type,
+its session started, and counts the QUIC frames each side built, by type, and the UDP datagrams,
 per record, in aioquic's packet builder (every frame of every packet sent,
 ACK-only packets included); and the process's CPU per record (both sides
 and the log's thread: compare runs, not sides).
@@ -35,24 +35,33 @@ from bench.fleet import payload
 
 
 class FrameCount:
-    """QUIC frames built by aioquic, by side (``client``/``server``) and type, while installed."""
+    """QUIC frames and UDP datagrams built by aioquic, by side (``client``/``server``), while installed."""
 
     def __init__(self) -> None:
         self.frames: Counter[tuple[str, str]] = Counter()
+        self.datagrams: Counter[str] = Counter()
         self._start_frame = packet_builder.QuicPacketBuilder.start_frame
+        self._flush = packet_builder.QuicPacketBuilder.flush
 
     def install(self) -> None:
-        count, start_frame = self.frames, self._start_frame
+        frames, datagrams, start_frame, flush = self.frames, self.datagrams, self._start_frame, self._flush
 
         def counted(builder: Any, frame_type: int, *args: Any, **kwargs: Any) -> Any:
             name = QuicFrameType(frame_type).name if frame_type in QuicFrameType._value2member_map_ else "STREAM"
-            count["client" if builder._is_client else "server", name] += 1
+            frames["client" if builder._is_client else "server", name] += 1
             return start_frame(builder, frame_type, *args, **kwargs)
 
+        def flushed(builder: Any) -> Any:
+            built = flush(builder)
+            datagrams["client" if builder._is_client else "server"] += len(built[0])
+            return built
+
         packet_builder.QuicPacketBuilder.start_frame = counted  # type: ignore[method-assign]
+        packet_builder.QuicPacketBuilder.flush = flushed  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         packet_builder.QuicPacketBuilder.start_frame = self._start_frame  # type: ignore[method-assign]
+        packet_builder.QuicPacketBuilder.flush = self._flush  # type: ignore[method-assign]
 
 
 async def measure(producers: int, records: int, rate: float) -> dict[str, Any]:
@@ -113,6 +122,7 @@ async def measure(producers: int, records: int, rate: float) -> dict[str, Any]:
     return {
         "producers": producers, "records": sent, "rate": rate, "seconds": round(seconds, 2),
         "frames_per_record": {side: round(sum(f.values()), 2) for side, f in per_side.items()},
+        "datagrams_per_record": {side: round(count.datagrams[side] / sent, 2) for side in ("client", "server")},
         "by_type": per_side, "cpu_ms_per_record": round(cpu / sent * 1000, 3), "loadavg": os.getloadavg()[0],
     }  # fmt: skip
 
@@ -132,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{result['records']} records from {args.producers} producers at {args.rate:g}/s: QUIC frames per record "
             f"{frames['client']} from the producers, {frames['server']} from the bridge "
+            f"(UDP datagrams {result['datagrams_per_record']['client']} and {result['datagrams_per_record']['server']}) "
             f"(by type: {result['by_type']}); CPU {result['cpu_ms_per_record']} ms per record, both sides"
         )
     return 0

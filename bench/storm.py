@@ -68,6 +68,7 @@ from bench.fleet import (
     kill_left,
     payload,
     percentile,
+    producers_backend,
     producers_setup,
     role_args,
     spawn_producers,
@@ -123,7 +124,7 @@ class Producers:
 
         loop = asyncio.get_running_loop()
         conn = self.conns[i] = Connector(
-            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=self.args.quic_backend,
+            url, program=PROGRAM, instance=f"p{i}", cafile=cafile, quic_backend=producers_backend(self.args),
             on_delivery=self.on_delivery(i),
         )
         self.sent_at[i] = {}
@@ -320,6 +321,7 @@ async def run_storms(args: argparse.Namespace, transport: str, n: int, certs: st
         "mode": "storm",
         "transport": transport,
         "quic_backend": args.quic_backend if transport == "quic" else None,
+        "producers_quic_backend": producers_backend(args) if transport == "quic" else None,
         "producers": n,
         "processes": len(procs),
         "rate": args.rate,

@@ -60,6 +60,18 @@ The model here is a ticket queue (a bakery's numbered tickets):
   over a round of completions (``slots`` of them; a restarted one) promises no farther than
   :data:`PROBE_WINDOW`, or twice the time it has been refusing, the same
   way.
+- **A storm starts from the prior, not from a quiet server's figures.**
+  Handshakes that ran with slots free take a few milliseconds each, so
+  ``slots`` over that duration reads thousands a second (9,528-15,609
+  read at the end of fleet runs), which no storm delivers: every turn
+  would be called at once, and the whole crowd would come back within a
+  quarter second to be refused again. So when a server that has refused
+  nobody for :data:`QUIET_SPELL` starts refusing, an estimate last fed by
+  such handshakes is dropped: :data:`PRIOR_RATE` and the probe above until
+  a round of the storm's own is measured. One measured with every slot
+  taken is kept, and so is any within a storm, whose slots free up for
+  moments (dropping it there sent the crowd back on the probe's short
+  windows again and again).
 
 Table of one Initial's fate (``in progress``: handshakes holding a slot):
 
@@ -100,6 +112,8 @@ MAX_WINDOW = 60.0
 PRIOR_RATE = 50.0
 """Handshakes a second assumed before any was measured (an aioquic bridge on a loaded core; corrected at each return)."""
 _WEIGHT = 1 / 16  # of each completion in the running means, once a few were measured
+QUIET_SPELL = 10.0
+"""Seconds without a refusal after which a server that starts refusing again forgets what its quiet handshakes measured."""
 PROBE_WINDOW = 2.0
 """Before its rate is trusted (just restarted), a server sends nobody farther than this, or than twice the time it has
 been refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
@@ -185,7 +199,7 @@ class HandshakeAdmission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue")
+    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue", "_quiet", "_refused_at")
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
@@ -198,6 +212,8 @@ class HandshakeAdmission:
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
         self._at = now  # when ``head`` was last advanced
         self._since: float | None = None  # when the server began refusing (None: a slot has been free since)
+        self._quiet = False  # the latest completion ran with a slot free (no figure for a storm)
+        self._refused_at = float("-inf")  # the latest refusal
         self._queue = os.urandom(_TICKET.size - 4) if queue is None else queue
 
     @property
@@ -221,7 +237,8 @@ class HandshakeAdmission:
         slot freed counts, or slots stuck on abandoned handshakes would make
         the rest look fast.
         """
-        if in_progress < self.slots:
+        self._quiet = in_progress < self.slots
+        if self._quiet:
             self._since = None  # a slot was free: the server is not refusing
         self.measured = min(self.slots + 1, self.measured + 1)
         weight = max(_WEIGHT, 1 / self.measured)  # the first replaces nothing assumed; then a running mean
@@ -234,8 +251,11 @@ class HandshakeAdmission:
         turn = self._turn(token)
         if in_progress < self.slots:
             return Admitted()
-        if self._since is None:
+        if self._since is None:  # refusing starts (again)
             self._since = now
+            if self._quiet and now - self._refused_at >= QUIET_SPELL:
+                self.measured = 0  # a quiet server's figures say nothing of a storm: the prior, then its own
+        self._refused_at = now
         if turn is None:  # a newcomer: the end of the queue
             self.issued += 1
             return Refused(self._window(self.issued - 1))

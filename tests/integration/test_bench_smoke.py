@@ -182,3 +182,4 @@ def test_packets_per_record_bench_counts_each_sides_frames(tmp_path):
     assert doc["records"] == 6
     for side in ("client", "server"):  # every record goes in a STREAM frame one way, its ACK the other
         assert doc["by_type"][side]["STREAM"] > 0 and doc["frames_per_record"][side] > 0
+        assert 0 < doc["datagrams_per_record"][side] <= doc["frames_per_record"][side]  # a frame or more in each

@@ -215,6 +215,30 @@ async def test_sigterm_during_a_drain_stops_the_bridge_as_before_and_drain_says_
     assert "SIGTERM: stopped in" in out.read_text()
 
 
+async def test_drain_no_wait_returns_once_the_bridge_took_the_request(tmp_path: Path) -> None:
+    """A record no consumer committed keeps the bridge draining: the command returns all the same."""
+    bridge = Bridge(BridgeConfig(tmp_path / "log", tcp=("127.0.0.1", 0)))
+    await bridge.start(run_query=False)
+    bridge.follow_drain_requests()
+    drainer = None
+    try:
+        assert bridge.tcp_address is not None
+        async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="drain", instance="p") as conn:
+            stream = await conn.stream(1, "s")
+            await send([stream], 0, 1)
+            await wait_until(lambda: complete_epochs(tmp_path / "log") == {1: 1}, "the record durable", TIMEOUT)
+        drainer = await drain(tmp_path / "log", "--no-wait")
+        code, stdout, stderr = await finish(drainer, TIMEOUT)
+        phase = bridge.drain.phase
+    finally:
+        await ended(drainer)
+        await bridge.stop()
+    assert (code, stderr) == (0, "")
+    assert stdout.decode() == (f"drain requested: the bridge on {tmp_path / 'log'} took it and exits once its consumers "
+                      "committed all it holds\n")  # fmt: skip
+    assert phase is DrainPhase.DRAINING  # taken, and still waiting for its consumer
+
+
 def test_drain_refuses_a_log_no_bridge_runs_on_and_bad_input_in_one_line(tmp_path: Path) -> None:
     one_line_error(run("aqueduct-bridge", "drain", "--log", str(tmp_path / "missing")),
                    f"aqueduct-bridge drain: log path '{tmp_path / 'missing'}' does not exist or is not a directory")  # fmt: skip
@@ -251,13 +275,10 @@ async def test_a_writer_that_does_not_follow_drain_requests_is_named_and_the_req
     try:
         assert holder.stdout is not None
         assert await asyncio.wait_for(holder.stdout.readline(), TIMEOUT) == b"open\n"
-        asked = await asyncio.to_thread(run, "aqueduct-bridge", "drain", "--log", str(tmp_path / "log"), "--no-wait")
-        assert (asked.returncode, asked.stdout) == (0, f"drain requested: the bridge on {tmp_path / 'log'} exits "
-                                                        "once its consumers committed all it holds\n")  # fmt: skip
-        waited = await asyncio.to_thread(run, "aqueduct-bridge", "drain", "--log", str(tmp_path / "log"))
+        waited = await asyncio.to_thread(run, "aqueduct-bridge", "drain", "--log", str(tmp_path / "log"), "--no-wait")
     finally:
         await ended(holder)
-    assert waited.returncode == 1 and not waited.stdout
+    assert waited.returncode == 1 and not waited.stdout  # even without waiting for the exit: nobody took it
     assert waited.stderr.splitlines() == [
         f"aqueduct-bridge drain: the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge "
         "older than this command does not drain)"
@@ -265,7 +286,10 @@ async def test_a_writer_that_does_not_follow_drain_requests_is_named_and_the_req
     assert not (tmp_path / "log" / REQUEST_FILE).exists()  # no request left for the next bridge to find
 
 
-async def test_a_bridge_inside_a_spark_job_refuses_a_drain_at_once_in_one_line_and_serves_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wait", ["until it exits", "--no-wait"])
+async def test_a_bridge_inside_a_spark_job_refuses_a_drain_at_once_in_one_line_and_serves_on(
+    wait: str, tmp_path: Path
+) -> None:
     """The bridge as ``SparkBridge`` runs it, without Spark (tests/spark/test_receiver.py asks a real one)."""
     bridge = Bridge(BridgeConfig(tmp_path / "log", tcp=("127.0.0.1", 0)))
     await bridge.start(run_query=False)
@@ -273,7 +297,7 @@ async def test_a_bridge_inside_a_spark_job_refuses_a_drain_at_once_in_one_line_a
     drainer = None
     try:
         began = time.monotonic()
-        drainer = await drain(tmp_path / "log")
+        drainer = await drain(tmp_path / "log", *([wait] if wait.startswith("--") else []))
         code, stdout, stderr = await finish(drainer, TIMEOUT)
         answered = time.monotonic() - began
         assert bridge.tcp_address is not None

@@ -16,7 +16,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.recovery import QuicPacketRecovery
+from aioquic.quic.recovery import QuicPacketRecovery, QuicPacketSpace
 
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.aioquic_internals import INTERNALS
@@ -27,6 +27,7 @@ def instances() -> dict[str, object]:
     return {
         "QuicConnection": quic,
         "QuicPacketRecovery": quic._loss,
+        "QuicPacketSpace": QuicPacketSpace(),
         "QuicConnectionProtocol": QuicConnectionProtocol(quic),
         "QuicServer": QuicServer(configuration=QuicConfiguration(is_client=False)),
         "Context": tls.Context(is_client=False),

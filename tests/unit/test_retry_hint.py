@@ -121,6 +121,43 @@ def test_before_its_rate_is_measured_a_server_sends_nobody_far() -> None:
     assert told.turn == far.turn and told.within > PROBE_WINDOW
 
 
+def test_a_storm_after_a_quiet_spell_starts_from_the_prior_not_from_the_quiet_figures() -> None:
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
+    now = _measured(admission, rate=40.0)  # an earlier storm
+    _refused(admission, now)  # its end
+    for _ in range(300):  # then quiet: one handshake at a time, 5 ms each
+        now += 1.0
+        assert admission.admits(now, 0, b"") == Admitted()
+        admission.completed(0.005, in_progress=1)
+    assert admission.capacity == pytest.approx(SLOTS / 0.005, rel=1e-3)  # 12,800 a second: no storm runs at that
+    windows = [_refused(admission, now) for _ in range(2000)]  # a survivor takes a dead bridge's producers
+    assert admission.capacity == PRIOR_RATE and not admission.trusted
+    assert admission.issued == 2001
+    assert windows[50].not_before == pytest.approx(50 / PRIOR_RATE)  # paced at the prior, not 2000 in 0.16 s
+    assert max(w.within for w in windows) <= PROBE_WINDOW  # and asked again soon, as a restarted server does
+    later = now + 1.0
+    assert isinstance(admission.admits(later, SLOTS, windows[1000].turn), Refused)  # not called yet: not a herd
+    now = _measured(admission, rate=20.0, completions=SLOTS + 1, start=later)  # the storm's own round
+    assert admission.trusted and admission.capacity == pytest.approx(20.0, rel=0.05)
+
+
+def test_a_storm_keeps_what_was_measured_with_every_slot_taken() -> None:
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
+    now = _measured(admission, rate=40.0)
+    _refused(admission, now)
+    assert admission.capacity == pytest.approx(40.0, rel=1e-3) and admission.trusted
+
+
+def test_within_a_storm_a_slot_free_for_a_moment_does_not_reset_the_estimate() -> None:
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
+    now = _measured(admission, rate=40.0)
+    _refused(admission, now)
+    admission.completed(0.005, in_progress=SLOTS - 1)  # a slot free for a moment
+    assert admission.admits(now + 0.1, SLOTS - 1, b"") == Admitted()
+    _refused(admission, now + 0.2)  # refusing again, 0.2 s after the last refusal
+    assert admission.trusted  # a reset would have made it start over from the prior
+
+
 def test_nothing_is_promised_beyond_the_cap_and_the_capped_are_spread() -> None:
     admission = HandshakeAdmission(now=0.0, slots=1)
     now = _measured(admission, rate=1.0)  # one a second

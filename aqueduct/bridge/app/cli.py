@@ -249,7 +249,10 @@ def _add_drain(sub: argparse._SubParsersAction) -> None:
         "--no-wait.",
         "print the outcome as JSON",
     )  # fmt: skip
-    p.add_argument("--no-wait", action="store_true", help="only ask; do not wait for the bridge to exit")
+    p.add_argument(
+        "--no-wait", action="store_true",
+        help="only ask: wait until the bridge took the request (exit 0) or refused it (exit 1), not until it exits",
+    )  # fmt: skip
     p.add_argument(
         "--timeout", type=positive_float, metavar="SECONDS",
         help="stop waiting after this long, exit 1 (the bridge goes on draining; default: wait as long as it takes)",
@@ -486,12 +489,16 @@ def _drain(args: argparse.Namespace) -> int:
     if not bridge_running(args.log):
         raise UsageError(f"no bridge is running on log {str(args.log)!r} (nothing holds its lock): nothing to drain")
     request = request_drain(args.log)
-    if args.no_wait:
+    if args.no_wait:  # only until the bridge answered: taken, or refused (a SparkBridge), or not taken at all
+        outcome = wait_for_drain(args.log, request, answered=True)
+        taken = outcome.state in ("draining", "drained")
         if args.json:
-            print(json.dumps({"log": str(args.log), "state": "requested", "request": request}))
+            print(json.dumps({"log": str(args.log), "state": outcome.state, "taken": taken, "request": request}))
+        elif taken:
+            print(f"drain requested: the bridge on {args.log} took it and exits once its consumers committed all it holds")
         else:
-            print(f"drain requested: the bridge on {args.log} exits once its consumers committed all it holds")
-        return 0
+            print(f"aqueduct-bridge drain: {outcome.state}", file=sys.stderr)
+        return 0 if taken else 1
     outcome = wait_for_drain(
         args.log, request, args.timeout, lambda line: print(f"aqueduct-bridge drain: {line}", file=sys.stderr, flush=True)
     )  # fmt: skip

@@ -93,7 +93,7 @@ def bridge_running(log_dir: Path) -> bool:
 
 @dataclass(frozen=True)
 class DrainOutcome:
-    """How ``drain --wait`` ended: ``state`` is ``drained``, or why not; ``doc`` the bridge's last state."""
+    """How ``drain`` ended: ``state`` is ``drained`` (``draining``: taken, with ``--no-wait``), or why not; ``doc`` the bridge's last state."""
 
     state: str
     seconds: float
@@ -109,12 +109,16 @@ def wait_for_drain(
     request: str,
     timeout: float | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    answered: bool = False,
 ) -> DrainOutcome:
     """Wait until the bridge that took ``request`` has exited (or ``timeout`` seconds), telling ``progress`` what it waits for.
 
     The bridge writes its last state before it frees the log's lock, so a
     free lock with a state still ``draining`` means it was killed. A
     bridge that does not drain answers with why (``refused``) and runs on.
+    With ``answered`` (``drain --no-wait``) it returns as soon as the bridge
+    took the request: state ``draining`` (or ``drained``, holding nothing),
+    unless it was refused or not taken.
     """
     started = time.monotonic()
     said: str | None = None
@@ -132,6 +136,8 @@ def wait_for_drain(
                 f"the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge older than "
                 "this command does not drain)", elapsed, doc,
             )  # fmt: skip
+        if answered and ours and doc.get("state") in ("draining", "drained"):
+            return DrainOutcome(str(doc["state"]), elapsed, doc)
         if ours and doc.get("state") not in ("draining", None):
             if not running:  # its last word, and the log is free: it has exited
                 return DrainOutcome(str(doc["state"]), elapsed, doc)

@@ -82,6 +82,7 @@ class AioquicTransport(QuicConnectionProtocol):
         self.socket_release: asyncio.Task[None] | None = None  # a client's: closes its socket at the end
         #: where the peer sent from (set by the server on its first Initial) or where a client sent to
         self.address: tuple[str, int] | None = None
+        self._data_queued = False  # since the last send: a pending QUIC ACK rides along
         self.driver = make_driver(self)
 
     @property
@@ -109,6 +110,7 @@ class AioquicTransport(QuicConnectionProtocol):
         elif isinstance(event, quic_events.StreamReset):
             driver.stream_reset_received(event.stream_id, event.error_code)
         elif isinstance(event, quic_events.HandshakeCompleted):
+            aioquic_internals.delay_acks(self._quic)
             driver.quic_handshake_completed()
         elif isinstance(event, quic_events.ConnectionTerminated):
             driver.quic_terminated(event.error_code, event.reason_phrase)
@@ -127,6 +129,9 @@ class AioquicTransport(QuicConnectionProtocol):
 
     # ------------------------------------------------------------ QuicTransport
     def send_packets(self) -> None:
+        if self._data_queued:  # a pending ACK goes with the data (aioquic_internals.delay_acks)
+            self._data_queued = False
+            aioquic_internals.ack_with_data(self._quic)
         super().transmit()
 
     def peer_address(self) -> tuple[str, int] | None:
@@ -154,6 +159,7 @@ class AioquicTransport(QuicConnectionProtocol):
 
     def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         self._quic.send_stream_data(stream_id, data, end_stream)
+        self._data_queued = True
 
     def reset_stream(self, stream_id: int, error_code: int) -> None:
         try:
@@ -163,6 +169,7 @@ class AioquicTransport(QuicConnectionProtocol):
 
     def send_datagram(self, data: bytes) -> None:
         self._quic.send_datagram_frame(data)
+        self._data_queued = True
 
     def send_ping(self, uid: int) -> None:
         self._quic.send_ping(uid)

@@ -7,7 +7,8 @@ negotiated idle timeout (keepalives), the datagrams still waiting in its
 send queue (so stream data never overtakes the datagrams it announces),
 the connection ids a server must forget, a hook after it builds its
 TLS context (mutual TLS), and the stateless reset tokens it draws at random
-and never checks (:mod:`~aqueduct.runtime.backends.stateless_reset`). Each is read here, through a small function,
+and never checks (:mod:`~aqueduct.runtime.backends.stateless_reset`), and its
+acknowledgement policy (:func:`delay_acks`). Each is read here, through a small function,
 and listed in :data:`INTERNALS`; ``tests/unit/test_aioquic_internals.py``
 checks every entry against the installed aioquic, so an upgrade that
 renames one fails that test, naming it, instead of failing inside a live
@@ -54,6 +55,10 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("QuicConnection", "_peer_cid_available", "stateless resets: the tokens of the server's other ids"),
     ("QuicConnection", "_close_event", "stateless resets: end the connection saying why"),
     ("QuicConnection", "_close_end", "stateless resets: end the connection at once (no closing period)"),
+    ("QuicConnection", "_ack_delay", "ack policy: how long a lone packet's ACK may wait (1 ms in aioquic)"),
+    ("QuicConnection", "_spaces", "ack policy: the application space's pending ACK"),
+    ("QuicConnection", "_payload_received", "ack policy: count the ack-eliciting packets not acked yet"),
+    ("QuicPacketSpace", "ack_at", "ack policy: when the pending ACK goes out"),
     ("QuicConnectionProtocol", "_quic", "the protocol's connection"),
     ("QuicServer", "_protocols", "the server's connection table (handshake bound, refusals)"),
     ("QuicServer", "_configuration", "versions and connection id length for refusals"),
@@ -215,6 +220,53 @@ def verify_client_certificates(context: tls.Context, verify: Callable[[Any, list
 
     context._server_handle_certificate = server_handle_certificate  # type: ignore[method-assign]
     context._server_handle_certificate_verify = server_handle_certificate_verify  # type: ignore[method-assign]
+
+
+ACK_DELAY = 0.025
+"""How long an established connection lets a lone ack-eliciting packet's ACK
+wait for a packet of data to ride on: the ``max_ack_delay`` aioquic
+advertises (25 ms, so the peer's loss timers already allow for it)."""
+
+
+def delay_acks(quic: QuicConnection) -> None:
+    """Acknowledge as RFC 9000 section 13.2.2 recommends, from now on (called once the handshake completed).
+
+    aioquic acks every ack-eliciting packet 1 ms after it arrived. A
+    producer's record is a lone packet that the bridge answers a few
+    milliseconds later (the group commit), and each side's reports follow
+    tens of milliseconds after that, so nearly every ACK went out in an
+    ACK-only packet of its own: half of all frames of a connected fleet
+    (docs/performance.md, "What a connected fleet costs"). Here a lone
+    packet's ACK waits up to :data:`ACK_DELAY` and goes with the next
+    packet of data (:func:`ack_with_data`), while a second ack-eliciting
+    packet not acked yet is acked at once, so a bulk transfer is still
+    acked every other packet and its congestion window grows as before.
+    Handshake packets keep aioquic's 1 ms: this is called after them.
+    """
+    quic._ack_delay = ACK_DELAY
+    space = quic._spaces[tls.Epoch.ONE_RTT]
+    received = quic._payload_received
+    unacked = 0  # ack-eliciting 1-RTT packets since the last ACK went out
+
+    def payload_received(context: Any, plain: bytes, crypto_frame_required: bool = False) -> tuple[bool, bool]:
+        nonlocal unacked
+        if space.ack_at is None:  # an ACK went out since (or none was owed)
+            unacked = 0
+        eliciting, probing = received(context, plain, crypto_frame_required=crypto_frame_required)
+        if eliciting and context.epoch == tls.Epoch.ONE_RTT:
+            unacked += 1
+            if unacked >= 2:
+                space.ack_at = context.time  # due now; aioquic keeps a pending ack_at as it is
+        return eliciting, probing
+
+    quic._payload_received = payload_received  # type: ignore[method-assign]
+
+
+def ack_with_data(quic: QuicConnection) -> None:
+    """Make a pending ACK due now, to go in the packet of data about to be built rather than alone later."""
+    space = quic._spaces.get(tls.Epoch.ONE_RTT)
+    if space is not None and space.ack_at is not None:
+        space.ack_at = 0.0  # in the past: due
 
 
 def protocol_connection(protocol: Any) -> QuicConnection:
