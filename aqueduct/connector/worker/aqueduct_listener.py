@@ -191,6 +191,7 @@ async def serve_aqueduct(
         await aq_server.close()
 
     server = WorkerServer(
-        close_listener, aq_server.address, lambda: aq_server.failed_handshakes, lambda: aq_server.completed_handshakes
-    )
+        close_listener, aq_server.address, lambda: aq_server.failed_handshakes, lambda: aq_server.completed_handshakes,
+        lambda: aq_server.refusing_handshakes,
+    )  # fmt: skip
     return server
