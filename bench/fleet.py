@@ -66,7 +66,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -185,13 +184,11 @@ async def bridge_role(args: argparse.Namespace) -> None:
             from bench.common import listen_host
 
             certs = cert_paths(args.certs)
-            # as `serve` runs its QUIC listener: the ingest grants the first credits (held back in a storm)
             server = await serve_aqueduct(
-                listen_host(args.quic_backend), port, ingest, replace(config, initial_credits=0), certfile=certs.server_cert,
+                listen_host(args.quic_backend), port, ingest, config, certfile=certs.server_cert,
                 keyfile=certs.server_key, backend=args.quic_backend,
                 **({"max_handshakes": args.max_handshakes} if args.max_handshakes else {}),
             )
-        ingest.credits.storming = server.refusing
         quic = quic_server()
         slots = SlotWatch(quic)
         tuned = {}
@@ -257,7 +254,6 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "rss_idle_mb": now / 1e6,
                         "rss_per_session_kb": (now - baseline) / max(1, sessions) / 1e3,
                         "admission": admission_summary(quic),
-                        "storm_held_sessions": ingest.counters.storm_held_sessions,
                         "handshake_slots": slots.summary(),
                         "bridge_cpu_s": time.process_time() - listening_cpu,  # since it listened
                         "gc": gc_pauses.summary(ticker),
@@ -274,7 +270,6 @@ async def bridge_role(args: argparse.Namespace) -> None:
                         "bridge_cpu_s": time.process_time(),
                         "sessions": ingest.counters.sessions,
                         "admission": admission_summary(quic),
-                        "storm_held_sessions": ingest.counters.storm_held_sessions,
                         "handshake_slots": slots.summary(since, until),
                         "gc": gc_pauses.summary(ticker, since, until),
                         **udp_socket(quic, server.port),

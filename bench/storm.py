@@ -273,7 +273,6 @@ async def _storm(
         "lost_by": dict(sum((Counter(r["lost_by"]) for r in reports), Counter())),
         "busy_refusals": len(busy),
         "admission": seen["admission"],
-        "storm_held_sessions": seen["storm_held_sessions"],  # since the bridge started: this storm's newcomers
         "bridge_gc": seen["gc"],
         "bridge_gc_tuning": {k: v for k, v in listening.items() if k.startswith("gc_")},
         "bridge_udp_drops": seen["udp_drops"],

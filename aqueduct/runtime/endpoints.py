@@ -209,11 +209,6 @@ class Server:
         """Handshakes that completed, by kind (``resumed``: a TLS session ticket, ``full``); empty where not counted (picoquic)."""
         return self._listener.completed_handshakes
 
-    @property
-    def refusing_handshakes(self) -> bool:
-        """Whether the server refuses new connections as busy now (a storm; never known on picoquic)."""
-        return self._listener.refusing
-
     def _ready(self, driver: Driver) -> None:
         conn = ServerConnection(driver)
         if self._closed:

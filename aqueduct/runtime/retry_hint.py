@@ -114,8 +114,6 @@ PRIOR_RATE = 50.0
 _WEIGHT = 1 / 16  # of each completion in the running means, once a few were measured
 QUIET_SPELL = 10.0
 """Seconds without a refusal after which a server that starts refusing again forgets what its quiet handshakes measured."""
-REFUSING_WITHIN = 1.0
-"""A server that refused an Initial this recently is in a storm (:meth:`HandshakeAdmission.refusing`)."""
 PROBE_WINDOW = 2.0
 """Before its rate is trusted (just restarted), a server sends nobody farther than this, or than twice the time it has
 been refusing, whichever is longer: a rate underestimated would leave it idle while its producers wait out the promise,
@@ -267,16 +265,6 @@ class HandshakeAdmission:
             return Admitted()
         self.head = max(0.0, self.head - 1)  # a promise not kept: every later turn comes one place later
         return Refused(self._window(turn, behind=True))
-
-    def refusing(self, now: float) -> bool:
-        """Has the server refused an Initial within :data:`REFUSING_WITHIN` (a storm)?
-
-        Not "told someone to come back later": holding newcomers' credits
-        until the last promised window (up to a minute) was tried, and the
-        last of 2,000 producers came back later than without holding at all
-        (docs/performance.md, "The fleet back first").
-        """
-        return now - self._refused_at < REFUSING_WITHIN
 
     def _advance(self, now: float) -> None:
         """Call the turns the server had capacity for since the last event (never beyond those given)."""

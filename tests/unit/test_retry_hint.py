@@ -12,7 +12,6 @@ from aqueduct.runtime.retry_hint import (
     MIN_WINDOW,
     PRIOR_RATE,
     PROBE_WINDOW,
-    REFUSING_WITHIN,
     Admitted,
     HandshakeAdmission,
     Refused,
@@ -236,12 +235,3 @@ def test_other_closes_carry_no_window() -> None:
 def test_the_bound_must_be_positive() -> None:
     with pytest.raises(ValueError, match="^slots must be at least 1, got 0$"):
         HandshakeAdmission(now=0.0, slots=0)
-
-
-def test_a_storm_is_a_refusal_within_the_last_second() -> None:
-    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
-    now = _measured(admission, rate=40.0)
-    assert not admission.refusing(now)
-    _refused(admission, now)
-    assert admission.refusing(now + REFUSING_WITHIN / 2)
-    assert not admission.refusing(now + REFUSING_WITHIN)

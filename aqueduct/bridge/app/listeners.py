@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from dataclasses import replace
 
 from aqueduct.bridge.app.config import BridgeConfig
 from aqueduct.bridge.app.tls import BridgeCertificate
@@ -76,10 +75,8 @@ class ConnectorListeners:
         )
         if c.quic is not None:
             assert certificate is not None
-            # Its first credits come from the ingest, which holds them back in a reconnect storm (ingest.credits).
             server = await serve_aqueduct(
-                c.quic[0], c.quic[1], ingest, replace(worker, initial_credits=0), certfile=certificate.certfile,
-                keyfile=certificate.keyfile,
+                c.quic[0], c.quic[1], ingest, worker, certfile=certificate.certfile, keyfile=certificate.keyfile,
                 cafile=c.client_cafile, backend=c.quic_backend,
             )  # fmt: skip
             self.servers.append(server)
@@ -100,11 +97,6 @@ class ConnectorListeners:
             self.servers.append(server)
             self.wallaroo_address = server.address
             _warn_plaintext("Wallaroo v3", server.address, "its released connectors speak only plaintext")
-        ingest.credits.storming = self.refusing
-
-    def refusing(self) -> bool:
-        """Whether a listener refuses producers as busy now (a reconnect storm)."""
-        return any(server.refusing() for server in self.servers)
 
     async def close(self) -> None:
         """Stop accepting; sessions of closed listeners end."""

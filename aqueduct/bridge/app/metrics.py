@@ -206,10 +206,8 @@ class BridgeCollector:
                     snap.backlog)  # fmt: skip
         yield counter("credits_granted", "Credits granted to connector sessions (with OK and after group commits).",
                       c.credits_granted)  # fmt: skip
-        yield gauge("credits_withheld", "Credits held back: the backlog exceeds --max-lag, or a reconnect storm.",
+        yield gauge("credits_withheld", "Credits earned but held back while the backlog exceeds --max-lag.",
                     c.withheld_credits)  # fmt: skip
-        yield counter("storm_held_sessions", "Sessions that started in a reconnect storm and were held to their first "
-                      "credits until it was over.", c.storm_held_sessions)  # fmt: skip
         yield counter("microbatches", "Spark micro-batches whose commit this bridge heard of.", snap.batches)
         h = c.group_commit_seconds
         yield HistogramMetricFamily(

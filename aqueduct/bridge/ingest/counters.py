@@ -19,10 +19,9 @@ class IngestCounters:
 
     messages: int = 0  # data records appended (boundaries excluded)
     duplicates: int = 0  # dropped by the log's range set (the session drops others itself)
-    withheld_credits: int = 0  # credits currently held back (the backlog bound, a reconnect storm)
+    withheld_credits: int = 0  # credits currently held back by the backlog bound
     sessions: int = 0  # live sessions
     sessions_started: int = 0  # handshakes completed
-    storm_held_sessions: int = 0  # sessions that started in a reconnect storm and were held to their first credits
     #: sessions ended by an ERROR (the bridge's refusals and the connectors' own), by ``refusal_kind``
     refusals: Counter[str] = field(default_factory=Counter)
     durable_bytes: int = 0  # payload and key bytes of the records group commits made durable

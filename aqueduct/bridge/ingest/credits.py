@@ -12,21 +12,6 @@
 * **A shared budget.** With ``credit_budget`` or ``memory_budget`` every
   credit comes from one :class:`~aqueduct.bridge.ingest.credit_budget.CreditBudget`,
   the byte budget turned into records by the mean record size.
-* **The fleet back first.** A session that starts while a listener
-  refuses producers as busy (a reconnect storm: :attr:`Credits.storming`)
-  gets :data:`STORM_CREDITS` of what it is owed, and what it earns back is
-  held, until the refusals stop or :data:`STORM_HOLD` seconds have passed
-  (:meth:`Credits.release_storm`, which the ingest asks every
-  :data:`STORM_POLL`). On an aioquic bridge a producer's record costs a
-  third of its handshake (2 ms of CPU against 6-7): in a restart the
-  producers already back, sending at their pace, took the CPU the others'
-  handshakes needed, and the last of 2,000 was back after 205 s
-  (docs/performance.md, "When the last producer is back"). Here each
-  newcomer sends its first records, is acked (it is back), and waits
-  while the others connect. Sessions that started before the storm are
-  not held: a storm never stops the producers already served. Only
-  sessions whose OK granted nothing of their own can be held (the ingest
-  grants their first credits, as under a budget): the QUIC listener's.
 
 Bookkeeping only: nothing here is sent. The acks room
 (:mod:`~aqueduct.bridge.ingest.acks`) visits :meth:`Credits.concerned`
@@ -36,7 +21,7 @@ frame as their points of reference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.config import IngestConfig
@@ -44,18 +29,6 @@ from aqueduct.bridge.ingest.counters import IngestCounters
 from aqueduct.bridge.ingest.credit_budget import CreditBudget, RecordSize
 from aqueduct.bridge.ingest.fair_share import OwnBacklog, may_grant
 from aqueduct.connector.worker.server import WorkerPeer
-
-STORM_CREDITS = 2
-"""Credits a session that starts during a storm gets before the storm is over: its first records, acked."""
-STORM_POLL = 0.25
-"""Seconds between the ingest's looks at whether a storm that held credits back is over."""
-STORM_HOLD = 60.0
-"""The longest a session that started in a storm waits for the rest of its credits, storm or not (a
-bridge refusing producers for good, overloaded, must still serve the ones it took)."""
-
-
-def _calm() -> bool:
-    return False
 
 
 class Credits:
@@ -73,37 +46,16 @@ class Credits:
         self.budget = (
             CreditBudget(self._budget_records(), self.config.session_credits) if self.config.shares_credits else None
         )
-        #: whether producers are being refused as busy now (set by the application from its listeners)
-        self.storming: Callable[[], bool] = _calm
-        #: sessions that started in a storm, held to their first credits, and since when (monotonic seconds)
-        self._storm_held: dict[WorkerPeer, float] = {}
 
-    def joined(self, peer: WorkerPeer, credits: int, now: float) -> int:
-        """A session started at ``now`` with ``credits`` (its OK's); return more to grant it now.
-
-        Under a budget, the budget's start; otherwise ``session_credits`` if
-        the listener's OK granted none, or nothing (the OK's are the
-        session's). During a storm, at most :data:`STORM_CREDITS` of it now,
-        the rest once :meth:`release_storm` lets it go.
-        """
+    def joined(self, peer: WorkerPeer, credits: int) -> int:
+        """A session started with ``credits`` (its OK's); return more to grant it now (under a budget)."""
         self._withheld[peer] = 0
-        if self.budget is not None:
-            grant = self.budget.join(peer, credits)
-        else:
-            grant = 0 if credits else self.config.session_credits
-        if grant > STORM_CREDITS and self.storming():
-            self._withheld[peer] = grant - STORM_CREDITS
-            self._owed.add(peer)
-            self._storm_held[peer] = now
-            self.counters.storm_held_sessions += 1
-            grant = STORM_CREDITS
-        return grant
+        return self.budget.join(peer, credits) if self.budget is not None else 0
 
     def left(self, peer: WorkerPeer) -> None:
         """The session ended: whatever it held returns to the budget."""
         self._withheld.pop(peer, None)
         self._owed.discard(peer)
-        self._storm_held.pop(peer, None)
         if self.budget is not None:
             self.budget.leave(peer)
 
@@ -139,26 +91,8 @@ class Credits:
             self._owed.discard(peer)
         return credits
 
-    def release_storm(self, now: float) -> bool:
-        """Let go the sessions held since a storm that is over, or for :data:`STORM_HOLD`; whether any was.
-
-        The acks room should then visit them (nothing else would: they wait
-        for these credits to send anything).
-        """
-        if not self._storm_held:
-            return False
-        if not self.storming():
-            self._storm_held.clear()
-            return True
-        waited = [peer for peer, since in self._storm_held.items() if now - since >= STORM_HOLD]
-        for peer in waited:
-            del self._storm_held[peer]
-        return bool(waited)
-
     def _may_send(self, peer: WorkerPeer) -> bool:
-        """May ``peer`` have its credits: not held for a storm, and the backlog under ``max_lag`` or its own under its fair share."""
-        if peer in self._storm_held:
-            return False
+        """May ``peer`` have its credits: the backlog under ``max_lag``, or its own under its fair share."""
         lag, max_lag = self._backlog.lag, self.config.max_lag
         if lag <= max_lag:
             return True  # the common case: no per-stream sums

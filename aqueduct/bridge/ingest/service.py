@@ -49,7 +49,7 @@ from aqueduct.bridge.ingest.acks import Acks
 from aqueduct.bridge.ingest.backlog import Backlog
 from aqueduct.bridge.ingest.config import IngestConfig
 from aqueduct.bridge.ingest.counters import IngestCounters
-from aqueduct.bridge.ingest.credits import STORM_POLL, Credits
+from aqueduct.bridge.ingest.credits import Credits
 from aqueduct.bridge.ingest.group_commit import GroupCommitWriter
 from aqueduct.bridge.ingest.refusals import REFUSAL_KINDS, RefusalLog, refusal_kind
 from aqueduct.bridge.storage.log import DurableLog, LogError, LogFull
@@ -137,7 +137,7 @@ class Ingest:
             "session started: %s from %s, %d stream(s) to resume", name, peer.remote, len(event.refs),
             extra=fields(event="session_started", connector=name, remote=peer.remote),
         )  # fmt: skip
-        self.acks.joined(peer, name, self.credits.joined(peer, event.credits, time.monotonic()))
+        self.acks.joined(peer, name, self.credits.joined(peer, event.credits))
 
     async def turn_away(self, reason: str) -> int:
         """Take no new sessions and send the open ones elsewhere; return how many were ended.
@@ -273,21 +273,10 @@ class Ingest:
         The writer says when each group commit is due (its pacing, and its
         retries while the disk is full: the log holds the refused group).
         """
-        storms = asyncio.ensure_future(self._release_after_storms())
-        try:
-            while True:
-                await self.writer.next_group()
-                with contextlib.suppress(LogFull):
-                    await self.group_commit()
-        finally:
-            storms.cancel()
-
-    async def _release_after_storms(self) -> None:
-        """Send the credits a reconnect storm held back once it is over (its newcomers wait on nothing else)."""
         while True:
-            await asyncio.sleep(STORM_POLL)
-            if self.credits.release_storm(time.monotonic()):
-                self.acks.release()
+            await self.writer.next_group()
+            with contextlib.suppress(LogFull):
+                await self.group_commit()
 
     async def group_commit(self) -> dict[int, int]:
         """Make everything buffered durable (one group commit), then return the credits it earned.

@@ -191,7 +191,6 @@ async def serve_aqueduct(
         await aq_server.close()
 
     server = WorkerServer(
-        close_listener, aq_server.address, lambda: aq_server.failed_handshakes, lambda: aq_server.completed_handshakes,
-        lambda: aq_server.refusing_handshakes,
-    )  # fmt: skip
+        close_listener, aq_server.address, lambda: aq_server.failed_handshakes, lambda: aq_server.completed_handshakes
+    )
     return server

@@ -189,7 +189,6 @@ class WorkerServer:
         address: tuple[str, int],
         failed_handshakes: Callable[[], Mapping[str, int]] = dict,
         completed_handshakes: Callable[[], Mapping[str, int]] = dict,
-        refusing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._close_listener = close_listener
         self.address = address
@@ -197,8 +196,6 @@ class WorkerServer:
         self.failed_handshakes = failed_handshakes
         #: transport handshakes that completed, by kind (QUIC on aioquic: ``full``, ``resumed``)
         self.completed_handshakes = completed_handshakes
-        #: whether the transport refuses new connections as busy now (a reconnect storm; QUIC on aioquic)
-        self.refusing = refusing
         self.peers: set[WorkerPeer] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -467,11 +467,6 @@ class AiopquicListener:
         """Not counted: picoquic completes its handshakes on its own thread."""
         return {}
 
-    @property
-    def refusing(self) -> bool:
-        """Never known: picoquic refuses in C, only once its connection table is full."""
-        return False
-
     def close(self) -> None:
         """Stop picoquic's thread (every connection left ends with it) and release the port."""
         self.server.close()

@@ -203,10 +203,6 @@ class AioquicListener:
         return self.server.completed_handshakes
 
     @property
-    def refusing(self) -> bool:
-        return self.server.refusing()
-
-    @property
     def address(self) -> tuple[str, int]:
         transport = self.server._transport
         assert transport is not None

@@ -127,10 +127,6 @@ class BoundedQuicServer(QuicServer):
         """Handshakes that failed, ``tls`` (a TLS alert: a certificate refused either way) or ``other``."""
         return self.handshake_failures.counts
 
-    def refusing(self) -> bool:
-        """Producers are being refused now (a storm): see :meth:`HandshakeAdmission.refusing`."""
-        return self.admission.refusing(self._loop.time())
-
     def datagram_received(self, data: bytes | str, addr: NetworkAddress) -> None:
         assert isinstance(data, bytes)
         try:
