@@ -34,6 +34,13 @@ from aioquic.quic.packet import QuicFrameType
 from bench.fleet import payload
 
 
+def frame_name(frame_type: int) -> str:
+    """A QUIC frame type's name; every STREAM variant (0x08-0x0f, its flag bits set or not) is ``STREAM``."""
+    if QuicFrameType.STREAM_BASE <= frame_type <= QuicFrameType.STREAM_BASE | 0x07:
+        return "STREAM"
+    return QuicFrameType(frame_type).name if frame_type in QuicFrameType._value2member_map_ else hex(frame_type)
+
+
 class FrameCount:
     """QUIC frames and UDP datagrams built by aioquic, by side (``client``/``server``), while installed."""
 
@@ -47,8 +54,7 @@ class FrameCount:
         frames, datagrams, start_frame, flush = self.frames, self.datagrams, self._start_frame, self._flush
 
         def counted(builder: Any, frame_type: int, *args: Any, **kwargs: Any) -> Any:
-            name = QuicFrameType(frame_type).name if frame_type in QuicFrameType._value2member_map_ else "STREAM"
-            frames["client" if builder._is_client else "server", name] += 1
+            frames["client" if builder._is_client else "server", frame_name(frame_type)] += 1
             return start_frame(builder, frame_type, *args, **kwargs)
 
         def flushed(builder: Any) -> Any:

@@ -16,12 +16,12 @@ from aioquic import tls
 from aioquic.buffer import Buffer
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.packet import QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder
 
 from aqueduct.runtime.backends import aioquic_internals
 from aqueduct.runtime.backends.aioquic_internals import ACK_DELAY
 from aqueduct.runtime.certs import generate_certs
+from bench.packets_per_record import frame_name
 
 ADDR = ("127.0.0.1", 4433)
 
@@ -35,8 +35,7 @@ class BuiltDatagrams:
         current: list[str] = []
 
         def counted(builder: QuicPacketBuilder, frame_type: int, *args: object, **kwargs: object) -> Buffer:
-            known = frame_type in QuicFrameType._value2member_map_
-            current.append(QuicFrameType(frame_type).name if known else "STREAM")
+            current.append(frame_name(frame_type))
             return start_frame(builder, frame_type, *args, **kwargs)
 
         def flushed(builder: QuicPacketBuilder) -> tuple[list[bytes], list[object]]:

@@ -491,14 +491,13 @@ def _drain(args: argparse.Namespace) -> int:
     request = request_drain(args.log)
     if args.no_wait:  # only until the bridge answered: taken, or refused (a SparkBridge), or not taken at all
         outcome = wait_for_drain(args.log, request, answered=True)
-        taken = outcome.state in ("draining", "drained")
         if args.json:
-            print(json.dumps({"log": str(args.log), "state": outcome.state, "taken": taken, "request": request}))
-        elif taken:
+            print(json.dumps({"log": str(args.log), "state": outcome.state, "taken": outcome.taken, "request": request}))
+        elif outcome.taken:
             print(f"drain requested: the bridge on {args.log} took it and exits once its consumers committed all it holds")
         else:
             print(f"aqueduct-bridge drain: {outcome.state}", file=sys.stderr)
-        return 0 if taken else 1
+        return 0 if outcome.taken else 1
     outcome = wait_for_drain(
         args.log, request, args.timeout, lambda line: print(f"aqueduct-bridge drain: {line}", file=sys.stderr, flush=True)
     )  # fmt: skip

@@ -27,6 +27,7 @@ STATE_FILE = "drain.json"
 LOCK_FILE = "LOCK"  # the log's writer lock (aqueduct.bridge.storage.log)
 TAKE_TIMEOUT = 10.0
 """Seconds a running bridge has to take a request (it looks twice a second) before the command gives up."""
+TAKEN = ("draining", "drained")  # the states of a bridge that took a drain request
 WAIT_POLL = 0.25  # seconds between the command's looks at the state file and the lock
 
 
@@ -103,6 +104,11 @@ class DrainOutcome:
     def drained(self) -> bool:
         return self.state == "drained"
 
+    @property
+    def taken(self) -> bool:
+        """The bridge took the request: it drains (``--no-wait`` returned at once) or has drained."""
+        return self.state in TAKEN
+
 
 def wait_for_drain(
     log_dir: Path,
@@ -136,7 +142,7 @@ def wait_for_drain(
                 f"the bridge did not take the drain request within {TAKE_TIMEOUT:.0f} s (a bridge older than "
                 "this command does not drain)", elapsed, doc,
             )  # fmt: skip
-        if answered and ours and doc.get("state") in ("draining", "drained"):
+        if answered and ours and doc.get("state") in TAKEN:
             return DrainOutcome(str(doc["state"]), elapsed, doc)
         if ours and doc.get("state") not in ("draining", None):
             if not running:  # its last word, and the log is free: it has exited
