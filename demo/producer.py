@@ -18,7 +18,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aqueduct.connector import Connector
 from aqueduct.console import COOKIE_ENV, add_secret_options, read_secret
@@ -54,17 +54,26 @@ async def produce(
         }
 
 
-async def send_share(conn: Connector, workload: Workload, index: int) -> None:
+async def send_share(
+    conn: Connector,
+    workload: Workload,
+    index: int,
+    between_rounds: Callable[[int], Awaitable[None]] | None = None,
+) -> None:
     """Send producer ``index``'s messages on ``conn``, round-robin over its streams, from each stream's resume point.
 
     Apart from :func:`produce` so that a test can hand it a connector of its
     own making (several bridges, a delivery callback) and still send the
-    workload the verifier expects.
+    workload the verifier expects. ``between_rounds(k)``, if given, is awaited
+    before round ``k`` (the ``k``-th message of every stream): a test holds
+    the producer there, at a point of its choosing, and lets it go on.
     """
     sids = workload.stream_ids(index)
     streams = [await conn.stream(sid, workload.stream_name(sid)) for sid in sids]
     plans = [workload.steps(i) for i in range(len(sids))]
     for k in range(max(len(p) for p in plans)):
+        if between_rounds is not None:
+            await between_rounds(k)
         for stream, plan in zip(streams, plans, strict=True):
             if k >= len(plan) or plan[k].message_id < stream.resume_from:
                 continue

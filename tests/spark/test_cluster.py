@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.producer import produce
+from aqueduct.connector import Connector
+from demo.producer import PROGRAM, produce, send_share
 from demo.sinkfiles import read_committed
 from demo.verify import verify_output
 from demo.workload import Workload
@@ -57,6 +58,40 @@ async def _until(predicate: Callable[[], bool], what: str, proc: asyncio.subproc
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}: {log.read_text()[-3000:] if log else ''}")
         await asyncio.sleep(0.25)
+
+
+async def _until_set(event: asyncio.Event, what: str, work: asyncio.Future, proc: asyncio.subprocess.Process,
+                     log: Path) -> None:  # fmt: skip
+    """Wait for ``event``; fail at once if ``work`` (the producers) ended first, or ``proc`` did."""
+    await _until(lambda: event.is_set() or work.done(), what, proc, log)
+    if not event.is_set():
+        work.result()  # raises the producers' error
+        raise AssertionError(f"the producers ended before {what}")
+
+
+async def _held_producer(url: str, workload: Workload, index: int, halfway: asyncio.Event, go_on: asyncio.Event,
+                         acked_first: bool) -> dict:  # fmt: skip
+    """Producer ``index`` of ``workload``, held halfway (after all it sent was acked if ``acked_first``) until ``go_on``."""
+    middle = _halfway(workload)
+
+    async with Connector(url, program=PROGRAM, instance=f"p{index}") as conn:
+
+        async def hold(k: int) -> None:
+            if k == middle:
+                if acked_first:
+                    await conn.wait_all_acked(TIMEOUT)
+                halfway.set()
+                await go_on.wait()
+
+        await send_share(conn, workload, index, between_rounds=hold)
+        await conn.wait_all_acked(TIMEOUT)
+        return {"connections": conn.stats.connections}
+
+
+def _halfway(workload: Workload) -> int:
+    """The first round past the middle that starts an epoch: a batch takes only closed epochs, so all before it can be acked."""
+    steps = workload.steps(0)
+    return next(k for k in range(len(steps) // 2, len(steps)) if steps[k - 1].boundary)
 
 
 def _rows_of(out: Path, stream_ids: set[int]) -> int:
@@ -112,7 +147,10 @@ async def test_one_query_over_two_ingest_only_bridges_survives_a_killed_bridge_e
 
     The driver first tries a wrong and a missing credential (both refused),
     then runs the query over both bridges as consumer ``default``, whose
-    commits ack each bridge's producers.
+    commits ack each bridge's producers. The bridge is killed with its
+    producer mid-stream but no batch reading it (a batch planned with its
+    records waits for it to come back: that is
+    ``test_bridge_flight.test_a_read_waits_for_a_bridge_that_comes_back``).
     """
     workload = Workload(producers=2, streams=2, events=1200, epoch=40)
     names = ("eu", "us")
@@ -146,23 +184,30 @@ async def test_one_query_over_two_ingest_only_bridges_survives_a_killed_bridge_e
         assert "wrong credential refused: " in text and "missing or wrong credential" in text
         assert "missing credential refused: " in text and "no credential for bridge" in text
 
+        # Both producers stop halfway; "us" first waits until all it sent is acked, i.e. in the
+        # sink. So no batch planned from here on reads "us": killing it then cannot catch a
+        # batch mid-read (that batch would wait for "us" to come back, see docs/bridge.md).
+        halfway = {n: asyncio.Event() for n in names}
+        go_on = {n: asyncio.Event() for n in names}
         producers = asyncio.gather(*(
-            produce(f"tcp://127.0.0.1:{ports[n]}", workload, p, timeout=TIMEOUT) for p, n in enumerate(names)
+            _held_producer(f"tcp://127.0.0.1:{ports[n]}", workload, p, halfway[n], go_on[n], acked_first=n == "us")
+            for p, n in enumerate(names)
         ))  # fmt: skip
-        # Rows of bridge "us" reached the sink, and its producer (paced by credits and
-        # --max-lag to the query's commits) is mid-stream: SIGKILL the bridge, start it again.
-        us_streams = set(workload.stream_ids(1))
-        await _until(lambda: _rows_of(out, us_streams) > 100, "rows of 'us' in the sink", driver, driver_log)
-        eu_streams = set(workload.stream_ids(0))
+        for n in names:
+            await _until_set(halfway[n], f"{n}'s producer halfway", producers, driver, driver_log)
+        us_streams, eu_streams = set(workload.stream_ids(1)), set(workload.stream_ids(0))
+        sent = sum(not step.boundary for i in range(workload.streams) for step in workload.steps(i)[: _halfway(workload)])
+        assert _rows_of(out, us_streams) == sent  # every row "us" sent is in the sink
         bridges["us"].send_signal(signal.SIGKILL)
         await bridges["us"].wait()
-        assert not producers.done()
-        # The query goes on with "eu" meanwhile (a micro-batch of its rows commits, planned with
-        # "us" gone); "us" waits.
+        # The query goes on with "eu" (a micro-batch of its rows commits, planned with "us"
+        # gone); the producer of "us" waits, mid-stream.
         eu_rows = _rows_of(out, eu_streams)
+        go_on["eu"].set()
         await _until(lambda: _rows_of(out, eu_streams) > eu_rows, "a batch of 'eu' without 'us'", driver, driver_log)
         assert driver.returncode is None
         bridges["us"] = await _spawn(bridge_command("us"), tmp_path / "us.log")
+        go_on["us"].set()
         stats = await asyncio.wait_for(producers, TIMEOUT)
         assert stats[1]["connections"] >= 2  # the producer of "us" resumed on a new session
         await _until(lambda: verify_output(out, workload.expected()).rows >= workload.total, "every row",
