@@ -415,6 +415,10 @@ class _Counted:
 def admission_summary(server: Any) -> dict[str, float]:
     """What the aioquic ``server``'s admission did: refusals, those naming their turn, expired handshakes, its rate.
 
+    The rate is the one its latest refusal was paced at (None: it refused
+    nobody), not its estimate at the end, which extrapolates the quiet
+    handshakes after the storm (thousands a second).
+
     Empty on TCP and picoquic, which refuse nobody.
     """
     if server is None:
@@ -424,7 +428,7 @@ def admission_summary(server: Any) -> dict[str, float]:
         "refused_naming_their_turn": server.turns_kept,
         "handshakes_expired": server.expired,
         "turns_issued": server.admission.issued,
-        "capacity_measured_per_s": server.admission.capacity,
+        "paced_at_per_s": server.admission.paced_at,
     }
 
 

@@ -199,7 +199,10 @@ class HandshakeAdmission:
     here: they are newcomers.
     """
 
-    __slots__ = ("slots", "measured", "duration", "load", "head", "issued", "_at", "_since", "_queue", "_quiet", "_refused_at")
+    __slots__ = (
+        "slots", "measured", "duration", "load", "head", "issued", "paced_at", "_at", "_since", "_queue", "_quiet",
+        "_refused_at",
+    )  # fmt: skip
 
     def __init__(self, now: float, slots: int, queue: bytes | None = None) -> None:
         if slots < 1:
@@ -210,6 +213,9 @@ class HandshakeAdmission:
         self.load = 0.0  # ... and of the handshakes in progress as each completed
         self.head = 0.0  # the turn being called: turns below it have come
         self.issued = 0  # turns given so far; the next newcomer refused gets this one
+        #: the rate (handshakes/s) the latest refusal was paced at, None before any: what a
+        #: report quotes, as :attr:`capacity` read after a storm extrapolates the quiet that follows
+        self.paced_at: float | None = None
         self._at = now  # when ``head`` was last advanced
         self._since: float | None = None  # when the server began refusing (None: a slot has been free since)
         self._quiet = False  # the latest completion ran with a slot free (no figure for a storm)
@@ -256,6 +262,7 @@ class HandshakeAdmission:
             if self._quiet and now - self._refused_at >= QUIET_SPELL:
                 self.measured = 0  # a quiet server's figures say nothing of a storm: the prior, then its own
         self._refused_at = now
+        self.paced_at = self.capacity
         if turn is None:  # a newcomer: the end of the queue
             self.issued += 1
             return Refused(self._window(self.issued - 1))

@@ -141,6 +141,18 @@ def test_a_storm_after_a_quiet_spell_starts_from_the_prior_not_from_the_quiet_fi
     assert admission.trusted and admission.capacity == pytest.approx(20.0, rel=0.05)
 
 
+def test_the_rate_a_storm_was_paced_at_outlives_the_quiet_after_it() -> None:
+    admission = HandshakeAdmission(now=0.0, slots=SLOTS)
+    assert admission.paced_at is None  # nobody refused yet
+    now = _measured(admission, rate=40.0)
+    _refused(admission, now)
+    for _ in range(300):  # the storm is over: quick handshakes, one at a time
+        now += 1.0
+        admission.completed(0.005, in_progress=1)
+    assert admission.capacity > 1000  # what a server with every slot free would extrapolate to
+    assert admission.paced_at == pytest.approx(40.0, rel=1e-3)  # what the refused were told
+
+
 def test_a_storm_keeps_what_was_measured_with_every_slot_taken() -> None:
     admission = HandshakeAdmission(now=0.0, slots=SLOTS)
     now = _measured(admission, rate=40.0)
