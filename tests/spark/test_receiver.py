@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +151,75 @@ async def test_own_foreach_batch_pipeline_gets_every_message_once_and_acks_follo
         await asyncio.to_thread(bridge.stop)
     assert not query.isActive  # leaving the bridge stops the queries that drive its acks
     assert load_consumers(tmp_path / "log")["default"].acks
+
+
+async def _stopped_inside_a_batch(
+    spark: Any, tmp_path: Path, caplog: Any, stop: Callable[[SparkBridge], None], why: str
+) -> None:
+    """A batch held inside the user's sink when the bridge stops: ``stop`` must end it there, with one warning.
+
+    The sink is let go once the warning is logged (Spark's ``query.stop()``
+    waits for its stream thread, which waits for the Python function).
+    """
+    sink = BatchFiles(tmp_path / "out")
+    sink.gate.clear()
+    bridge = SparkBridge(spark, tmp_path / "log", tcp=("127.0.0.1", 0))
+    await asyncio.to_thread(bridge.start)
+    query = start(parsed(bridge), sink, tmp_path / "ck")
+    bridge.ack_after(query)
+    warned = f"still in a micro-batch {why}: stopping it there"
+
+    def let_go_once_warned() -> None:
+        for _ in range(int(TIMEOUT / 0.05)):
+            if warned in caplog.text:
+                break
+            time.sleep(0.05)
+        sink.gate.set()
+
+    async with Connector(f"tcp://127.0.0.1:{bridge.tcp_address[1]}", program="shop", instance="a") as conn:
+        stream = await send_events(conn, 1, [f"u{i}" for i in range(10)])
+        await until(sink.entered.is_set, "a batch inside the user's sink")
+        helper = threading.Thread(target=let_go_once_warned)
+        helper.start()
+        try:
+            with caplog.at_level(logging.WARNING, logger="aqueduct.bridge.app.query_stop"):
+                stop(bridge)
+        finally:
+            sink.gate.set()
+            helper.join(TIMEOUT)
+        assert stream.acked == 0  # the batch did not commit before the bridge stopped taking records
+    assert caplog.text.count(warned) == 1
+    assert not query.isActive
+
+
+async def test_a_query_still_inside_a_batch_after_the_grace_is_stopped_there_with_one_warning(
+    spark: Any, tmp_path: Path, stop_queries: None, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("aqueduct.bridge.app.spark_bridge.STOP_GRACE", 0.5)
+    await _stopped_inside_a_batch(spark, tmp_path, caplog, SparkBridge.stop, "at the end of the stop's grace")
+
+
+async def test_a_second_ctrl_c_during_the_grace_stops_the_query_at_once(
+    spark: Any, tmp_path: Path, stop_queries: None, caplog: Any
+) -> None:
+    """On the main thread, as a script's ``with`` block: SIGINT during the grace cuts it short, no KeyboardInterrupt."""
+    before = signal.getsignal(signal.SIGINT)
+
+    def stop_and_press_ctrl_c(bridge: SparkBridge) -> None:
+        def press() -> None:
+            for _ in range(int(TIMEOUT / 0.01)):  # once the stop listens for it
+                if signal.getsignal(signal.SIGINT) is not before:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.01)
+
+        presser = threading.Thread(target=press)
+        presser.start()
+        bridge.stop()  # the grace is 10 s: the press ends it
+        presser.join(TIMEOUT)
+
+    await _stopped_inside_a_batch(spark, tmp_path, caplog, stop_and_press_ctrl_c, "at a second stop request")
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 async def test_two_consumers_truncation_follows_the_slower_and_a_late_one_starts_at_the_latest_epoch(

@@ -264,6 +264,9 @@ def quiet_stop(spark: Any) -> Iterator[None]:
     inside its Python function, the ``StackOverflowError`` Spark's own check
     "did the stop cause this?" (a regular expression over the long Python
     error) can hit, printed by the JVM's handler of uncaught exceptions.
+    A ``SparkBridge`` avoids both by stopping its queries between
+    micro-batches (:mod:`.query_stop`); they remain for a query stopped
+    inside one.
     """
     try:
         jvm = spark.sparkContext._jvm

@@ -188,6 +188,26 @@ class Bridge:
             logger.error(self.failed)
             self.stopped.set()
 
+    async def stop_accepting(self) -> None:
+        """Close the listeners (their sessions end) and make what they sent durable; the log stays open.
+
+        A :class:`~aqueduct.bridge.app.spark_bridge.SparkBridge` does this
+        first, so that its queries can finish with all the log will hold
+        (:mod:`~aqueduct.bridge.app.query_stop`). :meth:`stop` closes the
+        listeners first too, and makes the buffer durable once its own query stopped.
+        """
+        await self.connectors.close()
+        await self._make_durable()
+
+    async def _make_durable(self) -> None:
+        """Group-commit what is buffered; a full or failed disk is reported, not raised (producers keep it)."""
+        if self.ingest is None:
+            return
+        try:
+            await self.ingest.group_commit()
+        except LogError as exc:  # full or failed: producers still hold what is not durable
+            logger.warning("stopping without the last records durable: %s", exc)
+
     async def stop(self) -> None:
         """Stop accepting, stop the query, make the buffer durable, release the log."""
         await self.connectors.close()
@@ -204,10 +224,7 @@ class Bridge:
         if self.positions is not None:
             self.positions.poll()
         if self.ingest is not None:
-            try:
-                await self.ingest.group_commit()
-            except LogError as exc:  # full or failed: producers still hold what is not durable
-                logger.warning("stopping without the last records durable: %s", exc)
+            await self._make_durable()
             await self.ingest.acks_settled()  # an ACK still being recorded needs the log open
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop

@@ -29,8 +29,9 @@ Starting raises what else went wrong; a failure of the
 background work later (a disk that stops taking fsyncs) stops the queries
 handed to :meth:`~SparkBridge.ack_after`, so :meth:`~SparkBridge.await_termination`
 returns, and leaving the ``with`` block raises :class:`SparkBridgeError`. Leaving the
-block by any route (Ctrl-C included) stops those queries, makes buffered
-records durable and releases the log.
+block by any route (Ctrl-C included) stops taking records, makes buffered
+records durable, stops those queries between two micro-batches
+(:mod:`~aqueduct.bridge.app.query_stop`) and releases the log.
 
 It was called ``Receiver``, the name of the channel half
 (``aqueduct.Receiver``) too, in a module named ``receiver``; the old names
@@ -45,7 +46,6 @@ import concurrent.futures
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -67,6 +67,7 @@ from aqueduct.bridge.app.preflight import (
     keyword,
 )
 from aqueduct.bridge.app.progress import BridgeProgress
+from aqueduct.bridge.app.query_stop import STOP_GRACE, stop_between_batches, stop_requests
 from aqueduct.bridge.app.service import Bridge
 from aqueduct.bridge.source.options import SourceOptions
 from aqueduct.bridge.storage.consumers import DEFAULT_CONSUMER, StreamSelection, check_consumer_name
@@ -252,13 +253,23 @@ class SparkBridge:
         self._failure_watch = asyncio.run_coroutine_threadsafe(self._stop_queries_on_failure(), loop)
 
     def stop(self) -> None:
-        """Stop the queries handed to :meth:`ack_after`, make buffered records durable, release the log."""
+        """Stop taking records, stop the queries handed to :meth:`ack_after` between micro-batches, release the log.
+
+        Each query gets up to :data:`~aqueduct.bridge.app.query_stop.STOP_GRACE`
+        seconds to finish its micro-batch in progress (a second Ctrl-C cuts
+        that short); one still inside a batch then is stopped there.
+        """
         loop = self._loop
         if loop is None:
             return
         try:
-            with quiet_stop(self.spark):  # what stopping the queries causes is no failure (the JVM is the user's)
-                self._stop_queries()
+            with quiet_stop(self.spark), stop_requests() as hurry:  # the JVM's output is the user's
+                # Nothing new arrives, so each query finishes its micro-batch and is stopped
+                # between two (query_stop): nothing it prints then, nothing left to filter.
+                self._call(self._bridge.stop_accepting())
+                deadline = time.monotonic() + STOP_GRACE
+                for query in self._queries:
+                    stop_between_batches(query, deadline, hurry)
                 if self._failure_watch is not None:
                     self._failure_watch.cancel()
                 self._call(self._bridge.stop())
@@ -374,19 +385,14 @@ class SparkBridge:
         ``KeyboardInterrupt`` lands inside the py4j call, the driver's
         connection to the JVM is left mid-answer, and the clean stop that
         follows can no longer talk to Spark. Here, called from the main
-        thread, a signal only sets a flag, and the queries are asked in
-        short py4j calls that always finish. The previous handlers are
-        restored on return.
+        thread, a signal only sets a flag (:func:`~aqueduct.bridge.app.query_stop.stop_requests`),
+        and the queries are asked in short py4j calls that always finish.
+        The previous handlers are restored on return.
         """
         if not self._queries:
             raise SparkBridgeError("SparkBridge.await_termination: hand a query to ack_after first")
-        signalled = threading.Event()
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: signalled.set())
         deadline = None if timeout is None else time.monotonic() + timeout
-        try:
+        with stop_requests() as signalled:
             while True:
                 for query in self._queries:
                     if not query.isActive:
@@ -399,9 +405,6 @@ class SparkBridge:
                     return False
                 # py4j takes whole milliseconds, and Spark refuses 0 ("Timeout has to be positive")
                 self._queries[0].awaitTermination(max(left, 0.001))
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     # ------------------------------------------------------------ reporting
 
