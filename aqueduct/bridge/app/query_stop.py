@@ -13,8 +13,8 @@ output goes straight to the terminal) nothing can filter it.
 Between micro-batches the stream thread only waits for its next trigger,
 and an interrupt there ends it quietly. So once the bridge stopped taking
 records (nothing new can arrive), a query is given up to a grace period to
-finish the micro-batch in progress and find no more data; it is stopped
-then, or at the end of the grace period wherever it is. A second Ctrl-C (or
+finish the micro-batch in progress; it is stopped as soon as it is between
+two, or at the end of the grace period wherever it is. A second Ctrl-C (or
 SIGTERM) during the grace period ends it: the stop goes on at once.
 """
 
@@ -37,18 +37,22 @@ POLL = 0.05
 
 
 def idle(query: Any) -> bool:
-    """The query waits for its next trigger, and its latest trigger found no new data (or it ended)."""
-    if not query.isActive:
-        return True
-    status = query.status
-    return not status["isTriggerActive"] and not status["isDataAvailable"]
+    """The query is between micro-batches (or ended): its last one committed, the next not begun.
+
+    Spark marks a trigger active from before it plans a batch until after
+    the batch committed; outside that its stream thread only sleeps until
+    the next trigger. Data still waiting does not matter: it is read at the
+    next start.
+    """
+    return not query.isActive or not query.status["isTriggerActive"]
 
 
 def stop_between_batches(query: Any, deadline: float, hurry: threading.Event) -> None:
     """Stop ``query`` once it is :func:`idle`, or at ``deadline`` (``time.monotonic()``) or ``hurry``, wherever it is.
 
-    The bridge must have stopped taking records first: with records still arriving a query
-    that keeps up is rarely seen idle, and one that falls behind never.
+    The bridge must have stopped taking records first: a query that falls
+    behind runs its batches back to back, with no gap to be seen in, until
+    it has caught up with what the log holds.
     """
     while not idle(query) and time.monotonic() < deadline and not hurry.is_set():
         time.sleep(POLL)
