@@ -17,8 +17,10 @@ message lands exactly once. Producers are acked only after that write
 and Spark's commit of the batch: a producer that got its ack can forget
 the message.
 
-Ctrl-C (or SIGTERM) stops the query, makes what the bridge buffered
-durable and releases the log; run the script again to go on where it was.
+Ctrl-C (or SIGTERM) stops taking records, makes what the bridge buffered
+durable, lets the query finish its micro-batch and stops it between two
+(a second Ctrl-C: at once), and releases the log; run the script again to
+go on where it was.
 """
 
 from __future__ import annotations

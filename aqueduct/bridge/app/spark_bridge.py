@@ -266,10 +266,12 @@ class SparkBridge:
             with quiet_stop(self.spark), stop_requests() as hurry:  # the JVM's output is the user's
                 # Nothing new arrives, so each query finishes its micro-batch and is stopped
                 # between two (query_stop): nothing it prints then, nothing left to filter.
-                self._call(self._bridge.stop_accepting())
-                deadline = time.monotonic() + STOP_GRACE
-                for query in self._queries:
-                    stop_between_batches(query, deadline, hurry)
+                try:
+                    self._call(self._bridge.stop_accepting())
+                finally:  # the queries are stopped whatever happened to the listeners
+                    deadline = time.monotonic() + STOP_GRACE
+                    for query in self._queries:
+                        stop_between_batches(query, deadline, hurry)
                 if self._failure_watch is not None:
                     self._failure_watch.cancel()
                 self._call(self._bridge.stop())
