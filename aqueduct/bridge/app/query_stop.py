@@ -54,9 +54,11 @@ def stop_between_batches(query: Any, deadline: float, hurry: threading.Event) ->
     behind runs its batches back to back, with no gap to be seen in, until
     it has caught up with what the log holds.
     """
-    while not idle(query) and time.monotonic() < deadline and not hurry.is_set():
+    between = idle(query)
+    while not between and time.monotonic() < deadline and not hurry.is_set():
         time.sleep(POLL)
-    if not idle(query):
+        between = idle(query)
+    if not between:
         logger.warning(
             "query %s still in a micro-batch %s: stopping it there (the batch runs again from the "
             "checkpoint at the next start)",
